@@ -1,0 +1,201 @@
+# ckptd - top-level build.  `make help` lists the targets.
+#
+# Quiet by default; `make V=1` prints the commands.  Objects go under
+# $(BUILD) (build/, or build/san-<list> with SANITIZE=...).
+
+CC       ?= cc
+PREFIX   ?= /usr/local
+LIBDIR   ?= $(PREFIX)/lib
+BINDIR   ?= $(PREFIX)/bin
+INCDIR   ?= $(PREFIX)/include
+UNITDIR  ?= $(PREFIX)/lib/systemd/system
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+SYSCONFDIR  ?= /etc
+DESTDIR  ?=
+SANITIZE ?=
+VERSION  := 0.1.0
+
+ifeq ($(SANITIZE),)
+BUILD    ?= build
+else
+BUILD    ?= build/san-$(subst $(comma),-,$(SANITIZE))
+endif
+comma := ,
+
+ifeq ($(V),1)
+Q :=
+msg = @true
+else
+Q := @
+msg = @printf '  %-7s %s\n' $(1) $(2)
+endif
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
+        -Wvla -Wimplicit-fallthrough
+ifneq ($(CI),)
+WARN += -Werror
+endif
+ifneq ($(WERROR),)
+WARN += -Werror
+endif
+
+CPPFLAGS += -D_GNU_SOURCE -Iinclude -I. -DCKPT_VERSION=\"$(VERSION)\"
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu17 -pthread -fPIC -fvisibility=hidden $(WARN) -MMD -MP
+LDLIBS   += -ljansson -lisal -luring -lsystemd -lpthread
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+CORE_SRCS   := $(sort $(wildcard shm/*.c format/*.c))
+CLIENT_SRCS := $(sort $(wildcard client/*.c))
+DAEMON_MAIN := daemon/main.c
+CTL_MAIN    := daemon/ckptctl.c
+DAEMON_SRCS := $(filter-out $(DAEMON_MAIN) $(CTL_MAIN),$(sort $(wildcard daemon/*.c)))
+UNIT_SRCS   := $(sort $(wildcard tests/unit/check_*.c))
+INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c))
+TESTLIB_SRCS := $(sort $(wildcard tests/lib/*.c))
+BENCH_SRCS  := $(sort $(wildcard bench/*.c))
+EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+CORE_OBJS   := $(call obj,$(CORE_SRCS))
+CLIENT_OBJS := $(call obj,$(CLIENT_SRCS))
+DAEMON_OBJS := $(call obj,$(DAEMON_SRCS))
+TESTLIB_OBJS := $(call obj,$(TESTLIB_SRCS))
+
+LIB_SO    := $(BUILD)/libckpt.so
+LIB_A     := $(BUILD)/libckpt.a
+LIB_INT   := $(BUILD)/libckpt-internal.a
+CKPTD     := $(BUILD)/ckptd
+CKPTCTL   := $(BUILD)/ckptctl
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRCS))
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
+EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
+
+.PHONY: all deps test unit integration demo bench install uninstall clean help check-deps
+
+all: $(LIB_SO) $(LIB_A) $(CKPTD) $(CKPTCTL) $(BUILD)/libckpt.pc
+
+help:
+	@echo "make            build libckpt.so/.a, ckptd, ckptctl (into $(BUILD)/)"
+	@echo "make deps       install missing Debian packages (apt-get) and Python envs"
+	@echo "make test       run every test (unit + integration)"
+	@echo "make demo       start a private ckptd and drive it with a sample trainer"
+	@echo "make bench      benchmarks against memcpy, fio, torch.save, DCP (QUICK=1: small)"
+	@echo "make install    install (PREFIX=$(PREFIX) DESTDIR=)"
+	@echo "options: V=1 (verbose), SANITIZE=address,undefined | thread, WERROR=1"
+
+# The Debian packages are needed to compile at all: check first, so a fresh
+# machine gets a clear message (or `make deps`) rather than a compiler error.
+check-deps:
+	@scripts/deps.sh --check-build >/dev/null || { echo "missing build dependencies: run 'make deps'" >&2; exit 1; }
+
+deps:
+	$(Q)scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	$(call msg,CC,$<)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(LIB_SO): $(CLIENT_OBJS) $(CORE_OBJS) client/libckpt.map
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libckpt.so.0 -Wl,--version-script=client/libckpt.map \
+		-o $@ $(CLIENT_OBJS) $(CORE_OBJS) $(LDLIBS)
+
+$(LIB_A): $(CLIENT_OBJS) $(CORE_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_INT): $(CLIENT_OBJS) $(CORE_OBJS) $(DAEMON_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(CKPTD): $(call obj,$(DAEMON_MAIN)) $(DAEMON_OBJS) $(CORE_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(CKPTCTL): $(call obj,$(CTL_MAIN)) $(LIB_INT)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libckpt.pc: client/libckpt.pc.in Makefile
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
+		-e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_INT) $(TESTLIB_OBJS)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJS) $(LIB_INT) -lcheck -lsubunit -lm -lrt $(LDLIBS)
+
+$(BUILD)/tests/%: tests/integration/%.c $(LIB_INT) $(TESTLIB_OBJS)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJS) $(LIB_INT) -lcheck -lsubunit -lm -lrt $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB_A)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(LIB_A)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
+tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS)
+
+# `make test`: installs what is missing, builds, runs every test and prints
+# one summary line.  TESTS=name,name limits the run; see tests/run.sh.
+test:
+	$(Q)scripts/deps.sh --quiet
+	$(Q)$(MAKE) --no-print-directory tests-build
+	$(Q)BUILD=$(BUILD) tests/run.sh
+
+unit: tests-build
+	$(Q)BUILD=$(BUILD) tests/run.sh --unit
+
+integration: tests-build
+	$(Q)BUILD=$(BUILD) tests/run.sh --integration
+
+demo:
+	$(Q)scripts/deps.sh --quiet
+	$(Q)$(MAKE) --no-print-directory all $(EXAMPLE_BINS)
+	$(Q)BUILD=$(BUILD) scripts/demo.sh
+
+bench:
+	$(Q)scripts/deps.sh --quiet --bench
+	$(Q)$(MAKE) --no-print-directory all $(BENCH_BINS)
+	$(Q)BUILD=$(BUILD) QUICK=$(QUICK) python3 bench/run.py
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCDIR) \
+		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/ckptd
+	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION)
+	ln -sf libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.so.0
+	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
+	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libckpt.a
+	install -m 0644 include/ckpt.h $(DESTDIR)$(INCDIR)/ckpt.h
+	install -m 0644 $(BUILD)/libckpt.pc $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc
+	install -m 0755 $(CKPTD) $(CKPTCTL) $(DESTDIR)$(BINDIR)/
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ckptd.service.in > $(DESTDIR)$(UNITDIR)/ckptd.service
+	install -m 0644 systemd/ckptd.socket $(DESTDIR)$(UNITDIR)/ckptd.socket
+	install -m 0644 systemd/ckptd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/ckptd.conf
+	test -e $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.conf || \
+		install -m 0644 systemd/ckptd.conf.example $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.conf
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libckpt.so* $(DESTDIR)$(LIBDIR)/libckpt.a \
+		$(DESTDIR)$(INCDIR)/ckpt.h $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc \
+		$(DESTDIR)$(BINDIR)/ckptd $(DESTDIR)$(BINDIR)/ckptctl \
+		$(DESTDIR)$(UNITDIR)/ckptd.service $(DESTDIR)$(UNITDIR)/ckptd.socket \
+		$(DESTDIR)$(TMPFILESDIR)/ckptd.conf
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/* proto.c - framing, validation and fd passing for the ckptd protocol. */
+#include "shm/proto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const size_t proto_sizes[PROTO_TYPE_MAX + 1] = {
+	[PROTO_HELLO] = sizeof(struct proto_hello),
+	[PROTO_HELLO_OK] = sizeof(struct proto_hello_ok),
+	[PROTO_ERROR] = sizeof(struct proto_error),
+	[PROTO_SAVE_BEGIN] = sizeof(struct proto_save_begin),
+	[PROTO_SAVE_ACK] = sizeof(struct proto_save_result),
+	[PROTO_EXTENT] = sizeof(struct proto_extent),
+	[PROTO_RELEASE] = sizeof(struct proto_release),
+	[PROTO_SAVE_DONE] = sizeof(struct proto_save_result),
+	[PROTO_SAVE_ABORT] = sizeof(struct proto_save_abort),
+	[PROTO_STATUS_REQ] = sizeof(struct proto_status_req),
+	[PROTO_STATUS_REPLY] = sizeof(struct proto_status_reply),
+};
+
+_Static_assert(sizeof(struct proto_error) <= PROTO_MSG_MAX, "message too large");
+_Static_assert(sizeof(struct proto_save_result) <= PROTO_MSG_MAX, "message too large");
+_Static_assert(sizeof(struct proto_hello) <= PROTO_MSG_MAX, "message too large");
+
+void proto_init(struct proto_hdr *h, enum proto_type type, size_t size)
+{
+	memset(h, 0, size);
+	h->magic = PROTO_MAGIC;
+	h->version = PROTO_VERSION;
+	h->type = (uint16_t)type;
+	h->size = (uint32_t)size;
+}
+
+static bool terminated(const char *s, size_t cap)
+{
+	return memchr(s, '\0', cap) != NULL;
+}
+
+int proto_check(const void *buf, size_t len, char *err, size_t errlen)
+{
+	const struct proto_hdr *h = buf;
+
+	if (len < sizeof(*h)) {
+		snprintf(err, errlen, "message of %zu bytes is shorter than a header", len);
+		return -EBADMSG;
+	}
+	if (h->magic != PROTO_MAGIC) {
+		snprintf(err, errlen, "bad magic 0x%08x: not a ckptd peer", h->magic);
+		return -EPROTO;
+	}
+	if (h->version != PROTO_VERSION) {
+		snprintf(err, errlen, "protocol version %u, this side speaks %u", h->version,
+			 PROTO_VERSION);
+		return -EPROTO;
+	}
+	if (h->type == 0 || h->type > PROTO_TYPE_MAX) {
+		snprintf(err, errlen, "unknown message type %u", h->type);
+		return -EBADMSG;
+	}
+	if (h->size != len || len != proto_sizes[h->type]) {
+		snprintf(err, errlen, "message type %u: size %u, received %zu, expected %zu",
+			 h->type, h->size, len, proto_sizes[h->type]);
+		return -EBADMSG;
+	}
+	if (h->reserved != 0) {
+		snprintf(err, errlen, "message type %u: reserved header field set", h->type);
+		return -EBADMSG;
+	}
+
+	switch (h->type) {
+	case PROTO_HELLO: {
+		const struct proto_hello *m = buf;
+		if (m->reserved || !terminated(m->job, sizeof(m->job)))
+			goto bad_field;
+		break;
+	}
+	case PROTO_HELLO_OK: {
+		const struct proto_hello_ok *m = buf;
+		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	case PROTO_ERROR: {
+		const struct proto_error *m = buf;
+		if (m->reserved || !terminated(m->msg, sizeof(m->msg)))
+			goto bad_field;
+		break;
+	}
+	case PROTO_SAVE_ACK:
+	case PROTO_SAVE_DONE: {
+		const struct proto_save_result *m = buf;
+		if (!terminated(m->msg, sizeof(m->msg)) || m->err > 0)
+			goto bad_field;
+		break;
+	}
+	case PROTO_SAVE_BEGIN: {
+		const struct proto_save_begin *m = buf;
+		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	case PROTO_EXTENT: {
+		const struct proto_extent *m = buf;
+		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	case PROTO_SAVE_ABORT: {
+		const struct proto_save_abort *m = buf;
+		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	default:
+		break;
+	}
+	return h->type;
+
+bad_field:
+	snprintf(err, errlen, "message type %u: reserved field set or string not terminated",
+		 h->type);
+	return -EBADMSG;
+}
+
+int proto_send(int sock, const void *msg, size_t len, int fd)
+{
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	for (;;) {
+		ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+		if (n >= 0)
+			return (size_t)n == len ? 0 : -EMSGSIZE;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+ssize_t proto_recv(int sock, void *buf, int *ret_fd)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = PROTO_MSG_MAX };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = ctl.buf,
+		.msg_controllen = sizeof(ctl.buf),
+	};
+	ssize_t n;
+	int got = -1;
+
+	if (ret_fd)
+		*ret_fd = -1;
+	for (;;) {
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+		if (n >= 0)
+			break;
+		if (errno != EINTR)
+			return -errno;
+	}
+	/* Collect every passed fd: keep at most one, close the rest, so a
+	 * misbehaving peer cannot make us leak descriptors. */
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfd; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (ret_fd && got < 0)
+				got = fd;
+			else
+				close(fd);
+		}
+	}
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		if (got >= 0)
+			close(got);
+		return -EMSGSIZE;
+	}
+	if (ret_fd)
+		*ret_fd = got;
+	return n;
+}
+
+void proto_set_msg(char *dst, const char *src)
+{
+	snprintf(dst, PROTO_MSG_LEN, "%s", src ? src : "");
+}

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto.h - the wire protocol between libckpt (and ckptctl) and ckptd.
+ *
+ * Transport: a Unix SOCK_SEQPACKET socket, so every message arrives whole or
+ * not at all.  Every message starts with struct proto_hdr; all integers are
+ * host-endian (both ends are on one machine).  File descriptors travel with
+ * SCM_RIGHTS.  Messages are small and fixed-size; what can be large (the save
+ * descriptor, the status report) travels in shared memory.
+ *
+ * A session:
+ *
+ *   C: HELLO(role, job, rank, world, arena wanted)
+ *   D: HELLO_OK(arena size, slot size) + memfd      | ERROR, then close
+ *
+ *   per save (token chosen by the client, unique on the connection):
+ *   C: SAVE_BEGIN(token, descriptor range in the arena)
+ *   D: SAVE_ACK(token, 0 | -errno + reason)   the descriptor's slots are
+ *                                             free again once this arrives
+ *   C: EXTENT(token, file_off, arena_off, len) ...   one per slot filled
+ *   D: RELEASE(arena_off) ...                 slot written, free again
+ *   D: SAVE_DONE(token, 0 | -errno + reason)  committed, or failed
+ *   C: SAVE_ABORT(token)                      client gives up a save before
+ *                                             all extents are sent
+ *
+ * The arena is cut into slots of slot_bytes (a power of two, a multiple of
+ * LAYOUT_CRC_BLOCK).  An extent fills one slot with the file bytes
+ * [file_off, file_off + len): file_off is a multiple of slot_bytes, len ==
+ * slot_bytes except for the file's last extent, and the client zeroes the
+ * slot from len up to round_up(len, LAYOUT_ALIGN) so the daemon can write it
+ * with O_DIRECT.  The daemon releases each slot exactly once.
+ *
+ * Control role (ckptctl): HELLO(role=CONTROL), HELLO_OK without fd, then
+ * STATUS_REQ -> STATUS_REPLY(len) + memfd holding a JSON report.
+ *
+ * Any message that fails validation ends the connection of that peer (the
+ * daemon logs why); it never affects other clients.
+ */
+#ifndef CKPT_SHM_PROTO_H
+#define CKPT_SHM_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+
+#define PROTO_MAGIC   0x54504b43u /* "CKPT" in memory order */
+#define PROTO_VERSION 1u
+#define PROTO_MSG_MAX 1024        /* largest message, bytes */
+#define PROTO_MSG_LEN 512         /* reason strings, bytes incl. NUL */
+
+enum proto_type {
+	PROTO_HELLO = 1,
+	PROTO_HELLO_OK = 2,
+	PROTO_ERROR = 3,
+	PROTO_SAVE_BEGIN = 4,
+	PROTO_SAVE_ACK = 5,
+	PROTO_EXTENT = 6,
+	PROTO_RELEASE = 7,
+	PROTO_SAVE_DONE = 8,
+	PROTO_SAVE_ABORT = 9,
+	PROTO_STATUS_REQ = 10,
+	PROTO_STATUS_REPLY = 11,
+	PROTO_TYPE_MAX = 11,
+};
+
+enum proto_role {
+	PROTO_ROLE_CLIENT = 1,  /* a trainer rank: gets an arena */
+	PROTO_ROLE_CONTROL = 2, /* ckptctl: status only */
+};
+
+struct proto_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t size;     /* whole message, header included */
+	uint32_t reserved; /* 0 */
+};
+
+struct proto_hello {
+	struct proto_hdr h;
+	uint32_t role;
+	uint32_t rank;
+	uint32_t world;
+	uint32_t reserved;
+	uint64_t arena_bytes;
+	char job[CKPT_MAX_JOB_LEN + 1]; /* NUL-terminated */
+};
+
+struct proto_hello_ok {
+	struct proto_hdr h;
+	uint64_t arena_bytes; /* size of the memfd sent along (0 for control) */
+	uint64_t slot_bytes;
+	uint32_t client_id;
+	uint32_t reserved;
+};
+
+/* Sent before the daemon closes a connection it refuses or drops. */
+struct proto_error {
+	struct proto_hdr h;
+	int32_t err; /* negative errno */
+	uint32_t reserved;
+	char msg[PROTO_MSG_LEN];
+};
+
+struct proto_save_begin {
+	struct proto_hdr h;
+	uint32_t token;
+	uint32_t reserved;
+	uint64_t desc_off; /* multiple of slot_bytes */
+	uint64_t desc_len; /* <= DESC_MAX_BYTES, range inside the arena */
+};
+
+/* SAVE_ACK and SAVE_DONE share this shape. */
+struct proto_save_result {
+	struct proto_hdr h;
+	uint32_t token;
+	int32_t err; /* 0 or negative errno */
+	char msg[PROTO_MSG_LEN];
+};
+
+struct proto_extent {
+	struct proto_hdr h;
+	uint32_t token;
+	uint32_t reserved;
+	uint64_t file_off;
+	uint64_t arena_off;
+	uint64_t len;
+};
+
+struct proto_release {
+	struct proto_hdr h;
+	uint64_t arena_off;
+};
+
+struct proto_save_abort {
+	struct proto_hdr h;
+	uint32_t token;
+	uint32_t reserved;
+};
+
+struct proto_status_req {
+	struct proto_hdr h;
+};
+
+struct proto_status_reply {
+	struct proto_hdr h;
+	uint64_t len; /* JSON bytes in the memfd sent along */
+};
+
+/* Fills in the header of a message of `type` and `size` bytes. */
+void proto_init(struct proto_hdr *h, enum proto_type type, size_t size);
+
+/*
+ * Checks a received message of `len` bytes: magic, version, a known type,
+ * size == len == the exact size of that type's struct, reserved fields zero,
+ * and NUL-terminated strings.  Returns the type (> 0), or -EPROTO (wrong
+ * magic/version: err says which) or -EBADMSG.
+ */
+int proto_check(const void *buf, size_t len, char *err, size_t errlen);
+
+/*
+ * Sends one message, with fd attached if fd >= 0 (SCM_RIGHTS).  Retries on
+ * EINTR; MSG_NOSIGNAL.  Returns 0 or -errno (-EPIPE if the peer is gone).
+ */
+int proto_send(int sock, const void *msg, size_t len, int fd);
+
+/*
+ * Receives one message into buf (PROTO_MSG_MAX bytes).  If ret_fd is not
+ * NULL, an attached fd is returned there (else -1); fds that were not asked
+ * for are closed.  Returns the message length (> 0), 0 on orderly shutdown,
+ * -EAGAIN (non-blocking socket, nothing there), -EMSGSIZE (truncated), or
+ * -errno.
+ */
+ssize_t proto_recv(int sock, void *buf, int *ret_fd);
+
+/* Copies a reason into a fixed message field, always NUL-terminated. */
+void proto_set_msg(char *dst, const char *src);
+
+#endif
