@@ -13,7 +13,7 @@
  *   C: HELLO(role, job, rank, world, arena wanted)
  *   D: HELLO_OK(arena size, slot size) + memfd      | ERROR, then close
  *
- *   per save (token chosen by the client, unique on the connection):
+ *   per save (token chosen by the client: increasing on the connection):
  *   C: SAVE_BEGIN(token, descriptor range in the arena)
  *   D: SAVE_ACK(token, 0 | -errno + reason)   the descriptor's slots are
  *                                             free again once this arrives
@@ -41,6 +41,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ckpt.h"
 

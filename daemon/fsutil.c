@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/* fsutil.c - see fsutil.h. */
+#include "daemon/fsutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int fs_mkdir_p(const char *path, int chown_ids, uid_t uid, gid_t gid)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len == 0 || len >= sizeof(buf) || path[0] != '/')
+		return -EINVAL;
+	memcpy(buf, path, len + 1);
+	for (size_t i = 1; i <= len; i++) {
+		if (buf[i] != '/' && buf[i] != '\0')
+			continue;
+		char saved = buf[i];
+		buf[i] = '\0';
+		if (mkdir(buf, 0755) == 0) {
+			if (chown_ids && chown(buf, uid, gid) < 0)
+				return -errno;
+		} else if (errno != EEXIST) {
+			return -errno;
+		}
+		buf[i] = saved;
+	}
+	return 0;
+}
+
+static int rm_children(int fd)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *de;
+	int r = 0;
+
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		int q = fs_rm_rf_at(dirfd(d), de->d_name);
+		if (q < 0 && r == 0)
+			r = q;
+	}
+	closedir(d);
+	return r;
+}
+
+int fs_rm_rf_at(int dirfd, const char *name)
+{
+	struct stat st;
+	int fd, r;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = rm_children(fd);
+	if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
+		r = -errno;
+	return r;
+}
+
+int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, int atomic)
+{
+	char tmp[NAME_MAX + 1];
+	const char *target = name;
+	size_t off = 0;
+	int fd, r = 0;
+
+	if (atomic) {
+		if (snprintf(tmp, sizeof(tmp), ".%s.tmp", name) >= (int)sizeof(tmp))
+			return -ENAMETOOLONG;
+		target = tmp;
+	}
+	fd = openat(dirfd, target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	while (off < len) {
+		ssize_t n = write(fd, (const char *)buf + off, len - off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			goto out;
+		}
+		off += (size_t)n;
+	}
+	if (fsync(fd) < 0)
+		r = -errno;
+out:
+	close(fd);
+	if (r == 0 && atomic && renameat(dirfd, tmp, dirfd, name) < 0)
+		r = -errno;
+	if (r < 0 && atomic)
+		unlinkat(dirfd, tmp, 0);
+	return r;
+}
+
+int fs_read_file_at(int dirfd, const char *name, size_t max, char **ret_buf, size_t *ret_len)
+{
+	struct stat st;
+	char *buf;
+	size_t off = 0;
+	int fd, r = 0;
+
+	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+		r = S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	while (off < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + off, (size_t)st.st_size - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		off += (size_t)n;
+	}
+	buf[off] = '\0';
+	*ret_buf = buf;
+	*ret_len = off;
+out:
+	close(fd);
+	return r;
+}

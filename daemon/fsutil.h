@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/* fsutil.h - directory operations of the committer, all fd-relative. */
+#ifndef CKPTD_FSUTIL_H
+#define CKPTD_FSUTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Creates the absolute directory `path` and its missing parents (mode 0755;
+ * chown'd to uid/gid if chown_ids).  Returns 0 or -errno. */
+int fs_mkdir_p(const char *path, int chown_ids, uid_t uid, gid_t gid);
+
+/* Removes `name` in dirfd and everything below it, never following
+ * symlinks.  Returns 0 (also if it did not exist) or -errno. */
+int fs_rm_rf_at(int dirfd, const char *name);
+
+/* Writes `len` bytes to a new file `name` in dirfd (replacing one), fsyncs
+ * it.  Through a temporary name and rename if atomic.  Returns 0 or -errno. */
+int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, int atomic);
+
+/* Reads a whole small file (at most max bytes) into a malloc'd NUL-terminated
+ * buffer.  Returns 0, -ENOENT, -EFBIG, -errno. */
+int fs_read_file_at(int dirfd, const char *name, size_t max, char **ret_buf, size_t *ret_len);
+
+#endif
