@@ -73,7 +73,9 @@ static int listen_socket(struct server *srv)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == EADDRINUSE) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		goto bound;
+	if (errno == EADDRINUSE) {
 		/* A socket file is there: if a daemon answers on it, refuse to
 		 * steal it; if not, it is a stale leftover. */
 		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -86,11 +88,10 @@ static int listen_socket(struct server *srv)
 		if (probe >= 0)
 			close(probe);
 		unlink(path);
-		errno = 0;
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 			goto bound;
 	}
-	if (errno) {
+	{
 		int r = -errno;
 		log_err("cannot bind '%s': %s", path, strerror(errno));
 		close(fd);

@@ -498,7 +498,7 @@ void server_client_event(struct client *c, uint32_t events)
 		ssize_t n = proto_recv(c->fd, u.buf, NULL);
 		if (n == -EAGAIN)
 			return;
-		if (n == 0) {
+		if (n == 0 || n == -ECONNRESET) {
 			client_close(c, "disconnected");
 			return;
 		}
