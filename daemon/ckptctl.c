@@ -1,0 +1,1116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckptctl.c - the operator's command: daemon status, and the checkpoints
+ * under a root.
+ *
+ *   ckptctl [-s SOCKET] [-c CONFIG] status [--json]
+ *   ckptctl list ROOT [--json]
+ *   ckptctl show ROOT/NAME [-v] [--json]
+ *
+ * `status` asks the running daemon (control role of proto.h); `list` and
+ * `show` only read the file system, so they work with no daemon at all, on
+ * any copy of a root.
+ *
+ * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "daemon/config.h"
+#include "format/index.h"
+#include "shm/proto.h"
+
+#ifndef CKPT_VERSION
+#define CKPT_VERSION "unknown"
+#endif
+
+#define CTL_TIMEOUT_S       10              /* wait for the daemon's answers */
+#define CTL_STATUS_MAX      (64u << 20)     /* cap on the status report */
+#define CTL_MANIFEST_MAX    (1024ull << 20) /* cap on a manifest we read */
+#define CTL_NAME_COL_MAX    48              /* widest name column printed */
+
+static const char *prog = "ckptctl";
+
+static void die_usage(void) __attribute__((noreturn));
+
+static void errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void errmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: %s [-s SOCKET] [-c CONFIG] status [--json]\n"
+		"       %s list ROOT [--json]\n"
+		"       %s show ROOT/NAME [-v] [--json]\n"
+		"       %s --help | --version\n"
+		"\n"
+		"  status          what the running ckptd is doing: clients, saves in flight\n"
+		"  list ROOT       the checkpoints under ROOT, committed and partial\n"
+		"  show ROOT/NAME  one checkpoint's manifest: files, tensors, blobs\n"
+		"\n"
+		"  -s SOCKET       the daemon's socket (default: $CKPTD_SOCKET, else the\n"
+		"                  'socket' of the config file, else %s)\n"
+		"  -c CONFIG       the config file to read the socket from (default %s)\n"
+		"  --json          print JSON instead of a table\n"
+		"  -v, --verbose   show: every chunk of every tensor\n",
+		prog, prog, prog, prog, CKPT_DEFAULT_SOCKET, CONFIG_DEFAULT_PATH);
+}
+
+static void die_usage(void)
+{
+	usage(stderr);
+	exit(2);
+}
+
+/* ---- formatting helpers ---- */
+
+/* "512 B", "1.5 KiB", "4.0 GiB". */
+static const char *human_size(uint64_t n, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)n;
+	int u = -1;
+
+	if (n < 1024) {
+		snprintf(buf, len, "%llu B", (unsigned long long)n);
+		return buf;
+	}
+	while (v >= 1024.0 && u < 5) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+/* "850ms", "12.5s", "3m 4s", "2h 5m", "3d 4h". */
+static const char *human_duration(double s, char *buf, size_t len)
+{
+	uint64_t t, big, small;
+	char bu, su;
+
+	if (!(s >= 0) || s > 1e12) {
+		snprintf(buf, len, "?");
+		return buf;
+	}
+	if (s < 1.0) {
+		snprintf(buf, len, "%.0fms", s * 1000.0);
+		return buf;
+	}
+	if (s < 60.0) {
+		snprintf(buf, len, "%.1fs", s);
+		return buf;
+	}
+	t = (uint64_t)s;
+	/* Two units at most, the smaller left out when it is zero ("10m"). */
+	if (t < 3600) {
+		big = t / 60, small = t % 60, bu = 'm', su = 's';
+	} else if (t < 86400) {
+		big = t / 3600, small = t % 3600 / 60, bu = 'h', su = 'm';
+	} else {
+		big = t / 86400, small = t % 86400 / 3600, bu = 'd', su = 'h';
+	}
+	if (small)
+		snprintf(buf, len, "%llu%c %llu%c", (unsigned long long)big, bu,
+			 (unsigned long long)small, su);
+	else
+		snprintf(buf, len, "%llu%c", (unsigned long long)big, bu);
+	return buf;
+}
+
+static void print_json(json_t *j)
+{
+	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+
+	if (s) {
+		puts(s);
+		free(s);
+	}
+}
+
+/*
+ * A directory name fit to print and to put in JSON: control characters (a
+ * name could carry terminal escapes) and non-ASCII bytes (it need not be
+ * UTF-8, which JSON requires) become '?'.  Checkpoint names are plain ASCII
+ * by rule, so only stray entries are changed.
+ */
+static char *display_name(const char *s)
+{
+	char *d = strdup(s);
+
+	for (char *p = d; p && *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+			*p = '?';
+	return d;
+}
+
+/* Display width of a name column: the longest name, capped. */
+static int name_width(size_t longest, size_t header)
+{
+	size_t w = longest > header ? longest : header;
+
+	return (int)(w > CTL_NAME_COL_MAX ? CTL_NAME_COL_MAX : w);
+}
+
+/* Reads a whole file at dirfd/path (at most cap bytes) into a malloc'd,
+ * NUL-terminated buffer.  Returns 0, -EFBIG, -EISDIR, or -errno. */
+static int read_file_at(int dirfd, const char *path, uint64_t cap, char **ret_buf,
+			size_t *ret_len)
+{
+	struct stat st;
+	size_t off = 0;
+	char *buf;
+	int fd, ret;
+
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		ret = -EISDIR;
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > cap) {
+		ret = -EFBIG;
+		goto out_close;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out_close;
+	}
+	while (off < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + off, (size_t)st.st_size - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			free(buf);
+			goto out_close;
+		}
+		if (n == 0)
+			break; /* shrank under us: parse what is there */
+		off += (size_t)n;
+	}
+	buf[off] = '\0';
+	*ret_buf = buf;
+	*ret_len = off;
+	ret = 0;
+out_close:
+	close(fd);
+	return ret;
+}
+
+/* ---- JSON access tolerant of missing fields (status reports of other
+ * daemon versions must still print) ---- */
+
+static uint64_t jget_u64(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (json_is_integer(v))
+		return json_integer_value(v) < 0 ? 0 : (uint64_t)json_integer_value(v);
+	if (json_is_real(v))
+		return json_real_value(v) < 0 ? 0 : (uint64_t)json_real_value(v);
+	return 0;
+}
+
+static double jget_f64(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static const char *jget_str(const json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : "?";
+}
+
+/* ---- status ---- */
+
+/*
+ * The socket to ask: -s, else $CKPTD_SOCKET, else the config file's `socket`
+ * (an explicit -c must load; the default one is optional), else the built-in
+ * default.  Returns a malloc'd path or NULL (reason printed).
+ */
+static char *resolve_socket(const char *opt_socket, const char *opt_config)
+{
+	const char *env = getenv("CKPTD_SOCKET");
+	const char *path = opt_config ? opt_config : CONFIG_DEFAULT_PATH;
+	struct config c;
+	char err[1024] = "";
+	char *ret;
+	int r;
+
+	if (opt_socket)
+		return strdup(opt_socket);
+	if (env && *env)
+		return strdup(env);
+
+	if (config_defaults(&c) < 0) {
+		errmsg("out of memory");
+		return NULL;
+	}
+	r = config_load(&c, path, err, sizeof(err));
+	if (r == -ENOENT && !opt_config) {
+		config_free(&c);
+		return strdup(CKPT_DEFAULT_SOCKET);
+	}
+	if (r < 0) {
+		errmsg("%s", err[0] ? err : strerror(-r));
+		config_free(&c);
+		return NULL;
+	}
+	ret = strdup(c.socket_path);
+	config_free(&c);
+	return ret;
+}
+
+static int ctl_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = CTL_TIMEOUT_S };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		errmsg("socket path '%s' is too long", path);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		int e = errno;
+		errmsg("socket: %s", strerror(e));
+		return -e;
+	}
+	/* A daemon that hangs must not hang the operator's shell too. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+		if (e == ENOENT || e == ECONNREFUSED || e == ENOTSOCK)
+			errmsg("no ckptd listening on '%s' (is the service running?)", path);
+		else if (e == EACCES || e == EPERM)
+			errmsg("permission denied on '%s' (is your user in the socket's group?)",
+			       path);
+		else
+			errmsg("cannot connect to '%s': %s", path, strerror(e));
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/*
+ * Receives one message and checks it is of type `want`.  A PROTO_ERROR from
+ * the daemon is printed with its reason.  Returns the fd attached (or -1) in
+ * *ret_fd when ret_fd is given.
+ */
+static int ctl_expect(int sock, const char *path, unsigned want, void *buf, int *ret_fd)
+{
+	char err[256];
+	ssize_t n;
+	int type;
+
+	n = proto_recv(sock, buf, ret_fd);
+	if (n == 0) {
+		errmsg("ckptd on '%s' closed the connection", path);
+		return -ECONNRESET;
+	}
+	if (n == -EAGAIN || n == -EWOULDBLOCK) {
+		errmsg("no answer from ckptd on '%s' within %d s", path, CTL_TIMEOUT_S);
+		return -ETIMEDOUT;
+	}
+	if (n < 0) {
+		errmsg("receiving from '%s': %s", path, strerror((int)-n));
+		return (int)n;
+	}
+	type = proto_check(buf, (size_t)n, err, sizeof(err));
+	if (type < 0) {
+		errmsg("bad message from '%s': %s", path, err);
+		goto out_bad;
+	}
+	if (type == PROTO_ERROR) {
+		const struct proto_error *e = buf;
+		errmsg("ckptd refused: %s (%s)", e->msg, strerror(-e->err));
+		type = e->err < 0 ? e->err : -EPROTO;
+		goto out_bad;
+	}
+	if ((unsigned)type != want) {
+		errmsg("unexpected message type %d from '%s' (wanted %u)", type, path, want);
+		type = -EPROTO;
+		goto out_bad;
+	}
+	return 0;
+
+out_bad:
+	if (ret_fd && *ret_fd >= 0) {
+		close(*ret_fd);
+		*ret_fd = -1;
+	}
+	return type < 0 ? type : -EPROTO;
+}
+
+/* Fetches the status report.  Returns 0 and the malloc'd JSON text. */
+static int status_fetch(const char *path, char **ret_text, size_t *ret_len)
+{
+	_Alignas(8) unsigned char buf[PROTO_MSG_MAX];
+	struct proto_hello hello;
+	struct proto_status_req req;
+	const struct proto_status_reply *rep;
+	size_t off = 0, len;
+	char *text = NULL;
+	int sock, mfd = -1, ret;
+
+	sock = ctl_connect(path);
+	if (sock < 0)
+		return sock;
+
+	proto_init(&hello.h, PROTO_HELLO, sizeof(hello));
+	hello.role = PROTO_ROLE_CONTROL;
+	hello.rank = 0;
+	hello.world = 1;
+	hello.arena_bytes = 0;
+	snprintf(hello.job, sizeof(hello.job), "ckptctl");
+	ret = proto_send(sock, &hello, sizeof(hello), -1);
+	if (ret < 0) {
+		errmsg("sending to '%s': %s", path, strerror(-ret));
+		goto out_close;
+	}
+	mfd = -1;
+	ret = ctl_expect(sock, path, PROTO_HELLO_OK, buf, &mfd);
+	if (ret < 0)
+		goto out_close;
+	if (mfd >= 0) { /* a control connection gets no arena */
+		close(mfd);
+		mfd = -1;
+	}
+
+	proto_init(&req.h, PROTO_STATUS_REQ, sizeof(req));
+	ret = proto_send(sock, &req, sizeof(req), -1);
+	if (ret < 0) {
+		errmsg("sending to '%s': %s", path, strerror(-ret));
+		goto out_close;
+	}
+	ret = ctl_expect(sock, path, PROTO_STATUS_REPLY, buf, &mfd);
+	if (ret < 0)
+		goto out_close;
+	rep = (const struct proto_status_reply *)buf;
+	if (mfd < 0) {
+		errmsg("status reply from '%s' carries no report", path);
+		ret = -EPROTO;
+		goto out_close;
+	}
+	if (rep->len > CTL_STATUS_MAX) {
+		errmsg("status report of %llu bytes is larger than %u",
+		       (unsigned long long)rep->len, CTL_STATUS_MAX);
+		ret = -EFBIG;
+		goto out_close;
+	}
+	len = (size_t)rep->len;
+	text = malloc(len + 1);
+	if (!text) {
+		ret = -ENOMEM;
+		errmsg("out of memory");
+		goto out_close;
+	}
+	while (off < len) {
+		ssize_t n = pread(mfd, text + off, len - off, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EBADMSG;
+			errmsg("reading the status report: %s",
+			       n < 0 ? strerror(errno) : "shorter than announced");
+			free(text);
+			goto out_close;
+		}
+		off += (size_t)n;
+	}
+	text[len] = '\0';
+	*ret_text = text;
+	*ret_len = len;
+	ret = 0;
+
+out_close:
+	if (mfd >= 0)
+		close(mfd);
+	close(sock);
+	return ret;
+}
+
+static void status_print(json_t *st)
+{
+	json_t *cfg = json_object_get(st, "config");
+	json_t *roots = json_object_get(cfg, "roots");
+	json_t *clients = json_object_get(st, "clients");
+	json_t *saves = json_object_get(st, "saves");
+	json_t *totals = json_object_get(st, "totals");
+	char a[32], b[32], c[32], d[32];
+	size_t i, wjob = 3, wname = 4;
+	json_t *v;
+
+	printf("ckptd %s, pid %llu, up %s\n", jget_str(st, "version"),
+	       (unsigned long long)jget_u64(st, "pid"),
+	       human_duration(jget_f64(st, "uptime_s"), a, sizeof(a)));
+	printf("  socket   %s\n", jget_str(cfg, "socket"));
+	printf("  roots   ");
+	if (json_array_size(roots) == 0)
+		printf(" (none)");
+	json_array_foreach(roots, i, v)
+		printf(" %s", json_string_value(v) ? json_string_value(v) : "?");
+	printf("\n");
+	printf("  arenas   %s in use of %s (at most %s per client)\n",
+	       human_size(jget_u64(st, "arena_bytes_total"), a, sizeof(a)),
+	       human_size(jget_u64(cfg, "arena_total"), b, sizeof(b)),
+	       human_size(jget_u64(cfg, "arena_max"), c, sizeof(c)));
+	printf("  writes   io_uring depth %llu, commit deadline %s\n",
+	       (unsigned long long)jget_u64(cfg, "uring_depth"),
+	       human_duration((double)jget_u64(cfg, "commit_deadline_ms") / 1000.0, d,
+			      sizeof(d)));
+
+	json_array_foreach(clients, i, v) {
+		size_t l = strlen(jget_str(v, "job"));
+		wjob = l > wjob ? l : wjob;
+	}
+	json_array_foreach(saves, i, v) {
+		size_t l = strlen(jget_str(v, "job"));
+		wjob = l > wjob ? l : wjob;
+		l = strlen(jget_str(v, "name"));
+		wname = l > wname ? l : wname;
+	}
+	int wj = name_width(wjob, 3), wn = name_width(wname, 4);
+
+	printf("\nclients: %zu\n", json_array_size(clients));
+	if (json_array_size(clients) > 0) {
+		printf("  %5s %8s  %-*s %11s %10s %10s\n", "ID", "PID", wj, "JOB", "RANK/WORLD",
+		       "ARENA", "SLOTS");
+		json_array_foreach(clients, i, v) {
+			char rw[32], slots[48];
+			snprintf(rw, sizeof(rw), "%llu/%llu",
+				 (unsigned long long)jget_u64(v, "rank"),
+				 (unsigned long long)jget_u64(v, "world"));
+			snprintf(slots, sizeof(slots), "%llu/%llu",
+				 (unsigned long long)jget_u64(v, "slots_in_use"),
+				 (unsigned long long)jget_u64(v, "slots"));
+			printf("  %5llu %8llu  %-*.*s %11s %10s %10s\n",
+			       (unsigned long long)jget_u64(v, "id"),
+			       (unsigned long long)jget_u64(v, "pid"), wj, wj, jget_str(v, "job"),
+			       rw, human_size(jget_u64(v, "arena_bytes"), a, sizeof(a)), slots);
+		}
+	}
+
+	printf("\nsaves in flight: %zu\n", json_array_size(saves));
+	if (json_array_size(saves) > 0) {
+		printf("  %-*s %-*s %-10s %14s %14s %7s %11s\n", wj, "JOB", wn, "NAME", "STATE",
+		       "STAGED", "WRITTEN", "AGE", "RATE");
+		json_array_foreach(saves, i, v) {
+			uint64_t total = jget_u64(v, "bytes");
+			uint64_t staged = jget_u64(v, "staged"), written = jget_u64(v, "written");
+			double gibps = jget_f64(v, "write_gibps");
+			char sbuf[48], wbuf[48], rate[32];
+
+			snprintf(sbuf, sizeof(sbuf), "%s %3.0f%%", human_size(staged, a, sizeof(a)),
+				 total ? 100.0 * (double)staged / (double)total : 0.0);
+			snprintf(wbuf, sizeof(wbuf), "%s %3.0f%%",
+				 human_size(written, b, sizeof(b)),
+				 total ? 100.0 * (double)written / (double)total : 0.0);
+			if (isnan(gibps))
+				snprintf(rate, sizeof(rate), "-");
+			else
+				snprintf(rate, sizeof(rate), "%.2f GiB/s", gibps);
+			printf("  %-*.*s %-*.*s %-10s %14s %14s %7s %11s\n", wj, wj,
+			       jget_str(v, "job"), wn, wn, jget_str(v, "name"),
+			       jget_str(v, "state"), sbuf, wbuf,
+			       human_duration(jget_f64(v, "age_s"), c, sizeof(c)), rate);
+			printf("  %-*s %-*s of %s, %llu rank(s), root %s\n", wj, "", wn, "",
+			       human_size(total, d, sizeof(d)),
+			       (unsigned long long)jget_u64(v, "world"), jget_str(v, "root"));
+		}
+	}
+
+	printf("\ntotals: %llu committed, %llu failed, %s written\n",
+	       (unsigned long long)jget_u64(totals, "saves_committed"),
+	       (unsigned long long)jget_u64(totals, "saves_failed"),
+	       human_size(jget_u64(totals, "bytes_written"), a, sizeof(a)));
+}
+
+static int cmd_status(const char *opt_socket, const char *opt_config, bool json)
+{
+	char *path, *text = NULL;
+	json_error_t jerr;
+	json_t *st;
+	size_t len = 0;
+	int ret;
+
+	path = resolve_socket(opt_socket, opt_config);
+	if (!path)
+		return 1;
+	ret = status_fetch(path, &text, &len);
+	if (ret < 0) {
+		free(path);
+		return 1;
+	}
+	if (json) {
+		fwrite(text, 1, len, stdout);
+		if (len == 0 || text[len - 1] != '\n')
+			putchar('\n');
+		free(text);
+		free(path);
+		return 0;
+	}
+	st = json_loadb(text, len, 0, &jerr);
+	if (!json_is_object(st)) {
+		errmsg("status report from '%s' is not a JSON object: %s (line %d)", path,
+		       st ? "wrong type" : jerr.text, jerr.line);
+		json_decref(st);
+		free(text);
+		free(path);
+		return 1;
+	}
+	status_print(st);
+	json_decref(st);
+	free(text);
+	free(path);
+	return 0;
+}
+
+/* ---- list ---- */
+
+enum entry_state { ENT_COMMITTED, ENT_PARTIAL, ENT_INCOMPLETE, ENT_CORRUPT };
+
+static const char *const state_names[] = {
+	[ENT_COMMITTED] = "committed",
+	[ENT_PARTIAL] = "partial",
+	[ENT_INCOMPLETE] = "incomplete",
+	[ENT_CORRUPT] = "corrupt",
+};
+
+struct entry {
+	char *dir;              /* directory name under the root */
+	enum entry_state state;
+	uint64_t step, total_bytes;
+	uint32_t world;
+	char time[40];
+	char job[CKPT_MAX_JOB_LEN + 1];
+	double age_s;           /* partial: since the work dir last changed */
+	char *error;            /* corrupt: why */
+};
+
+static int entry_cmp(const void *pa, const void *pb)
+{
+	const struct entry *a = pa, *b = pb;
+
+	/* Committed checkpoints first, by step; then the rest, by name. */
+	if ((a->state == ENT_COMMITTED) != (b->state == ENT_COMMITTED))
+		return a->state == ENT_COMMITTED ? -1 : 1;
+	if (a->state == ENT_COMMITTED && a->step != b->step)
+		return a->step < b->step ? -1 : 1;
+	return strcmp(a->dir, b->dir);
+}
+
+static void entry_free(struct entry *e)
+{
+	free(e->dir);
+	free(e->error);
+}
+
+/*
+ * Looks at one directory under the root.  A manifest that cannot be read or
+ * parsed makes a "corrupt" entry: one bad checkpoint must not hide the rest.
+ */
+static int entry_load(int rootfd, const char *name, const struct stat *st, struct entry *e)
+{
+	char rel[NAME_MAX + sizeof(MANIFEST_FILE) + 2];
+	char err[512] = "";
+	struct manifest m;
+	char *text = NULL;
+	size_t len = 0;
+	int ret;
+
+	memset(e, 0, sizeof(*e));
+	e->dir = display_name(name);
+	if (!e->dir)
+		return -ENOMEM;
+
+	if (strncmp(name, ".partial-", 9) == 0) {
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		e->state = ENT_PARTIAL;
+		e->age_s = (double)(now.tv_sec - st->st_mtim.tv_sec) +
+			   (double)(now.tv_nsec - st->st_mtim.tv_nsec) / 1e9;
+		if (e->age_s < 0)
+			e->age_s = 0;
+		return 0;
+	}
+
+	snprintf(rel, sizeof(rel), "%s/%s", name, MANIFEST_FILE);
+	ret = read_file_at(rootfd, rel, CTL_MANIFEST_MAX, &text, &len);
+	if (ret == -ENOENT) {
+		e->state = ENT_INCOMPLETE;
+		return 0;
+	}
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret < 0) {
+		e->state = ENT_CORRUPT;
+		snprintf(err, sizeof(err), "%s: %s", MANIFEST_FILE,
+			 ret == -EFBIG ? "not a regular file of a sane size" : strerror(-ret));
+		e->error = strdup(err);
+		return e->error ? 0 : -ENOMEM;
+	}
+
+	memset(&m, 0, sizeof(m));
+	ret = manifest_parse(text, len, &m, err, sizeof(err));
+	free(text);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret < 0) {
+		e->state = ENT_CORRUPT;
+		e->error = strdup(err[0] ? err : strerror(-ret));
+		return e->error ? 0 : -ENOMEM;
+	}
+	e->state = ENT_COMMITTED;
+	e->step = m.step;
+	e->total_bytes = m.total_bytes;
+	e->world = m.world;
+	snprintf(e->time, sizeof(e->time), "%s", m.time);
+	snprintf(e->job, sizeof(e->job), "%s", m.job);
+	manifest_free(&m);
+	return 0;
+}
+
+static json_t *entry_json(const struct entry *e)
+{
+	json_t *o = json_object();
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "name", json_string(e->dir));
+	json_object_set_new(o, "state", json_string(state_names[e->state]));
+	switch (e->state) {
+	case ENT_COMMITTED:
+		json_object_set_new(o, "step", json_integer((json_int_t)e->step));
+		json_object_set_new(o, "total_bytes", json_integer((json_int_t)e->total_bytes));
+		json_object_set_new(o, "time", json_string(e->time));
+		json_object_set_new(o, "world", json_integer(e->world));
+		json_object_set_new(o, "job", json_string(e->job));
+		break;
+	case ENT_PARTIAL:
+		json_object_set_new(o, "age_s", json_real(e->age_s));
+		break;
+	case ENT_CORRUPT:
+		json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
+		break;
+	case ENT_INCOMPLETE:
+		break;
+	}
+	return o;
+}
+
+static int cmd_list(const char *root, bool json)
+{
+	struct entry *ents = NULL;
+	size_t n = 0, cap = 0, longest = 4;
+	struct dirent *de;
+	DIR *dir;
+	int rootfd, ret = 1;
+
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		errmsg("cannot open root '%s': %s", root, strerror(errno));
+		return 1;
+	}
+	dir = fdopendir(rootfd);
+	if (!dir) {
+		errmsg("cannot read root '%s': %s", root, strerror(errno));
+		close(rootfd);
+		return 1;
+	}
+
+	while ((errno = 0, de = readdir(dir)) != NULL) {
+		struct stat st;
+		int r;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (de->d_name[0] == '.' && strncmp(de->d_name, ".partial-", 9) != 0)
+			continue; /* other hidden entries are not ours */
+		if (fstatat(rootfd, de->d_name, &st, 0) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if (n == cap) {
+			size_t ncap = cap ? 2 * cap : 64;
+			struct entry *ne = realloc(ents, ncap * sizeof(*ne));
+			if (!ne) {
+				errmsg("out of memory");
+				goto out;
+			}
+			ents = ne;
+			cap = ncap;
+		}
+		r = entry_load(rootfd, de->d_name, &st, &ents[n]);
+		if (r < 0) {
+			entry_free(&ents[n]);
+			errmsg("'%s/%s': %s", root, de->d_name, strerror(-r));
+			goto out;
+		}
+		if (strlen(de->d_name) > longest)
+			longest = strlen(de->d_name);
+		n++;
+	}
+	if (errno) {
+		errmsg("reading root '%s': %s", root, strerror(errno));
+		goto out;
+	}
+	if (n)
+		qsort(ents, n, sizeof(*ents), entry_cmp);
+
+	if (json) {
+		json_t *arr = json_array();
+		if (!arr) {
+			errmsg("out of memory");
+			goto out;
+		}
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(arr, entry_json(&ents[i]));
+		print_json(arr);
+		json_decref(arr);
+	} else if (n == 0) {
+		printf("no checkpoints in '%s'\n", root);
+	} else {
+		int w = name_width(longest, 4);
+		char sz[32], age[32];
+
+		printf("%-*s %10s %10s  %-20s %6s  %s\n", w, "NAME", "STEP", "SIZE", "TIME",
+		       "WORLD", "STATE");
+		for (size_t i = 0; i < n; i++) {
+			const struct entry *e = &ents[i];
+			switch (e->state) {
+			case ENT_COMMITTED:
+				printf("%-*s %10llu %10s  %-20s %6u  committed\n", w, e->dir,
+				       (unsigned long long)e->step,
+				       human_size(e->total_bytes, sz, sizeof(sz)), e->time,
+				       e->world);
+				break;
+			case ENT_PARTIAL:
+				printf("%-*s %10s %10s  %-20s %6s  partial (%s old)\n", w, e->dir,
+				       "-", "-", "-", "-",
+				       human_duration(e->age_s, age, sizeof(age)));
+				break;
+			case ENT_INCOMPLETE:
+				printf("%-*s %10s %10s  %-20s %6s  incomplete (no %s)\n", w,
+				       e->dir, "-", "-", "-", "-", MANIFEST_FILE);
+				break;
+			case ENT_CORRUPT:
+				printf("%-*s %10s %10s  %-20s %6s  corrupt: %s\n", w, e->dir, "-",
+				       "-", "-", "-", e->error ? e->error : "?");
+				break;
+			}
+		}
+	}
+	ret = 0;
+
+out:
+	for (size_t i = 0; i < n; i++)
+		entry_free(&ents[i]);
+	free(ents);
+	closedir(dir);
+	return ret;
+}
+
+/* ---- show ---- */
+
+static void print_dims(const uint64_t *d, unsigned n)
+{
+	putchar('[');
+	for (unsigned i = 0; i < n; i++)
+		printf("%s%llu", i ? ", " : "", (unsigned long long)d[i]);
+	putchar(']');
+}
+
+static void print_kv_object(const char *title, json_t *obj)
+{
+	const char *key;
+	json_t *v;
+
+	printf("%s:", title);
+	if (json_object_size(obj) == 0) {
+		printf(" (none)\n");
+		return;
+	}
+	putchar('\n');
+	json_object_foreach(obj, key, v) {
+		if (json_is_string(v)) {
+			printf("  %s = %s\n", key, json_string_value(v));
+		} else if (json_is_number(v)) {
+			printf("  %s = %.10g\n", key, json_number_value(v));
+		} else {
+			char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+			printf("  %s = %s\n", key, s ? s : "?");
+			free(s);
+		}
+	}
+}
+
+static const char *file_name(const struct manifest *m, uint32_t i)
+{
+	return i < m->n_files ? m->files[i].path : "?";
+}
+
+static void show_print(const char *path, const struct manifest *m, bool verbose)
+{
+	json_t *root = m->json;
+	size_t longest = 4, n_blobs = m->n_items - m->n_tensors;
+	char a[32];
+
+	printf("checkpoint %s  (%s)\n", m->name, path);
+	printf("  step     %llu\n", (unsigned long long)m->step);
+	printf("  time     %s\n", m->time);
+	printf("  job      %s\n", m->job);
+	printf("  world    %u\n", m->world);
+	printf("  size     %s in %zu file(s), %zu tensor(s), %zu blob(s)\n",
+	       human_size(m->total_bytes, a, sizeof(a)), m->n_files, m->n_tensors, n_blobs);
+	print_kv_object("metadata", json_object_get(root, "metadata"));
+	print_kv_object("metrics", json_object_get(root, "metrics"));
+
+	printf("files:\n");
+	for (size_t i = 0; i < m->n_files; i++)
+		printf("  %-28s rank %-6u %12s  (%llu bytes)\n", m->files[i].path,
+		       m->files[i].rank, human_size(m->files[i].size, a, sizeof(a)),
+		       (unsigned long long)m->files[i].size);
+
+	for (size_t i = 0; i < m->n_items; i++) {
+		size_t l = strlen(m->items[i].name);
+		longest = l > longest ? l : longest;
+	}
+	int w = name_width(longest, 4);
+
+	printf("tensors: %zu\n", m->n_tensors);
+	if (m->n_tensors)
+		printf("  %-*s %-8s %-24s %7s %12s\n", w, "NAME", "DTYPE", "SHAPE", "CHUNKS",
+		       "BYTES");
+	for (size_t i = 0; i < m->n_items; i++) {
+		const struct manifest_tensor *t = &m->items[i];
+		const char *dn = ckpt_dtype_name((enum ckpt_dtype)t->dtype);
+		uint64_t bytes = 0;
+		char shape[256];
+		size_t off = 0;
+
+		if (i == m->n_tensors) {
+			printf("blobs: %zu\n", n_blobs);
+			printf("  %-*s %12s  %s\n", w, "KEY", "SIZE", "WHERE");
+		}
+		for (size_t k = 0; k < t->n_chunks; k++)
+			bytes += t->chunks[k].end - t->chunks[k].begin;
+
+		if (t->kind == ITEM_BLOB) {
+			const struct manifest_chunk *ch = t->n_chunks ? &t->chunks[0] : NULL;
+			printf("  %-*s %12s  ", w, t->name, human_size(bytes, a, sizeof(a)));
+			if (ch)
+				printf("%s [%llu, %llu)\n", file_name(m, ch->file),
+				       (unsigned long long)ch->begin, (unsigned long long)ch->end);
+			else
+				printf("-\n");
+			continue;
+		}
+
+		shape[0] = '\0';
+		off += (size_t)snprintf(shape, sizeof(shape), "[");
+		for (unsigned d = 0; d < t->ndim && off < sizeof(shape); d++)
+			off += (size_t)snprintf(shape + off, sizeof(shape) - off, "%s%llu",
+						d ? ", " : "", (unsigned long long)t->shape[d]);
+		if (off < sizeof(shape))
+			snprintf(shape + off, sizeof(shape) - off, "]");
+		printf("  %-*s %-8s %-24s %7zu %12s\n", w, t->name, dn ? dn : "?", shape,
+		       t->n_chunks, human_size(bytes, a, sizeof(a)));
+		if (!verbose)
+			continue;
+		for (size_t k = 0; k < t->n_chunks; k++) {
+			const struct manifest_chunk *ch = &t->chunks[k];
+			printf("      chunk %zu: %s offsets ", k, file_name(m, ch->file));
+			print_dims(ch->offsets, t->ndim);
+			printf(" shape ");
+			print_dims(ch->shape, t->ndim);
+			printf(" bytes [%llu, %llu)\n", (unsigned long long)ch->begin,
+			       (unsigned long long)ch->end);
+		}
+	}
+	if (n_blobs == 0)
+		printf("blobs: 0\n");
+}
+
+static int cmd_show(const char *path, bool json, bool verbose)
+{
+	char err[512] = "";
+	struct manifest m;
+	char *text = NULL;
+	size_t len = 0;
+	int dfd, ret;
+
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		errmsg("cannot open checkpoint '%s': %s", path, strerror(errno));
+		return 1;
+	}
+	ret = read_file_at(dfd, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len);
+	close(dfd);
+	if (ret == -ENOENT) {
+		errmsg("'%s' is not a committed checkpoint (no %s)", path, MANIFEST_FILE);
+		return 1;
+	}
+	if (ret < 0) {
+		errmsg("cannot read '%s/%s': %s", path, MANIFEST_FILE,
+		       ret == -EFBIG ? "not a regular file of a sane size" : strerror(-ret));
+		return 1;
+	}
+
+	memset(&m, 0, sizeof(m));
+	ret = manifest_parse(text, len, &m, err, sizeof(err));
+	if (ret < 0) {
+		errmsg("'%s/%s' is corrupt: %s", path, MANIFEST_FILE,
+		       err[0] ? err : strerror(-ret));
+		free(text);
+		return 1;
+	}
+	if (json) {
+		/* The manifest itself, as written (it was checked above). */
+		fwrite(text, 1, len, stdout);
+		if (len == 0 || text[len - 1] != '\n')
+			putchar('\n');
+	} else {
+		show_print(path, &m, verbose);
+	}
+	manifest_free(&m);
+	free(text);
+	return 0;
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *opt_socket = NULL, *opt_config = NULL, *cmd, *arg = NULL;
+	bool json = false, verbose = false;
+	int c, ret;
+
+	/* "+": options stop at the command; its own options follow it. */
+	while ((c = getopt_long(argc, argv, "+s:c:hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			opt_socket = optarg;
+			break;
+		case 'c':
+			opt_config = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("ckptctl %s\n", CKPT_VERSION);
+			return 0;
+		default:
+			die_usage();
+		}
+	}
+	if (optind >= argc) {
+		errmsg("no command given");
+		die_usage();
+	}
+	cmd = argv[optind++];
+
+	for (int i = optind; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--json") == 0) {
+			json = true;
+		} else if ((strcmp(a, "-s") == 0 || strcmp(a, "-c") == 0) && i + 1 < argc) {
+			/* Also accepted after the command: "ckptctl status -s PATH". */
+			if (a[1] == 's')
+				opt_socket = argv[++i];
+			else
+				opt_config = argv[++i];
+		} else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+			verbose = true;
+		} else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return 0;
+		} else if (a[0] == '-' && a[1] != '\0') {
+			errmsg("%s: unknown option '%s'", cmd, a);
+			die_usage();
+		} else if (!arg) {
+			arg = a;
+		} else {
+			errmsg("%s: unexpected argument '%s'", cmd, a);
+			die_usage();
+		}
+	}
+
+	if (strcmp(cmd, "status") == 0) {
+		if (arg || verbose) {
+			errmsg("status takes only --json");
+			die_usage();
+		}
+		ret = cmd_status(opt_socket, opt_config, json);
+	} else if (strcmp(cmd, "list") == 0) {
+		if (!arg || verbose) {
+			errmsg(arg ? "list takes only ROOT and --json" : "list: ROOT is missing");
+			die_usage();
+		}
+		ret = cmd_list(arg, json);
+	} else if (strcmp(cmd, "show") == 0) {
+		if (!arg) {
+			errmsg("show: ROOT/NAME is missing");
+			die_usage();
+		}
+		ret = cmd_show(arg, json, verbose);
+	} else {
+		errmsg("unknown command '%s'", cmd);
+		die_usage();
+	}
+
+	if (fflush(stdout) != 0 && errno != EPIPE) {
+		errmsg("writing output: %s", strerror(errno));
+		return 1;
+	}
+	return ret;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# deps.sh - installs what ckptd needs to build, test and benchmark, when it
+# is missing: Debian packages (apt-get), then the Python environments
+# (scripts/pyenv.sh, cached outside the repository).
+#
+#   scripts/deps.sh                 build + test packages, the test Python env
+#   scripts/deps.sh --bench         also the bench Python env (torch: large)
+#   scripts/deps.sh --check-build   only check the build packages: exit 1 and
+#                                   name the missing ones; installs nothing
+#   scripts/deps.sh --quiet         say something only when installing
+#
+# Runs apt-get as root, or through sudo when not root and sudo exists.
+set -euo pipefail
+
+prog=deps.sh
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+build_pkgs=(gcc make pkg-config liburing-dev libjansson-dev libisal-dev libsystemd-dev
+	check libcurl4-openssl-dev)
+# fio: the bench compares against it, and integration tests may use it.
+test_pkgs=(python3 python3-venv fio)
+
+check_build=0
+quiet=0
+bench=0
+
+usage() {
+	sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+}
+
+for arg in "$@"; do
+	case $arg in
+	--check-build) check_build=1 ;;
+	--quiet | -q) quiet=1 ;;
+	--bench) bench=1 ;;
+	--help | -h)
+		usage
+		exit 0
+		;;
+	*)
+		echo "$prog: unknown option '$arg'" >&2
+		usage >&2
+		exit 2
+		;;
+	esac
+done
+
+say() {
+	[ "$quiet" = 1 ] || echo "$prog: $*"
+}
+
+# Prints the packages of "$@" that are not installed, one per line.
+missing_pkgs() {
+	local p
+	for p in "$@"; do
+		if ! dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii'; then
+			echo "$p"
+		fi
+	done
+}
+
+have_dpkg=1
+command -v dpkg-query >/dev/null 2>&1 || have_dpkg=0
+
+if [ "$check_build" = 1 ]; then
+	if [ "$have_dpkg" = 0 ]; then
+		echo "$prog: no dpkg-query: not a Debian system, cannot check packages" >&2
+		exit 0
+	fi
+	mapfile -t miss < <(missing_pkgs "${build_pkgs[@]}")
+	if [ "${#miss[@]}" -gt 0 ]; then
+		echo "$prog: missing build packages: ${miss[*]}" >&2
+		exit 1
+	fi
+	exit 0
+fi
+
+if [ "$have_dpkg" = 1 ]; then
+	mapfile -t miss < <(missing_pkgs "${build_pkgs[@]}" "${test_pkgs[@]}")
+	if [ "${#miss[@]}" -gt 0 ]; then
+		sudo=()
+		if [ "$(id -u)" != 0 ]; then
+			if command -v sudo >/dev/null 2>&1; then
+				sudo=(sudo)
+			else
+				echo "$prog: missing packages: ${miss[*]}" >&2
+				echo "$prog: not root and no sudo: run 'apt-get install ${miss[*]}' as root" >&2
+				exit 1
+			fi
+		fi
+		echo "$prog: installing ${miss[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		"${sudo[@]}" apt-get update -q
+		"${sudo[@]}" apt-get install -y -q "${miss[@]}"
+		mapfile -t still < <(missing_pkgs "${miss[@]}")
+		if [ "${#still[@]}" -gt 0 ]; then
+			echo "$prog: still missing after apt-get install: ${still[*]}" >&2
+			exit 1
+		fi
+	else
+		say "all Debian packages present"
+	fi
+else
+	echo "$prog: no dpkg-query: not a Debian system; install by hand:" \
+		"${build_pkgs[*]} ${test_pkgs[*]}" >&2
+fi
+
+# The test env is optional for building and for most tests: when it cannot
+# be made (no network), the tests that need it say SKIP.  The bench env is
+# what --bench was asked for, so its failure is an error.
+if py=$("$here/pyenv.sh" test); then
+	say "test Python: $py"
+else
+	echo "$prog: warning: no test Python environment; tests that need it will SKIP" >&2
+fi
+if [ "$bench" = 1 ]; then
+	py=$("$here/pyenv.sh" bench) || {
+		echo "$prog: could not build the bench Python environment" >&2
+		exit 1
+	}
+	say "bench Python: $py"
+fi
