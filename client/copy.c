@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * copy.c - copy engines and the copy threads that fill arena slots.
+ *
+ * Extent k of a save is the file bytes [k*S, min((k+1)*S, file_size)),
+ * S = slot_bytes.  A copy thread claims the next extent of the active save,
+ * takes one free slot (waiting when the daemon has not released any: that
+ * is the backpressure when the arena is smaller than the checkpoint), fills
+ * it from the header buffer and the items' memory, and sends one EXTENT.
+ * Nothing in this path allocates or makes a syscall per item.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client/internal.h"
+
+/* ---- engines ---- */
+
+static int host_copy(void *dst, const void *src, size_t len, char *err, size_t errlen)
+{
+	(void)err;
+	(void)errlen;
+	memcpy(dst, src, len);
+	return 0;
+}
+
+const struct copy_engine copy_engine_host = {
+	.name = "host",
+	.copy = host_copy,
+	.sync = NULL,
+};
+
+const struct copy_engine *copy_engine_select(enum ckpt_device device, int device_index,
+					     int *ret_err, char *err, size_t errlen)
+{
+	(void)device_index;
+	switch (device) {
+	case CKPT_DEVICE_HOST:
+		return &copy_engine_host;
+	case CKPT_DEVICE_CUDA:
+		/* The seam for cuda/: return its engine here once built. */
+		snprintf(err, errlen, "CUDA device tensors need the CUDA copy engine, which this "
+			 "build does not include");
+		*ret_err = -EOPNOTSUPP;
+		return NULL;
+	default:
+		snprintf(err, errlen, "unknown device %d", (int)device);
+		*ret_err = -EINVAL;
+		return NULL;
+	}
+}
+
+/* ---- filling a slot ---- */
+
+/* Index of the first item whose byte range ends after `pos`.  Items are
+ * packed in order, so begin and end both grow with the index. */
+static size_t first_item_after(const struct layout *l, uint64_t pos)
+{
+	size_t lo = 0, hi = l->n_items;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (l->items[mid].end <= pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+#define MAX_ENGINES 4
+
+/* Copies file bytes [off, off + len) of save s into dst.  Returns 0 or
+ * -errno with the reason in err. */
+static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, char *dst,
+		       char *err, size_t errlen)
+{
+	const struct layout *l = &s->layout;
+	const struct copy_engine *used[MAX_ENGINES];
+	unsigned n_used = 0;
+	uint64_t pos = off, end = off + len;
+	int r;
+
+	if (pos < l->data_start) {
+		uint64_t n = (end < l->data_start ? end : l->data_start) - pos;
+		memcpy(dst, s->hdr + pos, n);
+		pos += n;
+	}
+	for (size_t i = pos < end ? first_item_after(l, pos) : l->n_items;
+	     pos < end && i < l->n_items; i++) {
+		const struct layout_item *it = &l->items[i];
+		const struct copy_engine *e = s->src[i].engine;
+		uint64_t n;
+
+		if (it->end <= pos)
+			continue; /* empty item */
+		if (it->begin > pos) {
+			snprintf(err, errlen, "internal error: item '%s' starts at %llu, after a "
+				 "hole at %llu", it->name, (unsigned long long)it->begin,
+				 (unsigned long long)pos);
+			return -EIO;
+		}
+		n = (end < it->end ? end : it->end) - pos;
+		r = e->copy(dst + (pos - off), (const char *)s->src[i].data + (pos - it->begin),
+			    (size_t)n, err, errlen);
+		if (r < 0)
+			return r;
+		if (e->sync) {
+			unsigned k = 0;
+			while (k < n_used && used[k] != e)
+				k++;
+			if (k == n_used) {
+				if (n_used == MAX_ENGINES) {
+					r = e->sync(err, errlen);
+					if (r < 0)
+						return r;
+				} else {
+					used[n_used++] = e;
+				}
+			}
+		}
+		pos += n;
+	}
+	if (pos != end) {
+		snprintf(err, errlen, "internal error: the items end at %llu, the file at %llu",
+			 (unsigned long long)pos, (unsigned long long)end);
+		return -EIO;
+	}
+	for (unsigned k = 0; k < n_used; k++) {
+		r = used[k]->sync(err, errlen);
+		if (r < 0)
+			return r;
+	}
+	/* O_DIRECT writes whole 4 KiB blocks: the tail must be zeros, not
+	 * whatever a previous save left in the slot. */
+	uint64_t padded = (len + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+	memset(dst + len, 0, (size_t)(padded - len));
+	return 0;
+}
+
+/* ---- the copy threads ---- */
+
+/* Drops a copy thread's claim on an extent of s.  Caller holds c->lock. */
+static void extent_done_locked(struct ckpt_client *c, struct ckpt_save *s)
+{
+	if (--s->inflight == 0)
+		pthread_cond_broadcast(&c->save_cv);
+}
+
+void *copy_thread_main(void *arg)
+{
+	struct ckpt_client *c = arg;
+	char err[PROTO_MSG_LEN];
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stopping) {
+		struct ckpt_save *s = c->active;
+		struct proto_extent ext;
+		uint64_t k, off, len;
+		int64_t slot;
+		int r;
+
+		if (!s || s->failed || c->dead || s->next_ext >= s->n_ext) {
+			pthread_cond_wait(&c->copy_cv, &c->lock);
+			continue;
+		}
+		k = s->next_ext++;
+		s->inflight++;
+		while ((slot = arena_slots_take(&c->slots, 1)) < 0 && !c->dead && !s->failed &&
+		       !c->stopping)
+			pthread_cond_wait(&c->slot_cv, &c->lock);
+		if (slot < 0) {
+			extent_done_locked(c, s);
+			continue;
+		}
+		pthread_mutex_unlock(&c->lock);
+
+		off = k * c->slot_bytes;
+		len = s->layout.file_size - off;
+		if (len > c->slot_bytes)
+			len = c->slot_bytes;
+		r = fill_extent(s, off, len, (char *)c->arena + (uint64_t)slot * c->slot_bytes, err,
+				sizeof(err));
+		if (r == 0) {
+			proto_init(&ext.h, PROTO_EXTENT, sizeof(ext));
+			ext.token = s->token;
+			ext.file_off = off;
+			ext.arena_off = (uint64_t)slot * c->slot_bytes;
+			ext.len = len;
+			r = proto_send(c->sock, &ext, sizeof(ext), -1);
+			if (r < 0) {
+				char why[PROTO_MSG_LEN];
+				snprintf(why, sizeof(why), "sending EXTENT: %s", strerror(-r));
+				pthread_mutex_lock(&c->lock);
+				cli_conn_dead_locked(c, why);
+				extent_done_locked(c, s);
+				continue;
+			}
+		}
+
+		pthread_mutex_lock(&c->lock);
+		if (r < 0) {
+			/* The slot never reached the daemon: it is ours again. */
+			arena_slots_put(&c->slots, (uint32_t)slot, 1);
+			pthread_cond_broadcast(&c->slot_cv);
+			if (!s->failed) {
+				s->failed = true;
+				s->fail_err = r;
+				snprintf(s->fail_msg, sizeof(s->fail_msg),
+					 "save '%s': copying file bytes [%llu, %llu): %.300s",
+					 s->layout.name, (unsigned long long)off,
+					 (unsigned long long)(off + len), err);
+			}
+		} else if (++s->sent == s->n_ext) {
+			/* Every byte is in the arena: staged, without waiting
+			 * for the save thread to wake up. */
+			save_stage_end_locked(c, s);
+		}
+		extent_done_locked(c, s);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}

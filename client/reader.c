@@ -1,0 +1,458 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reader.c - reading a committed checkpoint back (ckpt_reader_*).
+ *
+ * The manifest says, per tensor, which chunks make it up and where each
+ * lies in which shard file.  Every chunk is read in pieces on the CRC grid
+ * (layout.h), each piece checked against its CRC32C, and the chunk is then
+ * placed into the caller's buffer with an N-d box copy.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client/internal.h"
+#include "format/crc32c.h"
+#include "format/index.h"
+
+#define READER_MAX_MANIFEST (1ull << 30)
+
+struct ckpt_reader {
+	int dirfd;
+	char *path;
+	struct manifest m;
+	int *fds; /* per manifest file, -1 until first used */
+};
+
+/* ---- N-d box copy ---- */
+
+/*
+ * Copies the box of extent `box` (ndim dims, row-major, elements of esize
+ * bytes) from position src_offs of an array of shape src_shape to position
+ * dst_offs of an array of shape dst_shape.  The caller guarantees the box
+ * fits both.  Trailing dimensions that both arrays hold whole are merged, so
+ * a chunk cut along the first dimension is one memcpy.
+ */
+static void box_copy(void *dst, const uint64_t *dst_shape, const uint64_t *dst_offs,
+		     const void *src, const uint64_t *src_shape, const uint64_t *src_offs,
+		     const uint64_t *box, unsigned ndim, size_t esize)
+{
+	uint64_t dstride[CKPT_MAX_NDIM], sstride[CKPT_MAX_NDIM], idx[CKPT_MAX_NDIM];
+	uint64_t run = esize, dbase = 0, sbase = 0;
+	unsigned inner;
+
+	for (unsigned d = 0; d < ndim; d++)
+		if (box[d] == 0)
+			return;
+	if (ndim == 0) {
+		memcpy(dst, src, esize);
+		return;
+	}
+	/* Strides in bytes. */
+	dstride[ndim - 1] = sstride[ndim - 1] = esize;
+	for (unsigned d = ndim - 1; d > 0; d--) {
+		dstride[d - 1] = dstride[d] * dst_shape[d];
+		sstride[d - 1] = sstride[d] * src_shape[d];
+	}
+	for (unsigned d = 0; d < ndim; d++) {
+		dbase += dst_offs[d] * dstride[d];
+		sbase += src_offs[d] * sstride[d];
+	}
+	/* Merge trailing dims: while the box spans dim d whole in both arrays,
+	 * a run of dim d-1 rows is contiguous too. */
+	inner = ndim - 1;
+	run = box[inner] * esize;
+	while (inner > 0 && box[inner] == dst_shape[inner] && box[inner] == src_shape[inner]) {
+		inner--;
+		run *= box[inner];
+	}
+	/* Iterate over the outer dims [0, inner). */
+	memset(idx, 0, sizeof(idx));
+	for (;;) {
+		uint64_t doff = dbase, soff = sbase;
+		for (unsigned d = 0; d < inner; d++) {
+			doff += idx[d] * dstride[d];
+			soff += idx[d] * sstride[d];
+		}
+		memcpy((char *)dst + doff, (const char *)src + soff, (size_t)run);
+		unsigned d = inner;
+		while (d > 0) {
+			d--;
+			if (++idx[d] < box[d])
+				break;
+			idx[d] = 0;
+			if (d == 0)
+				return;
+		}
+		if (inner == 0)
+			return;
+	}
+}
+
+/* ---- open / close ---- */
+
+void ckpt_reader_close(struct ckpt_reader *reader)
+{
+	if (!reader)
+		return;
+	if (reader->fds)
+		for (size_t i = 0; i < reader->m.n_files; i++)
+			if (reader->fds[i] >= 0)
+				close(reader->fds[i]);
+	free(reader->fds);
+	manifest_free(&reader->m);
+	if (reader->dirfd >= 0)
+		close(reader->dirfd);
+	free(reader->path);
+	free(reader);
+}
+
+static int read_whole(int fd, uint64_t size, char *buf)
+{
+	uint64_t done = 0;
+
+	while (done < size) {
+		ssize_t n = pread(fd, buf + done, size - done, (off_t)done);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EBADMSG;
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
+{
+	struct ckpt_reader *rd;
+	char err[512];
+	struct stat st;
+	char *text = NULL;
+	int fd = -1, r;
+
+	if (!path || !ret_reader) {
+		cli_set_error("ckpt_reader_open: NULL argument");
+		return -EINVAL;
+	}
+	rd = calloc(1, sizeof(*rd));
+	if (!rd) {
+		cli_set_error("ckpt_reader_open: out of memory");
+		return -ENOMEM;
+	}
+	rd->dirfd = -1;
+	rd->path = strdup(path);
+	if (!rd->path) {
+		r = -ENOMEM;
+		cli_set_error("ckpt_reader_open: out of memory");
+		goto out_free;
+	}
+	rd->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rd->dirfd < 0) {
+		r = -errno;
+		cli_set_error("ckpt_reader_open: '%s': %s", path, strerror(-r));
+		goto out_free;
+	}
+	fd = openat(rd->dirfd, MANIFEST_FILE, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		if (r == -ENOENT)
+			cli_set_error("ckpt_reader_open: no %s in '%s': not a committed checkpoint",
+				      MANIFEST_FILE, path);
+		else
+			cli_set_error("ckpt_reader_open: '%s/%s': %s", path, MANIFEST_FILE,
+				      strerror(-r));
+		goto out_free;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		cli_set_error("ckpt_reader_open: '%s/%s': %s", path, MANIFEST_FILE, strerror(-r));
+		goto out_free;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size > READER_MAX_MANIFEST) {
+		r = -EBADMSG;
+		cli_set_error("ckpt_reader_open: '%s/%s' is not a manifest (%lld bytes)", path,
+			      MANIFEST_FILE, (long long)st.st_size);
+		goto out_free;
+	}
+	text = malloc((size_t)st.st_size + 1);
+	if (!text) {
+		r = -ENOMEM;
+		cli_set_error("ckpt_reader_open: out of memory");
+		goto out_free;
+	}
+	r = read_whole(fd, (uint64_t)st.st_size, text);
+	if (r < 0) {
+		cli_set_error("ckpt_reader_open: reading '%s/%s': %s", path, MANIFEST_FILE,
+			      strerror(-r));
+		goto out_free;
+	}
+	text[st.st_size] = '\0';
+	err[0] = '\0';
+	r = manifest_parse(text, (size_t)st.st_size, &rd->m, err, sizeof(err));
+	if (r < 0) {
+		cli_set_error("ckpt_reader_open: '%s/%s': %s", path, MANIFEST_FILE,
+			      err[0] ? err : strerror(-r));
+		goto out_free;
+	}
+	rd->fds = malloc((rd->m.n_files ? rd->m.n_files : 1) * sizeof(int));
+	if (!rd->fds) {
+		r = -ENOMEM;
+		cli_set_error("ckpt_reader_open: out of memory");
+		goto out_free;
+	}
+	for (size_t i = 0; i < rd->m.n_files; i++)
+		rd->fds[i] = -1;
+	free(text);
+	close(fd);
+	*ret_reader = rd;
+	return 0;
+
+out_free:
+	free(text);
+	if (fd >= 0)
+		close(fd);
+	ckpt_reader_close(rd);
+	return r;
+}
+
+/* ---- queries ---- */
+
+uint64_t ckpt_reader_step(const struct ckpt_reader *reader)
+{
+	return reader ? reader->m.step : 0;
+}
+
+uint32_t ckpt_reader_world(const struct ckpt_reader *reader)
+{
+	return reader ? reader->m.world : 0;
+}
+
+size_t ckpt_reader_tensor_count(const struct ckpt_reader *reader)
+{
+	return reader ? reader->m.n_tensors : 0;
+}
+
+const char *ckpt_reader_tensor_name(const struct ckpt_reader *reader, size_t i)
+{
+	if (!reader || i >= reader->m.n_tensors)
+		return NULL;
+	return reader->m.items[i].name;
+}
+
+static const struct manifest_tensor *find(const struct ckpt_reader *reader, enum item_kind kind,
+					  const char *name, const char *fn)
+{
+	const struct manifest_tensor *t = NULL;
+
+	if (reader && name)
+		t = manifest_find(&reader->m, kind, name);
+	if (!t)
+		cli_set_error("%s: no %s '%s' in the checkpoint", fn,
+			      kind == ITEM_BLOB ? "blob" : "tensor", name ? name : "(null)");
+	return t;
+}
+
+int ckpt_reader_tensor_info(const struct ckpt_reader *reader, const char *name,
+			    enum ckpt_dtype *ret_dtype, unsigned *ret_ndim, uint64_t *ret_shape)
+{
+	const struct manifest_tensor *t = find(reader, ITEM_TENSOR, name, "ckpt_reader_tensor_info");
+
+	if (!t)
+		return -ENOENT;
+	if (ret_dtype)
+		*ret_dtype = (enum ckpt_dtype)t->dtype;
+	if (ret_ndim)
+		*ret_ndim = t->ndim;
+	if (ret_shape)
+		memcpy(ret_shape, t->shape, t->ndim * sizeof(uint64_t));
+	return 0;
+}
+
+int64_t ckpt_reader_blob_size(const struct ckpt_reader *reader, const char *key)
+{
+	const struct manifest_tensor *t = find(reader, ITEM_BLOB, key, "ckpt_reader_blob_size");
+
+	if (!t)
+		return -ENOENT;
+	return (int64_t)t->shape[0];
+}
+
+/* ---- reading ---- */
+
+static int file_fd(struct ckpt_reader *rd, uint32_t file, const char *fn, const char *name)
+{
+	if (rd->fds[file] < 0) {
+		int fd = openat(rd->dirfd, rd->m.files[file].path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			int r = -errno;
+			cli_set_error("%s: '%s': opening %s/%s: %s", fn, name, rd->path,
+				      rd->m.files[file].path, strerror(-r));
+			return r;
+		}
+		rd->fds[file] = fd;
+	}
+	return rd->fds[file];
+}
+
+/*
+ * Reads a chunk's file bytes [begin, end) into dst, one CRC piece at a time,
+ * checking each piece.  Returns 0, -EBADMSG (CRC mismatch or short file), or
+ * an I/O errno.
+ */
+static int read_chunk(struct ckpt_reader *rd, const struct manifest_chunk *ch, char *dst,
+		      const char *fn, const char *name)
+{
+	const char *file = rd->m.files[ch->file].path;
+	uint64_t pos = ch->begin;
+	uint32_t piece = 0;
+	int fd = file_fd(rd, ch->file, fn, name);
+
+	if (fd < 0)
+		return fd;
+	while (pos < ch->end) {
+		uint64_t grid = (pos / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
+		uint64_t stop = grid < ch->end ? grid : ch->end;
+		char *p = dst + (pos - ch->begin);
+		uint64_t got = 0;
+
+		while (got < stop - pos) {
+			ssize_t n = pread(fd, p + got, (size_t)(stop - pos - got),
+					  (off_t)(pos + got));
+			if (n < 0) {
+				int r = -errno;
+				if (r == -EINTR)
+					continue;
+				cli_set_error("%s: '%s': reading %s at offset %llu: %s", fn, name,
+					      file, (unsigned long long)(pos + got), strerror(-r));
+				return r;
+			}
+			if (n == 0) {
+				cli_set_error("%s: '%s': %s is truncated at offset %llu", fn, name,
+					      file, (unsigned long long)(pos + got));
+				return -EBADMSG;
+			}
+			got += (uint64_t)n;
+		}
+		if (crc32c(p, (size_t)(stop - pos), 0) != ch->crcs[piece]) {
+			cli_set_error("%s '%s': CRC mismatch in %s at offset %llu",
+				      strcmp(fn, "ckpt_reader_read_blob") ? "tensor" : "blob", name,
+				      file, (unsigned long long)pos);
+			return -EBADMSG;
+		}
+		piece++;
+		pos = stop;
+	}
+	return 0;
+}
+
+/* True if the chunk's box is one contiguous run of the global array, so it
+ * can be read straight into place. */
+static bool chunk_contiguous(const struct manifest_tensor *t, const struct manifest_chunk *ch)
+{
+	unsigned d = 0;
+
+	while (d < t->ndim && ch->shape[d] == 1)
+		d++;
+	/* dim d may be partial; every later dim must be whole */
+	for (d = d + 1; d < t->ndim; d++)
+		if (ch->shape[d] != t->shape[d])
+			return false;
+	return true;
+}
+
+static uint64_t row_major_offset(const struct manifest_tensor *t, const uint64_t *offs)
+{
+	uint64_t off = 0;
+
+	for (unsigned d = 0; d < t->ndim; d++)
+		off = off * t->shape[d] + offs[d];
+	return off;
+}
+
+static int read_item(struct ckpt_reader *rd, enum item_kind kind, const char *name, void *buf,
+		     size_t len, const char *fn)
+{
+	const struct manifest_tensor *t = find(rd, kind, name, fn);
+	size_t esize;
+	uint64_t want;
+	char *tmp = NULL;
+	size_t tmp_cap = 0;
+	int r = 0;
+
+	if (!t)
+		return -ENOENT;
+	esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
+	want = esize;
+	for (unsigned d = 0; d < t->ndim; d++)
+		want *= t->shape[d]; /* manifest_parse checked for overflow */
+	if (len != want) {
+		cli_set_error("%s: '%s' holds %llu bytes, the buffer %zu", fn, name,
+			      (unsigned long long)want, len);
+		return -EINVAL;
+	}
+	if (len && !buf) {
+		cli_set_error("%s: buffer is NULL", fn);
+		return -EINVAL;
+	}
+
+	for (size_t i = 0; i < t->n_chunks; i++) {
+		const struct manifest_chunk *ch = &t->chunks[i];
+		uint64_t bytes = ch->end - ch->begin;
+
+		if (bytes == 0)
+			continue;
+		if (kind == ITEM_BLOB || chunk_contiguous(t, ch)) {
+			uint64_t at = kind == ITEM_BLOB ? 0 : row_major_offset(t, ch->offsets) * esize;
+			if (at > len || bytes > len - at) {
+				/* manifest_parse checks that chunks lie inside
+				 * the tensor; never trust it blindly here. */
+				cli_set_error("%s: '%s': chunk %zu lies outside the tensor", fn,
+					      name, i);
+				r = -EBADMSG;
+				goto out;
+			}
+			r = read_chunk(rd, ch, (char *)buf + at, fn, name);
+			if (r < 0)
+				goto out;
+			continue;
+		}
+		if (bytes > tmp_cap) {
+			free(tmp);
+			tmp = malloc((size_t)bytes);
+			if (!tmp) {
+				tmp_cap = 0;
+				cli_set_error("%s: out of memory for a %llu-byte chunk", fn,
+					      (unsigned long long)bytes);
+				r = -ENOMEM;
+				goto out;
+			}
+			tmp_cap = bytes;
+		}
+		r = read_chunk(rd, ch, tmp, fn, name);
+		if (r < 0)
+			goto out;
+		static const uint64_t zeros[CKPT_MAX_NDIM];
+		box_copy(buf, t->shape, ch->offsets, tmp, ch->shape, zeros, ch->shape, t->ndim,
+			 esize);
+	}
+out:
+	free(tmp);
+	return r;
+}
+
+int ckpt_reader_read_tensor(struct ckpt_reader *reader, const char *name, void *buf, size_t len)
+{
+	return read_item(reader, ITEM_TENSOR, name, buf, len, "ckpt_reader_read_tensor");
+}
+
+int ckpt_reader_read_blob(struct ckpt_reader *reader, const char *key, void *buf, size_t len)
+{
+	return read_item(reader, ITEM_BLOB, key, buf, len, "ckpt_reader_read_blob");
+}

@@ -1,0 +1,1015 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_client.c - libckpt against an in-process fake daemon (fake_ckptd):
+ * connecting, building saves, the staging pipeline (images, backpressure,
+ * refusals, lost connections, futures), and reading a checkpoint back.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "format/crc32c.h"
+#include "format/index.h"
+#include "format/layout.h"
+#include "tests/lib/fake_ckptd.h"
+
+#define MiB (1ull << 20)
+#define JOB "job-1"
+#define ROOT "/ckpt/root"
+
+/* ---- environment: a temp dir, a fake daemon, a client ---- */
+
+struct env {
+	char dir[256];
+	char sock[320];
+	struct fake_ckptd *fake;
+	struct ckpt_client *c;
+};
+
+static void env_dir(struct env *e)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(e->dir, sizeof(e->dir), "%s/check-client-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(e->dir));
+	snprintf(e->sock, sizeof(e->sock), "%s/ckptd.sock", e->dir);
+}
+
+static struct ckpt_connect_opts opts_for(const struct env *e, uint64_t arena)
+{
+	return (struct ckpt_connect_opts){
+		.socket_path = e->sock,
+		.job = JOB,
+		.rank = 0,
+		.world = 1,
+		.arena_bytes = arena,
+	};
+}
+
+/* Starts a fake with `fo` (its socket_path is filled in) and connects. */
+static void env_start(struct env *e, struct fake_ckptd_opts fo, uint64_t arena)
+{
+	memset(e, 0, sizeof(*e));
+	env_dir(e);
+	fo.socket_path = e->sock;
+	if (!fo.arena_max)
+		fo.arena_max = arena;
+	ck_assert_int_eq(fake_ckptd_start(&fo, &e->fake), 0);
+	struct ckpt_connect_opts o = opts_for(e, arena);
+	int r = ckpt_connect(&o, &e->c);
+	ck_assert_msg(r == 0, "connect: %d %s", r, ckpt_last_error());
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void env_stop(struct env *e)
+{
+	struct fake_ckptd_stats st;
+
+	ckpt_disconnect(e->c);
+	e->c = NULL;
+	if (e->fake) {
+		fake_ckptd_stats(e->fake, &st);
+		ck_assert_msg(st.violations == 0, "client broke the protocol: %s", st.violation);
+	}
+	fake_ckptd_stop(e->fake);
+	e->fake = NULL;
+	rm_rf(e->dir);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void fill_pattern(void *buf, size_t len, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	unsigned char *p = buf;
+
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		p[i] = (unsigned char)x;
+	}
+}
+
+/* ---- checking a safetensors image ---- */
+
+struct expect {
+	const char *name;
+	const char *dtype;
+	unsigned ndim;
+	uint64_t shape[4];
+	const void *data;
+	size_t len;
+};
+
+static void check_image(const struct fake_save *fs, const struct expect *ex, size_t n)
+{
+	const uint8_t *img = fs->image;
+	uint64_t hlen = 0, data_start, file_size = fs->layout.file_size, max_end = 0;
+	json_error_t jerr;
+	json_t *root, *meta;
+
+	ck_assert_uint_ge(file_size, 8);
+	for (int i = 7; i >= 0; i--)
+		hlen = hlen << 8 | img[i];
+	data_start = 8 + hlen;
+	ck_assert_uint_eq(data_start % 4096, 0);
+	ck_assert_uint_le(data_start, file_size);
+	root = json_loadb((const char *)img + 8, hlen, 0, &jerr);
+	ck_assert_msg(root != NULL, "header JSON: %s", jerr.text);
+	ck_assert(json_is_object(root));
+	meta = json_object_get(root, "__metadata__");
+	ck_assert(json_is_object(meta));
+	ck_assert_str_eq(json_string_value(json_object_get(meta, "format")), "pt");
+	ck_assert_uint_eq(json_object_size(root), n + 1);
+
+	for (size_t i = 0; i < n; i++) {
+		json_t *t = json_object_get(root, ex[i].name);
+		ck_assert_msg(json_is_object(t), "no entry '%s'", ex[i].name);
+		ck_assert_str_eq(json_string_value(json_object_get(t, "dtype")), ex[i].dtype);
+		json_t *shape = json_object_get(t, "shape");
+		ck_assert_uint_eq(json_array_size(shape), ex[i].ndim);
+		for (unsigned d = 0; d < ex[i].ndim; d++)
+			ck_assert_uint_eq(json_integer_value(json_array_get(shape, d)),
+					  ex[i].shape[d]);
+		json_t *offs = json_object_get(t, "data_offsets");
+		ck_assert_uint_eq(json_array_size(offs), 2);
+		uint64_t b = (uint64_t)json_integer_value(json_array_get(offs, 0));
+		uint64_t en = (uint64_t)json_integer_value(json_array_get(offs, 1));
+		ck_assert_uint_eq(en - b, ex[i].len);
+		ck_assert_uint_le(data_start + en, file_size);
+		ck_assert_msg(memcmp(img + data_start + b, ex[i].data, ex[i].len) == 0,
+			      "bytes of '%s' differ", ex[i].name);
+		if (en > max_end)
+			max_end = en;
+	}
+	/* Packed with no hole at the end. */
+	ck_assert_uint_eq(data_start + max_end, file_size);
+	json_decref(root);
+}
+
+/* Waits for a future with a generous timeout and returns its result. */
+static int wait_fut(struct ckpt_future *f)
+{
+	return ckpt_future_wait(f, 30000);
+}
+
+/* ---- connect ---- */
+
+START_TEST(test_connect_no_daemon)
+{
+	struct env e;
+	struct ckpt_client *c = (void *)1;
+	struct ckpt_connect_opts o;
+
+	memset(&e, 0, sizeof(e));
+	env_dir(&e);
+	o = opts_for(&e, 0);
+	ck_assert_int_eq(ckpt_connect(&o, &c), -ENOENT);
+	ck_assert_ptr_eq(c, (void *)1);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "no ckptd listening on"));
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), e.sock));
+
+	/* A socket file nobody listens on. */
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	strcpy(sa.sun_path, e.sock);
+	ck_assert_int_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(s);
+	ck_assert_int_eq(ckpt_connect(&o, &c), -ECONNREFUSED);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "no ckptd listening on"));
+
+	/* $CKPTD_SOCKET is used when the options name no socket. */
+	unlink(e.sock);
+	setenv("CKPTD_SOCKET", e.sock, 1);
+	o.socket_path = NULL;
+	ck_assert_int_eq(ckpt_connect(&o, &c), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), e.sock));
+	unsetenv("CKPTD_SOCKET");
+	rm_rf(e.dir);
+}
+END_TEST
+
+START_TEST(test_connect_bad_opts)
+{
+	struct ckpt_client *c = (void *)1;
+	struct ckpt_connect_opts good = {
+		.socket_path = "/nonexistent/ckptd.sock", .job = JOB, .rank = 0, .world = 1,
+	};
+	struct ckpt_connect_opts o;
+
+	ck_assert_int_eq(ckpt_connect(NULL, &c), -EINVAL);
+	o = good;
+	o.job = NULL;
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	o.job = "";
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	o.job = "a/b";
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	ck_assert_str_ne(ckpt_last_error(), "");
+	o = good;
+	o.world = 0;
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	o.world = CKPT_MAX_WORLD + 1;
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	o = good;
+	o.rank = 1;
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "rank"));
+	o = good;
+	o.copy_threads = 65;
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	ck_assert_ptr_eq(c, (void *)1);
+	/* Valid options reach the socket. */
+	ck_assert_int_eq(ckpt_connect(&good, &c), -ENOENT);
+	ckpt_disconnect(NULL);
+}
+END_TEST
+
+START_TEST(test_connect_refused)
+{
+	struct env e;
+	struct ckpt_client *c = (void *)1;
+	struct fake_ckptd_opts fo = { .refuse_hello = -EACCES };
+
+	memset(&e, 0, sizeof(e));
+	env_dir(&e);
+	fo.socket_path = e.sock;
+	ck_assert_int_eq(fake_ckptd_start(&fo, &e.fake), 0);
+	struct ckpt_connect_opts o = opts_for(&e, 0);
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EACCES);
+	ck_assert_ptr_eq(c, (void *)1);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "refused on purpose"));
+	fake_ckptd_stop(e.fake);
+	rm_rf(e.dir);
+}
+END_TEST
+
+START_TEST(test_connect_ok)
+{
+	struct env e;
+	struct fake_ckptd_opts fo = { .arena_max = 16 * MiB };
+
+	/* Wants 1 GiB (the default), the daemon grants 16 MiB. */
+	env_start(&e, fo, 0);
+	ck_assert_uint_eq(ckpt_client_arena_bytes(e.c), 16 * MiB);
+	ck_assert_uint_eq(ckpt_client_arena_bytes(NULL), 0);
+	env_stop(&e);
+}
+END_TEST
+
+/* ---- building saves ---- */
+
+START_TEST(test_add_validation)
+{
+	struct env e;
+	struct ckpt_save *s = NULL, *s2 = (void *)1;
+	float data[12] = { 0 };
+	uint64_t shape[2] = { 3, 4 }, gshape[2] = { 6, 4 }, offs[2] = { 3, 0 };
+	struct ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = shape, .data = data,
+	};
+	struct ckpt_tensor bad;
+
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
+
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "../x", 1, &s2), -EINVAL);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, ".hidden", 1, &s2), -EINVAL);
+	ck_assert_int_eq(ckpt_save_begin(e.c, "relative/root", "x", 1, &s2), -EINVAL);
+	ck_assert_ptr_eq(s2, (void *)1);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-1", 1, &s), 0);
+
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), -EEXIST);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "'w'"));
+	ck_assert_int_eq(ckpt_save_add_blob(s, "w", data, 4), -EEXIST);
+
+	bad = t;
+	bad.name = "";
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	bad.name = "__metadata__";
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	bad.name = "tab\there";
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	bad.name = NULL;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	bad = t;
+	bad.name = "d";
+	bad.dtype = CKPT_DTYPE_COUNT;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	bad.dtype = (enum ckpt_dtype)-1;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	bad = t;
+	bad.name = "n";
+	bad.ndim = CKPT_MAX_NDIM + 1;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	bad = t;
+	bad.name = "sh";
+	bad.global_shape = gshape;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL); /* offsets NULL */
+	bad.offsets = offs;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), 0);
+	bad.name = "sh2";
+	uint64_t far[2] = { 4, 0 };
+	bad.offsets = far; /* rows 4..6 of 6 */
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "outside"));
+	uint64_t wide[2] = { 0, 1 };
+	bad.offsets = wide; /* columns 1..5 of 4 */
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+
+	bad = t;
+	bad.name = "gpu";
+	bad.device = CKPT_DEVICE_CUDA;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EOPNOTSUPP);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "CUDA copy engine"));
+	bad.device = (enum ckpt_device)7;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+
+	/* A replica other than 0 is validated and then skipped: adding it
+	 * twice is fine, and a bad one is still refused. */
+	bad = t;
+	bad.replica = 1;
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), 0);
+	bad.name = "";
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &bad), -EINVAL);
+
+	ck_assert_int_eq(ckpt_save_add_blob(s, "blob", NULL, 5), -EINVAL);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "blob", data, 5), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "empty", NULL, 0), 0);
+
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "k", "v"), 0);
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "k", "v2"), -EEXIST);
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "__k", "v"), -EINVAL);
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "bad-utf8", "\xff\xfe"), -EINVAL);
+	char *big = malloc(CKPT_MAX_META_LEN + 2);
+	memset(big, 'x', CKPT_MAX_META_LEN + 1);
+	big[CKPT_MAX_META_LEN + 1] = '\0';
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "big", big), -EINVAL);
+	big[CKPT_MAX_META_LEN] = '\0';
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "big", big), 0);
+	free(big);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "loss", 1.5), 0);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "loss", 2.0), -EEXIST);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "nan", 0.0 / 0.0), -EINVAL);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "inf", 1.0 / 0.0), -EINVAL);
+	for (int i = 1; i < CKPT_MAX_META_KEYS; i++) {
+		char key[32];
+		snprintf(key, sizeof(key), "m%d", i);
+		ck_assert_int_eq(ckpt_save_set_metric(s, key, i), 0);
+	}
+	ck_assert_int_eq(ckpt_save_set_metric(s, "one-too-many", 1), -E2BIG);
+
+	struct ckpt_future *st, *cm;
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EBUSY);
+	t.name = "late";
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), -EBUSY);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "late-blob", data, 1), -EBUSY);
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "late", "v"), -EBUSY);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "late", 1), -EBUSY);
+	ck_assert_int_eq(wait_fut(st), 0);
+	ck_assert_int_eq(wait_fut(cm), 0);
+	ck_assert_str_eq(ckpt_future_error(cm), "");
+	ckpt_save_free(s);
+	ckpt_save_free(NULL);
+
+	/* A save freed without commit sends nothing. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-2", 2, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	ckpt_save_free(s);
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 1);
+	env_stop(&e);
+}
+END_TEST
+
+/* ---- the staging pipeline ---- */
+
+START_TEST(test_save_image)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	static float w[3][5];
+	static int64_t steps[7];
+	static uint16_t half[2][2][2];
+	static double scalar = 3.25;
+	static uint8_t blob[3000];
+	static float chunk[2][5];
+	static float replica[4];
+	uint64_t sw[2] = { 3, 5 }, ss[1] = { 7 }, sh[3] = { 2, 2, 2 }, sc[2] = { 2, 5 };
+	uint64_t gsc[2] = { 6, 5 }, osc[2] = { 2, 0 }, sr[1] = { 4 };
+
+	fill_pattern(w, sizeof(w), 1);
+	fill_pattern(steps, sizeof(steps), 2);
+	fill_pattern(half, sizeof(half), 3);
+	fill_pattern(blob, sizeof(blob), 4);
+	fill_pattern(chunk, sizeof(chunk), 5);
+	fill_pattern(replica, sizeof(replica), 6);
+
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-7", 7, &s), 0);
+	struct ckpt_tensor ts[] = {
+		{ .name = "layer.0.weight", .dtype = CKPT_F32, .ndim = 2, .shape = sw, .data = w },
+		{ .name = "steps", .dtype = CKPT_I64, .ndim = 1, .shape = ss, .data = steps },
+		{ .name = "half \"quoted\"", .dtype = CKPT_BF16, .ndim = 3, .shape = sh, .data = half },
+		{ .name = "scalar", .dtype = CKPT_F64, .ndim = 0, .data = &scalar },
+		{ .name = "sharded", .dtype = CKPT_F32, .ndim = 2, .shape = sc, .data = chunk,
+		  .global_shape = gsc, .offsets = osc },
+		{ .name = "dp-copy", .dtype = CKPT_F32, .ndim = 1, .shape = sr, .data = replica,
+		  .replica = 2 },
+	};
+	for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
+		ck_assert_int_eq(ckpt_save_add_tensor(s, &ts[i]), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "loader", blob, sizeof(blob)), 0);
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "git", "abc123"), 0);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "loss", 0.5), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), 0);
+	ck_assert_int_eq(wait_fut(cm), 0);
+	ck_assert_int_eq(ckpt_future_poll(st), 0);
+	ck_assert_int_eq(ckpt_future_poll(cm), 0);
+
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 1);
+	const struct fake_save *fs = fake_ckptd_save(e.fake, 0);
+	ck_assert(fs->done);
+	ck_assert_str_eq(fs->layout.name, "step-7");
+	ck_assert_str_eq(fs->layout.root, ROOT);
+	ck_assert_uint_eq(fs->layout.step, 7);
+	ck_assert_uint_eq(fs->layout.n_items, 6); /* the replica is skipped */
+	ck_assert_uint_eq(fs->received, fs->layout.file_size);
+	struct expect ex[] = {
+		{ "layer.0.weight", "F32", 2, { 3, 5 }, w, sizeof(w) },
+		{ "steps", "I64", 1, { 7 }, steps, sizeof(steps) },
+		{ "half \"quoted\"", "BF16", 3, { 2, 2, 2 }, half, sizeof(half) },
+		{ "scalar", "F64", 0, { 0 }, &scalar, sizeof(scalar) },
+		{ "sharded", "F32", 2, { 2, 5 }, chunk, sizeof(chunk) },
+		{ "loader", "U8", 1, { sizeof(blob) }, blob, sizeof(blob) },
+	};
+	check_image(fs, ex, sizeof(ex) / sizeof(ex[0]));
+	/* The descriptor carried the global view of the sharded chunk. */
+	const struct layout_item *it = &fs->layout.items[4];
+	ck_assert(it->sharded);
+	ck_assert_uint_eq(layout_gshape(&fs->layout, it)[0], 6);
+	ck_assert_uint_eq(layout_offs(&fs->layout, it)[0], 2);
+	ckpt_save_free(s);
+	env_stop(&e);
+}
+END_TEST
+
+/* A 20 MiB save through a 4 MiB arena: copies wait for released slots. */
+START_TEST(test_backpressure)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	enum { N = 6 };
+	uint64_t shapes[N] = { 1 * MiB, 1 * MiB + 3, 512 * 1024 + 1, 1 * MiB, 1 * MiB + 777, 3 };
+	float *bufs[N];
+	struct expect ex[N];
+	char names[N][16];
+	uint64_t total = 0;
+
+	env_start(&e, (struct fake_ckptd_opts){ .release_delay_us = 2000 }, 4 * MiB);
+	ck_assert_uint_eq(ckpt_client_arena_bytes(e.c), 4 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "big", 1, &s), 0);
+	for (int i = 0; i < N; i++) {
+		size_t len = shapes[i] * sizeof(float);
+		bufs[i] = malloc(len);
+		fill_pattern(bufs[i], len, 100 + i);
+		snprintf(names[i], sizeof(names[i]), "t%d", i);
+		struct ckpt_tensor t = { .name = names[i], .dtype = CKPT_F32, .ndim = 1,
+					 .shape = &shapes[i], .data = bufs[i] };
+		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+		ex[i] = (struct expect){ names[i], "F32", 1, { shapes[i] }, bufs[i], len };
+		total += len;
+	}
+	ck_assert_uint_gt(total, 18 * MiB);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), 0);
+	ck_assert_int_eq(wait_fut(cm), 0);
+
+	const struct fake_save *fs = fake_ckptd_save(e.fake, 0);
+	check_image(fs, ex, N);
+	struct fake_ckptd_stats stats;
+	fake_ckptd_stats(e.fake, &stats);
+	ck_assert_uint_eq(stats.extents, (fs->layout.file_size + MiB - 1) / MiB);
+	ck_assert_uint_eq(stats.extents, fs->extents);
+	ck_assert_uint_le(stats.max_held, 4);
+	ck_assert_uint_ge(stats.max_held, 2); /* the slots really were reused */
+	ckpt_save_free(s);
+	for (int i = 0; i < N; i++)
+		free(bufs[i]);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(test_save_refused)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	uint8_t b[10] = { 0 };
+
+	env_start(&e, (struct fake_ckptd_opts){ .refuse_save = -EACCES }, 4 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "nope", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "b", b, sizeof(b)), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), -EACCES);
+	ck_assert_int_eq(wait_fut(cm), -EACCES);
+	ck_assert_ptr_nonnull(strstr(ckpt_future_error(st), "refused on purpose"));
+	ck_assert_ptr_nonnull(strstr(ckpt_future_error(cm), "refused on purpose"));
+	ckpt_save_free(s);
+
+	/* The client stays usable: the descriptor slots came back. */
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "nope", 1, &s), 0);
+		ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+		ck_assert_int_eq(wait_fut(cm), -EACCES);
+		ckpt_save_free(s);
+	}
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(test_commit_failed_by_daemon)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	uint8_t b[100000];
+
+	fill_pattern(b, sizeof(b), 9);
+	env_start(&e, (struct fake_ckptd_opts){ .done_err = -EIO }, 4 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "fails", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "b", b, sizeof(b)), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), 0);
+	ck_assert_int_eq(wait_fut(cm), -EIO);
+	ck_assert_str_eq(ckpt_future_error(st), "");
+	ck_assert_ptr_nonnull(strstr(ckpt_future_error(cm), "failed on purpose"));
+	ckpt_save_free(s);
+	env_stop(&e);
+}
+END_TEST
+
+START_TEST(test_connection_lost)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	size_t len = 20 * MiB;
+	uint8_t *b = malloc(len);
+
+	memset(b, 1, len);
+	env_start(&e, (struct fake_ckptd_opts){ .close_after_extents = 3, .release_delay_us = 1000 },
+		  4 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "lost", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "b", b, len), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), -ECONNRESET);
+	ck_assert_int_eq(wait_fut(cm), -ECONNRESET);
+	ck_assert_ptr_nonnull(strstr(ckpt_future_error(st), "connection to ckptd lost"));
+	ck_assert_ptr_nonnull(strstr(ckpt_future_error(cm), "connection to ckptd lost"));
+	ckpt_save_free(s);
+
+	/* Later commits fail at once. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "after", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -ENOTCONN);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "connection to ckptd lost"));
+	ckpt_save_free(s);
+	env_stop(&e);
+	free(b);
+}
+END_TEST
+
+/* Several saves committed back to back stage in order and all commit. */
+START_TEST(test_pipelined_saves)
+{
+	struct env e;
+	enum { N = 4 };
+	struct ckpt_save *s[N];
+	struct ckpt_future *st[N], *cm[N];
+	size_t len = 3 * MiB + 5;
+	uint8_t *b[N];
+	char name[32];
+
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 4 * MiB);
+	for (int i = 0; i < N; i++) {
+		b[i] = malloc(len);
+		fill_pattern(b[i], len, 50 + i);
+		snprintf(name, sizeof(name), "step-%d", i);
+		ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, name, i, &s[i]), 0);
+		ck_assert_int_eq(ckpt_save_add_blob(s[i], "data", b[i], len), 0);
+		ck_assert_int_eq(ckpt_save_commit(s[i], &st[i], &cm[i]), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(wait_fut(st[i]), 0);
+		ck_assert_int_eq(wait_fut(cm[i]), 0);
+	}
+	ck_assert_int_eq(fake_ckptd_wait_saves(e.fake, N, 5000), 0);
+	for (int i = 0; i < N; i++) {
+		const struct fake_save *fs = fake_ckptd_save(e.fake, (size_t)i);
+		snprintf(name, sizeof(name), "step-%d", i);
+		ck_assert_str_eq(fs->layout.name, name); /* commit order */
+		struct expect ex = { "data", "U8", 1, { len }, b[i], len };
+		check_image(fs, &ex, 1);
+		ckpt_save_free(s[i]);
+		free(b[i]);
+	}
+	env_stop(&e);
+}
+END_TEST
+
+/* Commit returns at once; the copies run on library threads. */
+START_TEST(test_commit_fast)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	enum { N = 64 };
+	uint64_t shape = 256 * 1024; /* 1 MiB of F32 each: 64 MiB */
+	float *buf = malloc(N * shape * sizeof(float));
+	char names[N][16];
+
+	fill_pattern(buf, N * shape * sizeof(float), 77);
+	env_start(&e, (struct fake_ckptd_opts){ .release_delay_us = 3000 }, 4 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "fast", 1, &s), 0);
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "p%d", i);
+		struct ckpt_tensor t = { .name = names[i], .dtype = CKPT_F32, .ndim = 1,
+					 .shape = &shape, .data = buf + (size_t)i * shape };
+		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	}
+	double t0 = now_ms();
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	double dt = now_ms() - t0;
+	ck_assert_int_eq(ckpt_future_poll(st), -EINPROGRESS);
+	ck_assert_int_eq(ckpt_future_poll(cm), -EINPROGRESS);
+	ck_assert_str_eq(ckpt_future_error(st), "");
+	ck_assert_msg(dt < 5.0, "commit took %.3f ms", dt);
+
+	/* Waiting with a timeout while the drain is slow. */
+	t0 = now_ms();
+	ck_assert_int_eq(ckpt_future_wait(cm, 20), -ETIMEDOUT);
+	dt = now_ms() - t0;
+	ck_assert_msg(dt >= 19.0 && dt < 1000.0, "20 ms wait took %.3f ms", dt);
+	ck_assert_int_eq(ckpt_future_wait(cm, 0), -ETIMEDOUT);
+
+	ck_assert_int_eq(ckpt_future_wait(st, -1), 0);
+	ck_assert_int_eq(ckpt_future_wait(cm, -1), 0);
+	const struct fake_save *fs = fake_ckptd_save(e.fake, 0);
+	ck_assert_uint_eq(fs->received, fs->layout.file_size);
+	ck_assert_int_eq(memcmp(fs->image + fs->layout.data_start, buf, N * shape * sizeof(float)),
+			 0);
+	ckpt_save_free(s);
+	free(buf);
+	env_stop(&e);
+}
+END_TEST
+
+/* 10,000 tiny tensors: adding is fast and the file is right. */
+START_TEST(test_many_tensors)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	enum { N = 10000 };
+	static uint32_t vals[N];
+	uint64_t one = 1;
+	char name[32];
+
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "many", 1, &s), 0);
+	double t0 = now_ms();
+	for (int i = 0; i < N; i++) {
+		vals[i] = 0xabc00000u + (uint32_t)i;
+		snprintf(name, sizeof(name), "model.layers.%d.scale", i);
+		struct ckpt_tensor t = { .name = name, .dtype = CKPT_U32, .ndim = 1,
+					 .shape = &one, .data = &vals[i] };
+		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	}
+	double dt = now_ms() - t0;
+	ck_assert_msg(dt < 500.0, "10,000 adds took %.1f ms", dt);
+	snprintf(name, sizeof(name), "model.layers.%d.scale", 1234);
+	struct ckpt_tensor dup = { .name = name, .dtype = CKPT_U32, .ndim = 1, .shape = &one,
+				   .data = vals };
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &dup), -EEXIST);
+
+	t0 = now_ms();
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), 0);
+	ck_assert_int_eq(wait_fut(cm), 0);
+	dt = now_ms() - t0;
+	ck_assert_msg(dt < 2000.0, "staging 10,000 tensors took %.1f ms", dt);
+
+	const struct fake_save *fs = fake_ckptd_save(e.fake, 0);
+	ck_assert_uint_eq(fs->layout.n_items, N);
+	ck_assert_uint_eq(fs->layout.file_size, fs->layout.data_start + N * 4);
+	ck_assert_int_eq(memcmp(fs->image + fs->layout.data_start, vals, sizeof(vals)), 0);
+	for (int i = 0; i < N; i += 997)
+		ck_assert_uint_eq(fs->layout.items[i].begin, fs->layout.data_start + 4u * i);
+	ckpt_save_free(s);
+	env_stop(&e);
+}
+END_TEST
+
+/* Disconnect waits for staging; a commit still pending then fails. */
+START_TEST(test_disconnect_pending)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	size_t len = 2 * MiB;
+	uint8_t *b = malloc(len);
+
+	memset(b, 7, len);
+	/* Slots come back only after 200 ms: staging (3 of 8 slots) finishes
+	 * long before the commit. */
+	env_start(&e, (struct fake_ckptd_opts){ .release_delay_us = 200000 }, 8 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "bye", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "b", b, len), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	struct ckpt_save *never;
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "never", 1, &never), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(never, "b", b, 10), 0);
+	ckpt_disconnect(e.c);
+	e.c = NULL;
+	ck_assert_int_eq(ckpt_future_poll(st), 0);
+	ck_assert_int_eq(ckpt_future_poll(cm), -ECONNABORTED);
+	ck_assert_ptr_nonnull(strstr(ckpt_future_error(cm), "disconnected"));
+	/* Saves outlive their client: committed or not. */
+	ckpt_save_free(s);
+	ckpt_save_free(never);
+	env_stop(&e);
+	free(b);
+}
+END_TEST
+
+/* ---- reading a checkpoint back ---- */
+
+/* Writes the fake's images of `n` saves (ranks 0..n-1 of one checkpoint)
+ * as a committed checkpoint in dir, the way the daemon would. */
+static void commit_dir(struct fake_ckptd *f, size_t n, const char *dir)
+{
+	int dfd;
+	char name[64], *text;
+	char err[512];
+
+	mkdir(dir, 0755);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(dfd, 0);
+	for (size_t r = 0; r < n; r++) {
+		const struct fake_save *fs = fake_ckptd_save(f, r);
+		const struct layout *l = &fs->layout;
+		uint32_t *crcs = calloc(l->n_crcs + 1, sizeof(uint32_t));
+		for (size_t i = 0; i < l->n_items; i++) {
+			const struct layout_item *it = &l->items[i];
+			uint32_t k = it->crc0;
+			for (uint64_t p = it->begin; p < it->end;) {
+				uint64_t q = (p / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
+				if (q > it->end)
+					q = it->end;
+				crcs[k++] = crc32c(fs->image + p, q - p, 0);
+				p = q;
+			}
+		}
+		index_shard_name((uint32_t)r, name, sizeof(name));
+		int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		ck_assert_int_eq(write(fd, fs->image, l->file_size), (ssize_t)l->file_size);
+		close(fd);
+		ck_assert_int_eq(index_build(l, crcs, JOB, (uint32_t)r, (uint32_t)n, &text), 0);
+		index_index_name((uint32_t)r, name, sizeof(name));
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+		close(fd);
+		free(text);
+		free(crcs);
+	}
+	err[0] = '\0';
+	int r = index_merge(dfd, JOB, fake_ckptd_save(f, 0)->layout.name, (uint32_t)n, 1700000000,
+			    &text, err, sizeof(err));
+	ck_assert_msg(r == 0, "index_merge: %d %s", r, err);
+	int fd = openat(dfd, MANIFEST_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	free(text);
+	close(dfd);
+}
+
+/* Two ranks save a 4x6 tensor cut by columns (non-contiguous chunks), one
+ * cut by rows, and a blob larger than a CRC block; the reader assembles
+ * them and checks every CRC. */
+START_TEST(test_reader)
+{
+	struct env e;
+	struct ckpt_client *c1;
+	struct ckpt_save *s0, *s1;
+	struct ckpt_future *st, *cm;
+	float full[4][6], rows[4][6];
+	float left[4][3], right[4][3];
+	uint64_t g[2] = { 4, 6 }, half[2] = { 4, 3 }, o0[2] = { 0, 0 }, o1[2] = { 0, 3 };
+	uint64_t rshape[2] = { 2, 6 }, ro1[2] = { 2, 0 };
+	size_t blen = LAYOUT_CRC_BLOCK * 2 + 12345;
+	uint8_t *blob = malloc(blen), *back = malloc(blen);
+	char dir[400];
+
+	fill_pattern(full, sizeof(full), 11);
+	fill_pattern(rows, sizeof(rows), 12);
+	fill_pattern(blob, blen, 13);
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 3; j++) {
+			left[i][j] = full[i][j];
+			right[i][j] = full[i][j + 3];
+		}
+
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
+	struct ckpt_connect_opts o = opts_for(&e, 8 * MiB);
+	/* Rank 0 of 2 would be the job's other client in real life; here the
+	 * same fake serves both. */
+	ckpt_disconnect(e.c);
+	o.world = 2;
+	ck_assert_int_eq(ckpt_connect(&o, &e.c), 0);
+	o.rank = 1;
+	ck_assert_int_eq(ckpt_connect(&o, &c1), 0);
+
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-9", 9, &s0), 0);
+	ck_assert_int_eq(ckpt_save_begin(c1, ROOT, "step-9", 9, &s1), 0);
+	struct ckpt_tensor t0 = { .name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = half,
+				  .data = left, .global_shape = g, .offsets = o0 };
+	struct ckpt_tensor t1 = t0;
+	t1.data = right;
+	t1.offsets = o1;
+	ck_assert_int_eq(ckpt_save_add_tensor(s0, &t0), 0);
+	ck_assert_int_eq(ckpt_save_add_tensor(s1, &t1), 0);
+	struct ckpt_tensor r0 = { .name = "rows", .dtype = CKPT_F32, .ndim = 2, .shape = rshape,
+				  .data = rows[0], .global_shape = g, .offsets = o0 };
+	struct ckpt_tensor r1 = r0;
+	r1.data = rows[2];
+	r1.offsets = ro1;
+	ck_assert_int_eq(ckpt_save_add_tensor(s0, &r0), 0);
+	ck_assert_int_eq(ckpt_save_add_tensor(s1, &r1), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s1, "loader", blob, blen), 0);
+	ck_assert_int_eq(ckpt_save_commit(s0, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(cm), 0);
+	ck_assert_int_eq(ckpt_save_commit(s1, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(cm), 0);
+	ckpt_save_free(s0);
+	ckpt_save_free(s1);
+	ckpt_disconnect(c1);
+
+	snprintf(dir, sizeof(dir), "%s/step-9", e.dir);
+	commit_dir(e.fake, 2, dir);
+
+	struct ckpt_reader *rd = NULL;
+	ck_assert_int_eq(ckpt_reader_open(dir, &rd), 0);
+	ck_assert_uint_eq(ckpt_reader_step(rd), 9);
+	ck_assert_uint_eq(ckpt_reader_world(rd), 2);
+	ck_assert_uint_eq(ckpt_reader_tensor_count(rd), 2);
+	ck_assert_str_eq(ckpt_reader_tensor_name(rd, 0), "rows");
+	ck_assert_str_eq(ckpt_reader_tensor_name(rd, 1), "w");
+	ck_assert_ptr_null(ckpt_reader_tensor_name(rd, 2));
+
+	enum ckpt_dtype dt;
+	unsigned ndim;
+	uint64_t shape[CKPT_MAX_NDIM];
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", &dt, &ndim, shape), 0);
+	ck_assert_int_eq(dt, CKPT_F32);
+	ck_assert_uint_eq(ndim, 2);
+	ck_assert_uint_eq(shape[0], 4);
+	ck_assert_uint_eq(shape[1], 6);
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "nope", &dt, &ndim, shape), -ENOENT);
+
+	float got[4][6];
+	memset(got, 0, sizeof(got));
+	ck_assert_int_eq(ckpt_reader_read_tensor(rd, "w", got, sizeof(got)), 0);
+	ck_assert_int_eq(memcmp(got, full, sizeof(full)), 0);
+	memset(got, 0, sizeof(got));
+	ck_assert_int_eq(ckpt_reader_read_tensor(rd, "rows", got, sizeof(got)), 0);
+	ck_assert_int_eq(memcmp(got, rows, sizeof(rows)), 0);
+	ck_assert_int_eq(ckpt_reader_read_tensor(rd, "w", got, sizeof(got) - 4), -EINVAL);
+	ck_assert_int_eq(ckpt_reader_read_tensor(rd, "loader", got, sizeof(got)), -ENOENT);
+
+	ck_assert_int_eq(ckpt_reader_blob_size(rd, "loader"), (int64_t)blen);
+	ck_assert_int_eq(ckpt_reader_blob_size(rd, "w"), -ENOENT);
+	ck_assert_int_eq(ckpt_reader_read_blob(rd, "loader", back, blen), 0);
+	ck_assert_int_eq(memcmp(back, blob, blen), 0);
+	ckpt_reader_close(rd);
+
+	/* Flip one byte in the blob's second CRC piece. */
+	char path[512];
+	snprintf(path, sizeof(path), "%s/rank-00001.safetensors", dir);
+	const struct fake_save *fs1 = fake_ckptd_save(e.fake, 1);
+	const struct layout_item *bit = &fs1->layout.items[fs1->layout.n_items - 1];
+	ck_assert_str_eq(bit->name, "loader");
+	uint64_t at = (bit->begin / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK + 100;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	uint8_t byte;
+	ck_assert_int_eq(pread(fd, &byte, 1, (off_t)at), 1);
+	byte ^= 0x40;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, (off_t)at), 1);
+	ck_assert_int_eq(ckpt_reader_open(dir, &rd), 0);
+	ck_assert_int_eq(ckpt_reader_read_blob(rd, "loader", back, blen), -EBADMSG);
+	char want[128];
+	snprintf(want, sizeof(want), "blob 'loader': CRC mismatch in rank-00001.safetensors at "
+		 "offset %llu", (unsigned long long)(at - 100));
+	ck_assert_str_eq(ckpt_last_error(), want);
+	/* The tensors of that file are still fine. */
+	ck_assert_int_eq(ckpt_reader_read_tensor(rd, "w", got, sizeof(got)), 0);
+	ckpt_reader_close(rd);
+
+	/* Truncated file. */
+	ck_assert_int_eq(ftruncate(fd, (off_t)(bit->begin + 10)), 0);
+	close(fd);
+	ck_assert_int_eq(ckpt_reader_open(dir, &rd), 0);
+	ck_assert_int_eq(ckpt_reader_read_blob(rd, "loader", back, blen), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "truncated"));
+	ckpt_reader_close(rd);
+
+	/* Not committed / corrupt manifest. */
+	char mpath[512];
+	snprintf(mpath, sizeof(mpath), "%s/manifest.json", dir);
+	fd = open(mpath, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	ck_assert_int_eq(write(fd, "{\"format\":", 10), 10);
+	close(fd);
+	rd = (void *)1;
+	ck_assert_int_eq(ckpt_reader_open(dir, &rd), -EBADMSG);
+	unlink(mpath);
+	ck_assert_int_eq(ckpt_reader_open(dir, &rd), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "not a committed checkpoint"));
+	ck_assert_ptr_eq(rd, (void *)1);
+	ck_assert_int_eq(ckpt_reader_open("/nonexistent-ckpt-dir", &rd), -ENOENT);
+	ckpt_reader_close(NULL);
+
+	free(blob);
+	free(back);
+	env_stop(&e);
+}
+END_TEST
+
+static Suite *client_suite(void)
+{
+	Suite *s = suite_create("client");
+	TCase *tc;
+
+#define TC(name, fn, timeout)                                                                      \
+	do {                                                                                       \
+		tc = tcase_create(name);                                                           \
+		tcase_set_timeout(tc, timeout);                                                    \
+		tcase_add_test(tc, fn);                                                            \
+		suite_add_tcase(s, tc);                                                            \
+	} while (0)
+
+	TC("connect_no_daemon", test_connect_no_daemon, 10);
+	TC("connect_bad_opts", test_connect_bad_opts, 10);
+	TC("connect_refused", test_connect_refused, 10);
+	TC("connect_ok", test_connect_ok, 10);
+	TC("add_validation", test_add_validation, 20);
+	TC("save_image", test_save_image, 20);
+	TC("backpressure", test_backpressure, 30);
+	TC("save_refused", test_save_refused, 20);
+	TC("commit_failed_by_daemon", test_commit_failed_by_daemon, 20);
+	TC("connection_lost", test_connection_lost, 30);
+	TC("pipelined_saves", test_pipelined_saves, 30);
+	TC("commit_fast", test_commit_fast, 30);
+	TC("many_tensors", test_many_tensors, 30);
+	TC("disconnect_pending", test_disconnect_pending, 20);
+	TC("reader", test_reader, 30);
+#undef TC
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(client_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
