@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_multi.c - integration: multi-rank saves.  Every rank is its own
+ * process with its own libckpt client; sharded tensors are assembled back
+ * from the chunks and compared with the global pattern; replicas other than
+ * 0 must not be written; two daemons sharing one root commit one checkpoint.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "ckpt.h"
+#include "tests/lib/testd.h"
+
+#define MiB (1024ull * 1024ull)
+
+/*
+ * The tensors of one rank of a `world`-rank job (world is 8 or 4):
+ *   emb.rows    F32  [world*256, 2048]  rows [r*256, +256)           seed 2001
+ *   attn.cols   BF16 [384, world*96]    cols [r*96, +96)             seed 2002
+ *   grid.3d     I64  [2, (world/2)*5, 6] box at [r/(world/2), (r%(world/2))*5, 0]
+ *                                        of shape [1, 5, 6]          seed 2003
+ *   shared.bias F32  [333]               replica = r (only 0 written) seed 2004
+ *   rank<r>.state U8 [1000 + 37r]                                     seed 3000+r
+ *   step_scalar F64  []  (rank 0 only)                                seed 2005
+ */
+#define N_SHARDED 3
+struct item {
+	char name[32];
+	enum ckpt_dtype dt;
+	unsigned ndim;
+	uint64_t gshape[3], offs[3], shape[3];
+	uint64_t seed;
+	uint32_t replica;
+	bool sharded;
+};
+
+static unsigned rank_items(uint32_t r, uint32_t world, struct item *it)
+{
+	uint32_t half = world / 2;
+	unsigned n = 0;
+
+	it[n] = (struct item){ .dt = CKPT_F32, .ndim = 2, .seed = 2001, .sharded = true,
+			       .gshape = { world * 256ull, 2048 }, .offs = { r * 256ull, 0 },
+			       .shape = { 256, 2048 } };
+	snprintf(it[n++].name, 32, "emb.rows");
+	it[n] = (struct item){ .dt = CKPT_BF16, .ndim = 2, .seed = 2002, .sharded = true,
+			       .gshape = { 384, world * 96ull }, .offs = { 0, r * 96ull },
+			       .shape = { 384, 96 } };
+	snprintf(it[n++].name, 32, "attn.cols");
+	it[n] = (struct item){ .dt = CKPT_I64, .ndim = 3, .seed = 2003, .sharded = true,
+			       .gshape = { 2, half * 5ull, 6 },
+			       .offs = { r / half, (r % half) * 5ull, 0 }, .shape = { 1, 5, 6 } };
+	snprintf(it[n++].name, 32, "grid.3d");
+	it[n] = (struct item){ .dt = CKPT_F32, .ndim = 1, .seed = 2004, .replica = r,
+			       .gshape = { 333 }, .shape = { 333 } };
+	snprintf(it[n++].name, 32, "shared.bias");
+	it[n] = (struct item){ .dt = CKPT_U8, .ndim = 1, .seed = 3000 + r,
+			       .gshape = { 1000 + 37ull * r }, .shape = { 1000 + 37ull * r } };
+	snprintf(it[n++].name, 32, "rank%u.state", r);
+	if (r == 0) {
+		it[n] = (struct item){ .dt = CKPT_F64, .ndim = 0, .seed = 2005 };
+		snprintf(it[n++].name, 32, "step_scalar");
+	}
+	return n;
+}
+
+struct rank_args {
+	const char *sock;
+	const char *root;
+	const char *job;
+	const char *name;
+	uint32_t rank, world;
+};
+
+/* One rank: builds its items, saves, reports "committed RC MSG". */
+static int rank_main(void *arg, int rep, int go)
+{
+	const struct rank_args *a = arg;
+	struct item it[8];
+	void *bufs[8] = { 0 };
+	unsigned n = rank_items(a->rank, a->world, it);
+	struct ckpt_client *c = NULL;
+	struct ckpt_save *s = NULL;
+	struct ckpt_future *fs = NULL, *fc = NULL;
+	int rc, st, cm;
+
+	(void)go;
+	for (unsigned i = 0; i < n; i++) {
+		size_t es = td_dtype_size(it[i].dt);
+		uint64_t nb = td_nbytes(es, it[i].ndim, it[i].shape);
+
+		bufs[i] = malloc(nb ? nb : 1);
+		if (!bufs[i])
+			return 10;
+		td_fill_chunk(bufs[i], es, it[i].ndim, it[i].gshape, it[i].offs, it[i].shape,
+			      it[i].seed);
+	}
+	rc = td_connect_rc(a->sock, a->job, a->rank, a->world, 32 * MiB, &c);
+	if (rc < 0) {
+		td_report(rep, "committed %d connect: %s", rc, ckpt_last_error());
+		return 11;
+	}
+	rc = ckpt_save_begin(c, a->root, a->name, 200, &s);
+	if (rc < 0) {
+		td_report(rep, "committed %d begin: %s", rc, ckpt_last_error());
+		return 12;
+	}
+	if (a->rank == 0) {
+		ckpt_save_set_metadata(s, "run", "multi");
+		ckpt_save_set_metric(s, "loss", 0.5);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct ckpt_tensor tn = {
+			.name = it[i].name, .dtype = it[i].dt, .ndim = it[i].ndim,
+			.shape = it[i].shape, .data = bufs[i], .device = CKPT_DEVICE_HOST,
+			.global_shape = it[i].sharded ? it[i].gshape : NULL,
+			.offsets = it[i].sharded ? it[i].offs : NULL,
+			.replica = it[i].replica,
+		};
+
+		rc = ckpt_save_add_tensor(s, &tn);
+		if (rc < 0) {
+			td_report(rep, "committed %d add %s: %s", rc, it[i].name, ckpt_last_error());
+			return 13;
+		}
+	}
+	rc = ckpt_save_commit(s, &fs, &fc);
+	if (rc < 0) {
+		td_report(rep, "committed %d commit: %s", rc, ckpt_last_error());
+		return 14;
+	}
+	st = td_future_wait(fs, 90000);
+	td_report(rep, "staged %d %s", st, ckpt_future_error(fs));
+	cm = td_future_wait(fc, 90000);
+	td_report(rep, "committed %d %s", cm, ckpt_future_error(fc));
+	ckpt_save_free(s);
+	ckpt_disconnect(c);
+	for (unsigned i = 0; i < n; i++)
+		free(bufs[i]);
+	return st == 0 && cm == 0 ? 0 : 1;
+}
+
+/*
+ * Runs `world` ranks; rank r connects to socks[r]; asserts all commit.
+ * Ranks whose bit is set in `late` start only once every other rank has
+ * reported its shard staged (so the others wait for them).
+ */
+static void run_ranks(struct testd *t, const char *const *socks, uint32_t world, const char *job,
+		      const char *name, unsigned late)
+{
+	struct td_child ch[8];
+	struct rank_args a[8];
+	char line[1024];
+
+	ck_assert(world <= 8);
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t r = 0; r < world; r++) {
+			if (((late >> r) & 1u) != (unsigned)pass)
+				continue;
+			a[r] = (struct rank_args){ .sock = socks[r], .root = t->root, .job = job,
+						   .name = name, .rank = r, .world = world };
+			ck_assert_int_eq(td_child_start(&ch[r], rank_main, &a[r]), 0);
+		}
+		if (pass == 1 || !late)
+			break;
+		for (uint32_t r = 0; r < world; r++) {
+			if ((late >> r) & 1u)
+				continue;
+			ck_assert_msg(td_child_expect(&ch[r], "staged", 60000, line,
+						      sizeof(line)) == 0 &&
+					      strncmp(line, "0", 1) == 0,
+				      "rank %u did not stage: %s", r, ch[r].out);
+		}
+		/* the early ranks must still be waiting for the late ones */
+		for (uint32_t r = 0; r < world; r++) {
+			if ((late >> r) & 1u)
+				continue;
+			ck_assert_msg(td_child_expect(&ch[r], "committed", 200, line,
+						      sizeof(line)) == -ETIMEDOUT,
+				      "rank %u finished before the late ranks began: %s", r,
+				      ch[r].out);
+		}
+	}
+	for (uint32_t r = 0; r < world; r++) {
+		int rc = td_child_expect(&ch[r], "committed", 120000, line, sizeof(line));
+
+		ck_assert_msg(rc == 0, "rank %u: no committed result (%d); it said:\n%s", r, rc,
+			      ch[r].out);
+		ck_assert_msg(strncmp(line, "0 ", 2) == 0 || strcmp(line, "0") == 0,
+			      "rank %u: committed future: %s\n(all it said: %s)", r, line,
+			      ch[r].out);
+	}
+	for (uint32_t r = 0; r < world; r++) {
+		int st = td_child_wait(&ch[r], 30000);
+
+		ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "rank %u: %s; it said:\n%s", r, td_status_str(st), ch[r].out);
+	}
+}
+
+/* Reads every global tensor back and compares; runs st_verify over the
+ * shard files. */
+static void verify_multi(struct testd *t, const char *name, uint32_t world)
+{
+	struct ckpt_reader *r = NULL;
+	struct td_spec *sp = td_spec_new();
+	struct item it[8];
+	char p[TD_PATH], file[64];
+	size_t want_tensors = 0;
+	int rc;
+
+	td_path(p, sizeof(p), "%s/%s/manifest.json", t->root, name);
+	ck_assert_msg(td_exists(p), "%s is missing", p);
+	ck_assert_msg(td_wait_count(t->root, ".partial", 0, 10000), "a .partial dir is left");
+	td_path(p, sizeof(p), "%s/%s", t->root, name);
+	rc = ckpt_reader_open(p, &r);
+	ck_assert_msg(rc == 0, "reader_open(%s) = %d: %s", p, rc, ckpt_last_error());
+	ck_assert_uint_eq(ckpt_reader_world(r), world);
+	ck_assert_uint_eq(ckpt_reader_step(r), 200);
+
+	for (uint32_t k = 0; k < world; k++) {
+		unsigned n = rank_items(k, world, it);
+
+		snprintf(file, sizeof(file), "rank-%05u.safetensors", k);
+		td_path(p, sizeof(p), "%s/%s/%s", t->root, name, file);
+		ck_assert_msg(td_exists(p), "%s is missing", p);
+		for (unsigned i = 0; i < n; i++) {
+			if (it[i].replica != 0)
+				continue; /* not written */
+			td_spec_add(sp, file, it[i].name, it[i].dt, it[i].ndim, it[i].shape,
+				    it[i].gshape, it[i].offs, it[i].seed);
+			/* Each global tensor once: from its chunk at offset 0. */
+			if (it[i].sharded) {
+				bool first = true;
+
+				for (unsigned d = 0; d < it[i].ndim; d++)
+					first = first && it[i].offs[d] == 0;
+				if (!first)
+					continue;
+			}
+			want_tensors++;
+			ck_assert_msg(td_verify_tensor(r, it[i].name, it[i].dt, it[i].ndim,
+						       it[i].gshape, it[i].seed),
+				      "global tensor %s does not read back (see above)",
+				      it[i].name);
+		}
+	}
+	ck_assert_uint_eq(ckpt_reader_tensor_count(r), want_tensors);
+	ckpt_reader_close(r);
+	td_path(p, sizeof(p), "%s/%s", t->root, name);
+	ck_assert_msg(td_st_verify(t, p, sp) >= 0, "safetensors disagrees (see above)");
+	td_spec_free(sp);
+}
+
+/* ---- 2. eight ranks, one daemon ------------------------------------------------- */
+
+START_TEST(test_eight_ranks)
+{
+	struct testd t;
+	const char *socks[8];
+	char p[TD_PATH], *text = NULL;
+	json_t *j;
+	json_error_t je;
+
+	td_init(&t, "eight_ranks");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 64M\ncommit_deadline = 90s\n"), 0);
+	for (int r = 0; r < 8; r++)
+		socks[r] = td_sock(&t, 0);
+	run_ranks(&t, socks, 8, "job2", "eight", 0);
+	verify_multi(&t, "eight", 8);
+
+	/* one manifest, eight files listed, rank 0's metadata */
+	td_path(p, sizeof(p), "%s/eight/manifest.json", t.root);
+	ck_assert_int_eq(td_read_file(p, 64 * MiB, &text, NULL), 0);
+	j = json_loads(text, 0, &je);
+	ck_assert_msg(j != NULL, "manifest.json: %s", je.text);
+	ck_assert_int_eq(json_integer_value(json_object_get(j, "world_size")), 8);
+	ck_assert_uint_eq(json_array_size(json_object_get(j, "files")), 8);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "metadata"), "run")),
+			 "multi");
+	/* the replicated tensor has exactly one chunk */
+	ck_assert_uint_eq(json_array_size(json_object_get(
+				  json_object_get(json_object_get(j, "tensors"), "shared.bias"),
+				  "chunks")),
+			  1);
+	ck_assert_uint_eq(json_array_size(json_object_get(
+				  json_object_get(json_object_get(j, "tensors"), "emb.rows"),
+				  "chunks")),
+			  8);
+	json_decref(j);
+	free(text);
+	ck_assert_int_eq(td_count_entries(t.root, ""), 1);
+	td_fini(&t);
+}
+END_TEST
+
+/* ---- 12. two daemons sharing one root ---------------------------------------------- */
+
+START_TEST(test_two_daemons)
+{
+	/* _i: 0 all ranks at once; 1 daemon B's ranks (2, 3) come late, so
+	 * A waits for B's shards; 2 daemon A's ranks (0, 1) come late, so B's
+	 * ranks wait for A's commit. */
+	static const unsigned late[3] = { 0, 0xc, 0x3 };
+	struct testd t;
+	const char *socks[4];
+
+	td_init(&t, _i == 0 ? "two_daemons" : _i == 1 ? "two_daemons_b_late" : "two_daemons_a_late");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 64M\ncommit_deadline = 90s\n"), 0);
+	ck_assert_int_eq(td_daemon_start(&t, 1, "arena_max = 64M\ncommit_deadline = 90s\n"), 0);
+	socks[0] = socks[1] = td_sock(&t, 0);
+	socks[2] = socks[3] = td_sock(&t, 1);
+	run_ranks(&t, socks, 4, "job12", "shared", late[_i]);
+	verify_multi(&t, "shared", 4);
+	ck_assert_int_eq(td_count_entries(t.root, ""), 1);
+	td_fini(&t);
+}
+END_TEST
+
+static Suite *multi_suite(void)
+{
+	Suite *s = suite_create("integration_multi");
+	TCase *tc;
+
+	tc = tcase_create("eight_ranks");
+	tcase_set_timeout(tc, 180);
+	tcase_add_test(tc, test_eight_ranks);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("two_daemons_one_root");
+	tcase_set_timeout(tc, 180);
+	tcase_add_loop_test(tc, test_two_daemons, 0, 3);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return td_main(multi_suite(), "check_multi");
+}
