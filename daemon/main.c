@@ -223,7 +223,12 @@ static int run(struct server *srv)
 				if (read(srv->tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
 					log_debug("timerfd: %s", strerror(errno));
 				saves_tick(srv);
-				if (now_ms() - srv->last_sweep_ms > SWEEP_EVERY_MS)
+				/* A leftover becomes removable one deadline after its
+				 * last change: sweep that often, at least every minute. */
+				if (now_ms() - srv->last_sweep_ms >
+				    (int64_t)(srv->cfg.commit_deadline_ms < SWEEP_EVERY_MS ?
+						      srv->cfg.commit_deadline_ms :
+						      SWEEP_EVERY_MS))
 					sweep_roots(srv);
 				break;
 			}
