@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/* check_fsutil.c - the committer's directory operations (daemon/fsutil.c). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/fsutil.h"
+
+static char tmp[PATH_MAX];
+static int tmpfd = -1;
+
+static void setup(void)
+{
+	snprintf(tmp, sizeof(tmp), "/tmp/check_fsutil.XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmp));
+	tmpfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(tmpfd, 0);
+}
+
+static void teardown(void)
+{
+	char name[PATH_MAX];
+	char *slash = strrchr(tmp, '/');
+	int parent = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	snprintf(name, sizeof(name), "%s", slash + 1);
+	fs_rm_rf_at(parent, name);
+	close(parent);
+	close(tmpfd);
+}
+
+static bool exists(const char *rel)
+{
+	struct stat st;
+	return fstatat(tmpfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+START_TEST(test_mkdir_p)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/a/b/c", tmp);
+	ck_assert_int_eq(fs_mkdir_p(p, 0, 0, 0), 0);
+	ck_assert_int_eq(stat(p, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	/* Again: every component exists, which is fine. */
+	ck_assert_int_eq(fs_mkdir_p(p, 0, 0, 0), 0);
+	ck_assert_int_eq(fs_mkdir_p("relative/path", 0, 0, 0), -EINVAL);
+	ck_assert_int_eq(fs_mkdir_p("", 0, 0, 0), -EINVAL);
+	/* A file in the way. */
+	ck_assert_int_eq(fs_write_file_at(tmpfd, "file", "x", 1, 0), 0);
+	snprintf(p, sizeof(p), "%s/file/sub", tmp);
+	ck_assert_int_eq(fs_mkdir_p(p, 0, 0, 0), -ENOTDIR);
+}
+END_TEST
+
+START_TEST(test_rm_rf_no_follow)
+{
+	char outside[PATH_MAX];
+	int fd;
+
+	/* A tree with a symlink to a directory outside it: the link goes, the
+	 * target and its contents stay. */
+	ck_assert_int_eq(mkdirat(tmpfd, "keep", 0755), 0);
+	ck_assert_int_eq(fs_write_file_at(tmpfd, "keep/precious", "data", 4, 0), 0);
+	ck_assert_int_eq(mkdirat(tmpfd, "tree", 0755), 0);
+	ck_assert_int_eq(mkdirat(tmpfd, "tree/sub", 0755), 0);
+	ck_assert_int_eq(fs_write_file_at(tmpfd, "tree/sub/f", "1234", 4, 0), 0);
+	snprintf(outside, sizeof(outside), "%s/keep", tmp);
+	ck_assert_int_eq(symlinkat(outside, tmpfd, "tree/link"), 0);
+	ck_assert_int_eq(fs_rm_rf_at(tmpfd, "tree"), 0);
+	ck_assert(!exists("tree"));
+	ck_assert(exists("keep/precious"));
+	/* Absent is not an error; a plain file is removed. */
+	ck_assert_int_eq(fs_rm_rf_at(tmpfd, "tree"), 0);
+	fd = openat(tmpfd, "plain", O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(fs_rm_rf_at(tmpfd, "plain"), 0);
+	ck_assert(!exists("plain"));
+}
+END_TEST
+
+START_TEST(test_write_read)
+{
+	char *buf = NULL;
+	size_t len = 0;
+
+	ck_assert_int_eq(fs_write_file_at(tmpfd, "m.json", "{\"a\":1}", 7, 1), 0);
+	/* The temporary name is gone after an atomic write. */
+	ck_assert(!exists(".m.json.tmp"));
+	ck_assert_int_eq(fs_read_file_at(tmpfd, "m.json", 100, &buf, &len), 0);
+	ck_assert_uint_eq(len, 7);
+	ck_assert_str_eq(buf, "{\"a\":1}");
+	free(buf);
+	/* Replacing keeps one file with the new content. */
+	ck_assert_int_eq(fs_write_file_at(tmpfd, "m.json", "{}", 2, 1), 0);
+	ck_assert_int_eq(fs_read_file_at(tmpfd, "m.json", 100, &buf, &len), 0);
+	ck_assert_str_eq(buf, "{}");
+	free(buf);
+	/* Limits and absence. */
+	ck_assert_int_eq(fs_read_file_at(tmpfd, "m.json", 1, &buf, &len), -EFBIG);
+	ck_assert_int_eq(fs_read_file_at(tmpfd, "missing", 100, &buf, &len), -ENOENT);
+	ck_assert_int_eq(mkdirat(tmpfd, "dir", 0755), 0);
+	ck_assert_int_eq(fs_read_file_at(tmpfd, "dir", 100, &buf, &len), -EINVAL);
+}
+END_TEST
+
+static Suite *fsutil_suite(void)
+{
+	Suite *s = suite_create("fsutil");
+	TCase *tc;
+
+	tc = tcase_create("mkdir_p");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_mkdir_p);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("rm_rf");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_rm_rf_no_follow);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("write_read");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_write_read);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(fsutil_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
