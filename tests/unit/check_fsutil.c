@@ -44,7 +44,7 @@ static bool exists(const char *rel)
 
 START_TEST(test_mkdir_p)
 {
-	char p[PATH_MAX];
+	char p[PATH_MAX + 64];
 	struct stat st;
 
 	snprintf(p, sizeof(p), "%s/a/b/c", tmp);
@@ -64,7 +64,7 @@ END_TEST
 
 START_TEST(test_rm_rf_no_follow)
 {
-	char outside[PATH_MAX];
+	char outside[PATH_MAX + 64];
 	int fd;
 
 	/* A tree with a symlink to a directory outside it: the link goes, the
