@@ -180,7 +180,8 @@ install: all
 	ln -sf libckpt.so.0 $(DESTDIR)$(LIBDIR)/libckpt.so
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libckpt.a
 	install -m 0644 include/ckpt.h $(DESTDIR)$(INCDIR)/ckpt.h
-	install -m 0644 $(BUILD)/libckpt.pc $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
+		-e 's|@VERSION@|$(VERSION)|g' client/libckpt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc
 	install -m 0755 $(CKPTD) $(CKPTCTL) $(DESTDIR)$(BINDIR)/
 	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ckptd.service.in > $(DESTDIR)$(UNITDIR)/ckptd.service
 	install -m 0644 systemd/ckptd.socket $(DESTDIR)$(UNITDIR)/ckptd.socket
