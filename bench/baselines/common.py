@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: MIT
+"""Shared helpers of the torch baselines (bench/baselines/*.py).
+
+The state built here has exactly the shapes that bench/ckpt_bench.c saves:
+`tensors` 1-D fp32 tensors, `bytes` in all, sizes differing by at most one
+element (the first `n % tensors` tensors get one more), named
+"layer.NNNNNN.weight".  Only the standard library is imported at module level,
+so run.py can read the argument helpers without torch.
+"""
+import json
+import os
+import statistics
+import sys
+
+
+def setup_env(threads):
+    """Pins the baselines to the CPU and to a sane thread count.  Must run
+    before torch is imported (CUDA_VISIBLE_DEVICES is read at CUDA init, the
+    OpenMP pool size at import)."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ.setdefault("MKL_NUM_THREADS", str(threads))
+
+
+def element_counts(nbytes, tensors):
+    if nbytes % 4:
+        raise SystemExit("bytes must be a multiple of 4 (fp32)")
+    n = nbytes // 4
+    if n < tensors:
+        raise SystemExit("too few bytes for %d tensors" % tensors)
+    per, extra = divmod(n, tensors)
+    return [per + (1 if i < extra else 0) for i in range(tensors)]
+
+
+def make_state(nbytes, tensors, prefix=""):
+    """A dict name -> fp32 tensor, every page touched (as the C bench does
+    before its first save)."""
+    import torch
+
+    sd = {}
+    for i, n in enumerate(element_counts(nbytes, tensors)):
+        t = torch.empty(n, dtype=torch.float32)
+        t.fill_(float(i % 1000) * 0.5)
+        sd["%slayer.%06d.weight" % (prefix, i)] = t
+    return sd
+
+
+def mutate(sd, step):
+    """One training step's worth of change: one element per tensor."""
+    for t in sd.values():
+        t[0] += 1.0 + step
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path):
+    """fsync every file and directory under path, then path's parent."""
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            fsync_path(os.path.join(dirpath, f))
+        fsync_path(dirpath)
+    fsync_path(os.path.dirname(os.path.abspath(path)))
+
+
+def median_from_second(values):
+    """Median over runs 2..N (all of them when there is only one), as the C
+    bench reports its saves."""
+    vals = values[1:] if len(values) > 1 else values
+    return statistics.median(vals)
+
+
+def emit(obj):
+    """The result: one JSON object, the last line of stdout."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def log(msg):
+    sys.stderr.write("  [%s] %s\n" % (os.path.basename(sys.argv[0]), msg))
+    sys.stderr.flush()
