@@ -581,6 +581,15 @@ void saves_tick(struct server *srv)
 	struct list *p, *t;
 	int64_t now = now_ms();
 
+	/* A client that stalls mid-save must not keep checksums (and so its
+	 * slots) waiting for long. */
+	list_for_each_safe(p, t, &srv->clients)
+	{
+		struct client *c = list_entry(p, struct client, link);
+		if (!list_empty(&c->crc_q) && now - c->last_extent_ms > 200)
+			writer_crc_drain(c);
+	}
+
 	list_for_each_safe(p, t, &srv->saves)
 	{
 		struct save *s = list_entry(p, struct save, link);

@@ -80,6 +80,7 @@ int server_accept(struct server *srv)
 	c->ev_ring = (struct ev){ EV_RING, c };
 	list_init(&c->ranks);
 	list_init(&c->wait_q);
+	list_init(&c->crc_q);
 	ee.events = EPOLLIN;
 	ee.data.ptr = &c->ev_sock;
 	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ee) < 0) {
@@ -121,6 +122,7 @@ void client_close(struct client *c, const char *why)
 			rank_fail(rs, -ECONNRESET, "rank %u disconnected before its shard was staged",
 				  rs->rank);
 	}
+	writer_crc_drain(c);
 }
 
 /* Frees a closed client once no write of its arena is in flight. */
@@ -356,7 +358,7 @@ static void on_save_begin(struct client *c, const struct proto_save_begin *m)
 }
 
 /* Checksums the pieces of the items that lie in [off, off + len). */
-static void crc_extent(struct rank_save *rs, const uint8_t *buf, uint64_t off, uint64_t len)
+void rank_crc_extent(struct rank_save *rs, const uint8_t *buf, uint64_t off, uint64_t len)
 {
 	const struct layout *l = &rs->layout;
 	uint64_t end = off + len;
@@ -441,12 +443,22 @@ static void on_extent(struct client *c, const struct proto_extent *m)
 	w->file_off = m->file_off;
 	w->done = m->len;
 	w->len = (m->len + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+	w->written = false;
+	w->crc_pending = true;
+	list_add_tail(&c->crc_q, &w->clink);
 	c->slots_held++;
 	rs->held++;
+	rs->crc_pending++;
+	c->last_extent_ms = now_ms();
 
-	/* Checksum before the write is queued: both only read the slot. */
-	crc_extent(rs, c->arena + m->arena_off, m->file_off, m->len);
+	/* The write goes first; the checksum waits (see writer_crc_drain)
+	 * unless the rank is staged or the client is short of free slots.
+	 * Both only read the slot, and it is released after both. */
 	writer_submit(c, (uint32_t)slot_idx);
+	if (rs->staged || c->n_slots - c->slots_held <= c->n_slots / 16 + 1)
+		writer_crc_drain(c);
+	else
+		writer_reap(c);
 }
 
 static void on_status(struct client *c)
@@ -493,8 +505,9 @@ void server_client_event(struct client *c, uint32_t events)
 	} u;
 	char err[256];
 
-	/* Bounded, so one busy client cannot starve the others. */
-	for (int i = 0; i < 256 && !c->gone; i++) {
+	/* Bounded, so one busy client cannot starve the others (epoll is
+	 * level-triggered: the rest is read on the next round). */
+	for (int i = 0; i < 32 && !c->gone; i++) {
 		ssize_t n = proto_recv(c->fd, u.buf, NULL);
 		if (n == -EAGAIN)
 			return;

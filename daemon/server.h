@@ -75,7 +75,10 @@ struct wreq {
 	uint64_t len;           /* bytes still to write (padded to LAYOUT_ALIGN) */
 	uint64_t done;          /* file bytes of the extent (unpadded), for stats */
 	bool queued;            /* waiting for room in the ring */
+	bool written;           /* the write is complete */
+	bool crc_pending;       /* not checksummed yet (in client->crc_q) */
 	struct list qlink;
+	struct list clink;      /* in client->crc_q */
 };
 
 /* The part of a save that one local client (rank) writes. */
@@ -96,6 +99,7 @@ struct rank_save {
 	uint64_t bytes_written;
 	unsigned inflight;      /* writes (and the fsync) submitted, not completed */
 	unsigned held;          /* arena slots this rank holds (written or queued) */
+	unsigned crc_pending;   /* of those, not checksummed yet */
 	bool staged;            /* every extent arrived: the daemon owns the rank */
 	bool syncing;
 	bool durable;           /* fsynced and its index is in the work dir */
@@ -152,6 +156,8 @@ struct client {
 	int efd;
 	unsigned ring_depth, ring_inflight;
 	struct list wait_q;     /* wreqs waiting for ring room */
+	struct list crc_q;      /* wreqs whose checksum is deferred, in order */
+	int64_t last_extent_ms; /* when the last EXTENT arrived */
 
 	struct list ranks;      /* rank_saves of this client */
 	struct list link;       /* in server->clients */
@@ -178,6 +184,9 @@ int server_accept(struct server *srv);
 void server_client_event(struct client *c, uint32_t events);
 void client_close(struct client *c, const char *why);
 void client_maybe_free(struct client *c);
+/* Computes the CRCs of the item pieces in the extent at file offset `off`
+ * (`len` bytes at `buf`). */
+void rank_crc_extent(struct rank_save *rs, const uint8_t *buf, uint64_t off, uint64_t len);
 /* Sends SAVE_DONE for a rank (once). */
 void rank_tell(struct rank_save *rs);
 
@@ -186,9 +195,20 @@ int writer_init(struct client *c, unsigned depth, char *err, size_t errlen);
 void writer_exit(struct client *c);
 /* Starts writing slot `slot` (which the client filled with an extent). */
 void writer_submit(struct client *c, uint32_t slot);
+/*
+ * Checksums every extent whose CRC was deferred, releasing the slots already
+ * written.  The loop defers checksums while a client is staging (they would
+ * take CPU from its copy threads on a small machine) and drains them when the
+ * rank is staged, when the arena runs short of free slots, when the client
+ * goes away, and on every tick.
+ */
+void writer_crc_drain(struct client *c);
 /* Starts the fsync of a rank whose every extent is written. */
 void writer_fsync(struct rank_save *rs);
 void writer_ring_event(struct client *c);
+/* Handles the completions already in the ring, without waiting: called
+ * between extents so the disk never idles while the loop checksums. */
+void writer_reap(struct client *c);
 
 /* commit.c: saves, ranks, the commit */
 /* Opens (or joins) the save a SAVE_BEGIN names and creates the rank's shard

@@ -158,6 +158,48 @@ void writer_fsync(struct rank_save *rs)
 }
 
 /* A slot's write finished (res bytes, or -errno). */
+/* Starts the fsync once a staged rank is completely written and
+ * checksummed: its index, written after the fsync, needs every CRC. */
+static void rank_maybe_sync(struct rank_save *rs)
+{
+	if (!rs->staged || rs->extents_written != rs->n_extents || rs->crc_pending ||
+	    rs->syncing || rs->durable || rs->failed || rs->save->state != SAVE_ACTIVE)
+		return;
+	/* The last extent was padded to LAYOUT_ALIGN for O_DIRECT: cut the file
+	 * to its real length before making it durable. */
+	if (ftruncate(rs->fd, (off_t)rs->layout.file_size) < 0)
+		rank_fail(rs, -errno, "truncating the shard of rank %u: %s", rs->rank,
+			  strerror(errno));
+	else
+		writer_fsync(rs);
+}
+
+/* Gives a slot back to the client.  The slot must be written (or its save
+ * failed) and no longer waiting for its checksum. */
+static void slot_release(struct client *c, uint32_t slot)
+{
+	struct wreq *w = &c->slots[slot];
+	struct rank_save *rs = w->rs;
+
+	if (w->crc_pending) {
+		list_del(&w->clink);
+		w->crc_pending = false;
+		rs->crc_pending--;
+	}
+	w->rs = NULL;
+	w->written = false;
+	c->slots_held--;
+	rs->held--;
+	if (!c->gone) {
+		struct proto_release m;
+		proto_init(&m.h, PROTO_RELEASE, sizeof(m));
+		m.arena_off = (uint64_t)slot * c->slot_bytes;
+		if (proto_send(c->fd, &m, sizeof(m), -1) < 0)
+			client_close(c, "cannot send RELEASE");
+	}
+}
+
+/* A slot's write finished (res bytes, or -errno). */
 static void write_done(struct client *c, uint32_t slot, int res)
 {
 	struct wreq *w = &c->slots[slot];
@@ -169,7 +211,8 @@ static void write_done(struct client *c, uint32_t slot, int res)
 		if (res < 0 && !rs->failed)
 			rank_fail(rs, res, "writing the shard of rank %u in '%s/%s': %s",
 				  rs->rank, rs->save->root, rs->save->work, strerror(-res));
-		goto release;
+		slot_release(c, slot);
+		return;
 	}
 	if ((uint64_t)res < w->len) {
 		/* Short write (a signal, a full disk about to report ENOSPC):
@@ -177,7 +220,8 @@ static void write_done(struct client *c, uint32_t slot, int res)
 		 * write would loop forever: treat it as an I/O error. */
 		if (res == 0) {
 			rank_fail(rs, -EIO, "writing the shard of rank %u: no progress", rs->rank);
-			goto release;
+			slot_release(c, slot);
+			return;
 		}
 		w->file_off += (uint64_t)res;
 		w->len -= (uint64_t)res;
@@ -188,39 +232,41 @@ static void write_done(struct client *c, uint32_t slot, int res)
 	rs->bytes_written += w->done;
 	rs->extents_written++;
 	c->srv->bytes_written += w->done;
-	if (rs->staged && rs->extents_written == rs->n_extents && !rs->syncing) {
-		/* The last extent was padded to LAYOUT_ALIGN for O_DIRECT: cut
-		 * the file to its real length before making it durable. */
-		if (ftruncate(rs->fd, (off_t)rs->layout.file_size) < 0)
-			rank_fail(rs, -errno, "truncating the shard of rank %u: %s", rs->rank,
-				  strerror(errno));
-		else
-			writer_fsync(rs);
-	}
+	w->written = true;
+	if (!w->crc_pending)
+		slot_release(c, slot);
+	rank_maybe_sync(rs);
+}
 
-release:
-	w->rs = NULL;
-	c->slots_held--;
-	rs->held--;
-	if (!c->gone) {
-		struct proto_release m;
-		proto_init(&m.h, PROTO_RELEASE, sizeof(m));
-		m.arena_off = (uint64_t)slot * c->slot_bytes;
-		int r = proto_send(c->fd, &m, sizeof(m), -1);
-		if (r < 0)
-			client_close(c, "cannot send RELEASE");
+void writer_crc_drain(struct client *c)
+{
+	while (!list_empty(&c->crc_q)) {
+		struct wreq *w = list_entry(c->crc_q.next, struct wreq, clink);
+		struct rank_save *rs = w->rs;
+		uint32_t slot = (uint32_t)(w - c->slots);
+		uint64_t ext_off = w->file_off - w->file_off % c->slot_bytes;
+
+		list_del(&w->clink);
+		w->crc_pending = false;
+		rs->crc_pending--;
+		if (!rs->failed && rs->save->state == SAVE_ACTIVE)
+			rank_crc_extent(rs, c->arena + (uint64_t)slot * c->slot_bytes, ext_off,
+					w->done);
+		if (w->written)
+			slot_release(c, slot);
+		rank_maybe_sync(rs);
+		/* Keep the disk busy between checksums. */
+		writer_reap(c);
 	}
 }
 
-void writer_ring_event(struct client *c)
+void writer_reap(struct client *c)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, n;
-	uint64_t junk;
 
-	if (read(c->efd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
-		log_debug("client %u: eventfd read: %s", c->id, strerror(errno));
-
+	if (!c->ring_ok)
+		return;
 	for (;;) {
 		n = 0;
 		struct {
@@ -262,4 +308,13 @@ void writer_ring_event(struct client *c)
 		if (any)
 			flush(c);
 	}
+}
+
+void writer_ring_event(struct client *c)
+{
+	uint64_t junk;
+
+	if (read(c->efd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
+		log_debug("client %u: eventfd read: %s", c->id, strerror(errno));
+	writer_reap(c);
 }
