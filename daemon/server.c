@@ -24,6 +24,13 @@
 #include "format/names.h"
 #include "shm/arena.h"
 
+int64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t now_ms(void)
 {
 	struct timespec ts;
@@ -316,6 +323,7 @@ static void on_save_begin(struct client *c, const struct proto_save_begin *m)
 	struct layout l = { 0 };
 	struct rank_save *rs;
 	char err[PROTO_MSG_LEN] = "";
+	int64_t t0 = now_us();
 	char *copy;
 	int r;
 
@@ -354,7 +362,10 @@ static void on_save_begin(struct client *c, const struct proto_save_begin *m)
 	}
 	if (m->token > c->max_token)
 		c->max_token = m->token;
+	rs->t_begin = t0;
 	send_result(c, PROTO_SAVE_ACK, m->token, 0, "");
+	log_debug("save '%s' rank %u: descriptor of %llu bytes accepted in %.1f ms", rs->save->name,
+		  rs->rank, (unsigned long long)m->desc_len, (double)(now_us() - t0) / 1000.0);
 }
 
 /* Checksums the pieces of the items that lie in [off, off + len). */
@@ -436,8 +447,10 @@ static void on_extent(struct client *c, const struct proto_extent *m)
 	rs->got[ext / 8] |= (uint8_t)(1u << (ext % 8));
 	rs->extents_received++;
 	rs->bytes_received += m->len;
-	if (rs->extents_received == rs->n_extents)
+	if (rs->extents_received == rs->n_extents) {
 		rs->staged = true;
+		rs->t_staged = now_us();
+	}
 
 	w->rs = rs;
 	w->file_off = m->file_off;

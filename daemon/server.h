@@ -100,6 +100,7 @@ struct rank_save {
 	unsigned inflight;      /* writes (and the fsync) submitted, not completed */
 	unsigned held;          /* arena slots this rank holds (written or queued) */
 	unsigned crc_pending;   /* of those, not checksummed yet */
+	int64_t t_begin, t_staged, t_written; /* now_us(), for the debug log */
 	bool staged;            /* every extent arrived: the daemon owns the rank */
 	bool syncing;
 	bool durable;           /* fsynced and its index is in the work dir */
@@ -178,6 +179,7 @@ struct server {
 };
 
 int64_t now_ms(void);
+int64_t now_us(void);
 
 /* server.c: connections and the protocol */
 int server_accept(struct server *srv);

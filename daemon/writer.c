@@ -165,6 +165,7 @@ static void rank_maybe_sync(struct rank_save *rs)
 	if (!rs->staged || rs->extents_written != rs->n_extents || rs->crc_pending ||
 	    rs->syncing || rs->durable || rs->failed || rs->save->state != SAVE_ACTIVE)
 		return;
+	rs->t_written = now_us();
 	/* The last extent was padded to LAYOUT_ALIGN for O_DIRECT: cut the file
 	 * to its real length before making it durable. */
 	if (ftruncate(rs->fd, (off_t)rs->layout.file_size) < 0)

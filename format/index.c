@@ -162,6 +162,8 @@ struct merge {
 	int dirfd;
 	const char *job, *name;
 	uint32_t world;
+	const struct index_local *local; /* ranks given in memory */
+	size_t n_local;
 	atomic_uint next_rank;   /* work queue of the parse phase */
 	struct part *parts;      /* per rank */
 	/* Gathered from the parts. */
@@ -493,6 +495,62 @@ out:
 	return ret;
 }
 
+/* Takes rank r's part from a layout the caller holds (validated when it was
+ * parsed from the descriptor), instead of reading its index file back. */
+static int load_local(struct merge *m, const struct index_local *lo, char *err, size_t errlen)
+{
+	const struct layout *l = lo->layout;
+	struct part *p = &m->parts[lo->rank];
+
+	(void)err;
+	(void)errlen;
+	p->file_size = l->file_size;
+	p->step = l->step;
+	p->cap_chunks = l->n_items ? l->n_items : 1;
+	p->cap_dims = l->n_dims ? l->n_dims : 1;
+	p->cap_crcs = l->n_crcs ? l->n_crcs : 1;
+	p->chunks = malloc(p->cap_chunks * sizeof(*p->chunks));
+	p->dims = malloc(p->cap_dims * sizeof(*p->dims));
+	p->crcs = malloc(p->cap_crcs * sizeof(*p->crcs));
+	if (!p->chunks || !p->dims || !p->crcs)
+		return -ENOMEM;
+	for (size_t i = 0; i < l->n_items; i++) {
+		const struct layout_item *it = &l->items[i];
+
+		p->chunks[i] = (struct chunk){
+			.name = it->name, /* the layout outlives the merge */
+			.kind = it->kind,
+			.dtype = it->dtype,
+			.ndim = it->ndim,
+			.rank = lo->rank,
+			.next = NONE,
+			.dims = p->n_dims,
+			.crc0 = it->crc0,
+			.begin = it->begin,
+			.end = it->end,
+		};
+		memcpy(p->dims + p->n_dims, l->dims + it->dims, 3u * it->ndim * sizeof(*p->dims));
+		p->n_dims += 3u * it->ndim;
+	}
+	p->n_chunks = l->n_items;
+	if (l->n_crcs)
+		memcpy(p->crcs, lo->crcs, l->n_crcs * sizeof(*p->crcs));
+	p->n_crcs = l->n_crcs;
+	if (lo->rank == 0) {
+		p->meta = json_incref((json_t *)l->meta);
+		p->metrics = json_incref((json_t *)l->metrics);
+	}
+	return 0;
+}
+
+static const struct index_local *find_local(const struct merge *m, uint32_t r)
+{
+	for (size_t i = 0; i < m->n_local; i++)
+		if (m->local[i].rank == r)
+			return &m->local[i];
+	return NULL;
+}
+
 static void *parse_worker(void *arg)
 {
 	struct merge *m = arg;
@@ -500,8 +558,10 @@ static void *parse_worker(void *arg)
 
 	while ((r = atomic_fetch_add(&m->next_rank, 1)) < m->world) {
 		struct part *p = &m->parts[r];
+		const struct index_local *lo = find_local(m, r);
 
-		p->ret = load_part(m, r, p->err, sizeof(p->err));
+		p->ret = lo ? load_local(m, lo, p->err, sizeof(p->err)) :
+			      load_part(m, r, p->err, sizeof(p->err));
 	}
 	return NULL;
 }
@@ -867,9 +927,11 @@ static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *
 }
 
 int index_merge(int dirfd, const char *job, const char *name, uint32_t world, int64_t time_utc,
-		char **ret_text, char *err, size_t errlen)
+		const struct index_local *local, size_t n_local, char **ret_text, char *err,
+		size_t errlen)
 {
-	struct merge m = { .dirfd = dirfd, .job = job, .name = name, .world = world };
+	struct merge m = { .dirfd = dirfd, .job = job, .name = name, .world = world,
+			   .local = local, .n_local = n_local };
 	uint32_t *tmp = NULL;
 	int ret = 0;
 

@@ -51,9 +51,19 @@ void index_index_name(uint32_t rank, char *buf, size_t len);
 int index_build(const struct layout *l, const uint32_t *crcs, const char *job, uint32_t rank,
 		uint32_t world, char **ret_text);
 
+/* A rank whose index the caller has in memory (the daemon's own ranks):
+ * its layout and CRCs, as index_build() would write them. */
+struct index_local {
+	uint32_t rank;
+	const struct layout *layout;
+	const uint32_t *crcs;
+};
+
 /*
  * Reads the `world` indexes rank-00000..(world-1).index.json in directory
- * fd `dirfd` and merges them into the manifest text.  Checks: every index
+ * fd `dirfd` -- except the n_local ranks given in `local`, taken from memory
+ * (they must have been validated, e.g. by desc_parse) -- and merges them
+ * into the manifest text.  Checks: every index
  * parses and names this job, save name, rank and world; every tensor has the
  * same dtype and global shape in every chunk; chunks of a tensor do not
  * overlap and their volumes add up to the global volume (they cover it);
@@ -65,7 +75,8 @@ int index_build(const struct layout *l, const uint32_t *crcs, const char *job, u
  * which tensor/rank), -ENOMEM.
  */
 int index_merge(int dirfd, const char *job, const char *name, uint32_t world, int64_t time_utc,
-		char **ret_text, char *err, size_t errlen);
+		const struct index_local *local, size_t n_local, char **ret_text, char *err,
+		size_t errlen);
 
 /* ---- the parsed manifest, for readers and ckptctl ---- */
 

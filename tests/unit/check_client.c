@@ -812,7 +812,7 @@ static void commit_dir(struct fake_ckptd *f, size_t n, const char *dir)
 	}
 	err[0] = '\0';
 	int r = index_merge(dfd, JOB, fake_ckptd_save(f, 0)->layout.name, (uint32_t)n, 1700000000,
-			    &text, err, sizeof(err));
+			    NULL, 0, &text, err, sizeof(err));
 	ck_assert_msg(r == 0, "index_merge: %d %s", r, err);
 	int fd = openat(dfd, MANIFEST_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));

@@ -62,36 +62,48 @@ static uint32_t fake_crc(uint32_t rank, uint32_t piece)
 	return 0xC0000000u + rank * 100000u + piece;
 }
 
-/* Lays out one rank's items, builds its index and writes it to the temp
- * directory.  Returns the shard's file size. */
+/* Lays out one rank's items with its fake CRCs, as its daemon would hold
+ * them.  The caller frees *ret_crcs and the layout. */
+static void make_rank(const char *name, uint64_t step, uint32_t rank, const struct titem *items,
+		      size_t n, struct layout *l, uint32_t **ret_crcs)
+{
+	uint32_t *crcs;
+	char *json;
+	size_t len;
+
+	ck_assert_int_eq(layout_init(l, "/data", name, step), 0);
+	for (size_t i = 0; i < n; i++) {
+		const struct titem *t = &items[i];
+
+		ck_assert_int_eq(layout_add(l, t->kind, t->name, t->dtype, t->ndim, t->shape,
+					    t->sharded ? t->gshape : NULL,
+					    t->sharded ? t->offs : NULL, NULL, 0), 0);
+	}
+	json_object_set_new(l->meta, "who", json_sprintf("rank %u", rank));
+	json_object_set_new(l->metrics, "loss", json_real(0.5 + rank));
+	ck_assert_int_eq(layout_pack(l), 0);
+	ck_assert_int_eq(st_header_json(l, rank, &json, &len), 0);
+	ck_assert_int_eq(layout_place(l, len), 0);
+	free(json);
+	crcs = calloc(l->n_crcs + 1, sizeof(*crcs));
+	for (uint32_t k = 0; k < l->n_crcs; k++)
+		crcs[k] = fake_crc(rank, k);
+	*ret_crcs = crcs;
+}
+
+/* Builds one rank's index and writes it to the temp directory.  Returns the
+ * shard's file size. */
 static uint64_t write_rank_step(const char *job, const char *name, uint64_t step, uint32_t rank,
 				uint32_t world, const struct titem *items, size_t n)
 {
 	struct layout l;
 	uint32_t *crcs;
-	char fname[32], *json, *text;
-	size_t len;
+	char fname[32], *text;
 	uint64_t size;
 	FILE *f;
 	int fd;
 
-	ck_assert_int_eq(layout_init(&l, "/data", name, step), 0);
-	for (size_t i = 0; i < n; i++) {
-		const struct titem *t = &items[i];
-
-		ck_assert_int_eq(layout_add(&l, t->kind, t->name, t->dtype, t->ndim, t->shape,
-					    t->sharded ? t->gshape : NULL,
-					    t->sharded ? t->offs : NULL, NULL, 0), 0);
-	}
-	json_object_set_new(l.meta, "who", json_sprintf("rank %u", rank));
-	json_object_set_new(l.metrics, "loss", json_real(0.5 + rank));
-	ck_assert_int_eq(layout_pack(&l), 0);
-	ck_assert_int_eq(st_header_json(&l, rank, &json, &len), 0);
-	ck_assert_int_eq(layout_place(&l, len), 0);
-	free(json);
-	crcs = calloc(l.n_crcs + 1, sizeof(*crcs));
-	for (uint32_t k = 0; k < l.n_crcs; k++)
-		crcs[k] = fake_crc(rank, k);
+	make_rank(name, step, rank, items, n, &l, &crcs);
 	ck_assert_int_eq(index_build(&l, crcs, job, rank, world, &text), 0);
 	index_index_name(rank, fname, sizeof(fname));
 	fd = openat(dirfd_, fname, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -113,7 +125,7 @@ static uint64_t write_rank(uint32_t rank, uint32_t world, const struct titem *it
 
 static int merge(uint32_t world, char **text, char *err, size_t errlen)
 {
-	return index_merge(dirfd_, JOB, NAME, world, T_2026, text, err, errlen);
+	return index_merge(dirfd_, JOB, NAME, world, T_2026, NULL, 0, text, err, errlen);
 }
 
 #define TENSOR(n, dt, nd, ...) { .name = n, .kind = ITEM_TENSOR, .dtype = dt, .ndim = nd, __VA_ARGS__ }
@@ -237,6 +249,39 @@ START_TEST(test_merge_good)
 END_TEST
 
 /* Four ranks hold a 2x2 grid of one tensor; one rank saves nothing. */
+/* A rank given in memory (as the daemon has its own) merges exactly as the
+ * same rank read back from its index file. */
+START_TEST(test_merge_local)
+{
+	struct index_local lo[2];
+	struct layout l0, l1;
+	uint32_t *c0, *c1;
+	char err[256] = "", *from_files = good_manifest(NULL, NULL), *mixed = NULL;
+
+	make_rank(NAME, 5, 0, rank0_items, 4, &l0, &c0);
+	make_rank(NAME, 5, 1, rank1_items, 3, &l1, &c1);
+	lo[0] = (struct index_local){ .rank = 0, .layout = &l0, .crcs = c0 };
+	lo[1] = (struct index_local){ .rank = 1, .layout = &l1, .crcs = c1 };
+	/* Rank 0 from memory, rank 1 from its file. */
+	ck_assert_msg(index_merge(dirfd_, JOB, NAME, 2, T_2026, lo, 1, &mixed, err,
+				  sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(mixed, from_files);
+	free(mixed);
+	/* Both from memory: the files are not read at all. */
+	unlinkat(dirfd_, "rank-00000.index.json", 0);
+	unlinkat(dirfd_, "rank-00001.index.json", 0);
+	ck_assert_msg(index_merge(dirfd_, JOB, NAME, 2, T_2026, lo, 2, &mixed, err,
+				  sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(mixed, from_files);
+	free(mixed);
+	free(from_files);
+	free(c0);
+	free(c1);
+	layout_free(&l0);
+	layout_free(&l1);
+}
+END_TEST
+
 START_TEST(test_merge_grid)
 {
 	static const struct titem r[4][1] = {
@@ -577,6 +622,7 @@ static Suite *index_suite(void)
 	tc = tcase_create("merge");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_merge_good);
+	tcase_add_test(tc, test_merge_local);
 	tcase_add_test(tc, test_merge_grid);
 	tcase_add_test(tc, test_merge_empty_world1);
 	suite_add_tcase(s, tc);
