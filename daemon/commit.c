@@ -612,7 +612,7 @@ void saves_tick(struct server *srv)
 	{
 		struct client *c = list_entry(p, struct client, link);
 		if (!list_empty(&c->crc_q) && now - c->last_extent_ms > 200)
-			writer_crc_drain(c);
+			writer_crc_drain(c, 0);
 	}
 
 	list_for_each_safe(p, t, &srv->saves)

@@ -129,7 +129,7 @@ void client_close(struct client *c, const char *why)
 			rank_fail(rs, -ECONNRESET, "rank %u disconnected before its shard was staged",
 				  rs->rank);
 	}
-	writer_crc_drain(c);
+	writer_crc_drain(c, 0);
 }
 
 /* Frees a closed client once no write of its arena is in flight. */
@@ -468,8 +468,10 @@ static void on_extent(struct client *c, const struct proto_extent *m)
 	 * unless the rank is staged or the client is short of free slots.
 	 * Both only read the slot, and it is released after both. */
 	writer_submit(c, (uint32_t)slot_idx);
-	if (rs->staged || c->n_slots - c->slots_held <= c->n_slots / 16 + 1)
-		writer_crc_drain(c);
+	if (rs->staged)
+		writer_crc_drain(c, 0);
+	else if (c->n_slots - c->slots_held <= 1)
+		writer_crc_drain(c, c->n_slots / 8 > 2 ? c->n_slots / 8 : 2);
 	else
 		writer_reap(c);
 }

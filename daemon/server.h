@@ -198,13 +198,14 @@ void writer_exit(struct client *c);
 /* Starts writing slot `slot` (which the client filled with an extent). */
 void writer_submit(struct client *c, uint32_t slot);
 /*
- * Checksums every extent whose CRC was deferred, releasing the slots already
- * written.  The loop defers checksums while a client is staging (they would
- * take CPU from its copy threads on a small machine) and drains them when the
- * rank is staged, when the arena runs short of free slots, when the client
- * goes away, and on every tick.
+ * Checksums extents whose CRC was deferred, oldest first, releasing the
+ * slots already written, until want_free slots are free (0: all of them).
+ * The loop defers checksums while a client is staging (they would take CPU
+ * from its copy threads on a small machine) and drains them all when the
+ * rank is staged, when the client goes away or stalls; and a few when the
+ * client is about to run out of free slots.
  */
-void writer_crc_drain(struct client *c);
+void writer_crc_drain(struct client *c, uint32_t want_free);
 /* Starts the fsync of a rank whose every extent is written. */
 void writer_fsync(struct rank_save *rs);
 void writer_ring_event(struct client *c);

@@ -239,9 +239,9 @@ static void write_done(struct client *c, uint32_t slot, int res)
 	rank_maybe_sync(rs);
 }
 
-void writer_crc_drain(struct client *c)
+void writer_crc_drain(struct client *c, uint32_t want_free)
 {
-	while (!list_empty(&c->crc_q)) {
+	while (!list_empty(&c->crc_q) && (want_free == 0 || c->n_slots - c->slots_held < want_free)) {
 		struct wreq *w = list_entry(c->crc_q.next, struct wreq, clink);
 		struct rank_save *rs = w->rs;
 		uint32_t slot = (uint32_t)(w - c->slots);
