@@ -185,19 +185,6 @@ out_meta:
 #define bad(err, errlen, ...) errmsg_set((err), (errlen), -EBADMSG, __VA_ARGS__)
 
 /* "[2,3]" for messages; cut short if it does not fit. */
-static const char *dims_str(const uint64_t *d, unsigned n, char *buf, size_t len)
-{
-	size_t o = 0;
-
-	o += (size_t)snprintf(buf, len, "[");
-	for (unsigned i = 0; i < n && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? "," : "",
-				      (unsigned long long)d[i]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
-	return buf;
-}
-
 /* Validates meta (string values) or metrics (finite numbers) and returns a
  * reference to keep: meta as it is, metrics rebuilt with every value a
  * real, so integers written by a peer compare equal to what we build. */
@@ -576,7 +563,7 @@ static int parse_items(const char *text, const struct desc_hdr *h, struct layout
 		if (r.end - r.begin != nbytes) {
 			ret = bad(err, errlen,
 				  "item %u ('%s'): shape %s %s is %llu bytes but the range holds %llu",
-				  i, name, dims_str(shape, r.ndim, db, sizeof(db)),
+				  i, name, errmsg_dims(shape, r.ndim, db, sizeof(db)),
 				  ckpt_dtype_name((enum ckpt_dtype)r.dtype), (unsigned long long)nbytes,
 				  (unsigned long long)(r.end - r.begin));
 			goto out;

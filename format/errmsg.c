@@ -33,3 +33,16 @@ const char *errmsg_safe(const char *s, char buf[ERRMSG_SAFE_LEN])
 		buf[i] = '\0';
 	return buf;
 }
+
+const char *errmsg_dims(const uint64_t *d, unsigned n, char *buf, size_t len)
+{
+	size_t o = 0;
+
+	o += (size_t)snprintf(buf, len, "[");
+	for (unsigned i = 0; i < n && o < len; i++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? "," : "",
+				      (unsigned long long)d[i]);
+	if (o < len)
+		snprintf(buf + o, len - o, "]");
+	return buf;
+}

@@ -20,8 +20,10 @@
 
 #include "format/dtype.h"
 #include "format/errmsg.h"
+#include "format/grow.h"
 #include "format/index.h"
 #include "format/jbuf.h"
+#include "format/jread.h"
 #include "format/names.h"
 #include "format/nameset.h"
 
@@ -175,50 +177,6 @@ struct merge {
 	size_t n_entries;
 };
 
-static int grow(void **arr, size_t *cap, size_t need, size_t size)
-{
-	size_t c = *cap ? *cap : 64;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	if (c > SIZE_MAX / size)
-		return -ENOMEM;
-	p = realloc(*arr, c * size);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = c;
-	return 0;
-}
-
-static const char *dims_str(const uint64_t *d, unsigned n, char *buf, size_t len)
-{
-	size_t o = (size_t)snprintf(buf, len, "[");
-
-	for (unsigned i = 0; i < n && o < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? "," : "",
-				      (unsigned long long)d[i]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
-	return buf;
-}
-
-static bool get_u64(const json_t *j, uint64_t *ret)
-{
-	json_int_t v;
-
-	if (!json_is_integer(j))
-		return false;
-	v = json_integer_value(j);
-	if (v < 0)
-		return false;
-	*ret = (uint64_t)v;
-	return true;
-}
-
 static bool get_dims(const json_t *j, uint64_t *out, size_t *ret_n)
 {
 	size_t n;
@@ -229,7 +187,7 @@ static bool get_dims(const json_t *j, uint64_t *out, size_t *ret_n)
 	if (n > CKPT_MAX_NDIM)
 		return false;
 	for (size_t i = 0; i < n; i++)
-		if (!get_u64(json_array_get(j, i), &out[i]))
+		if (!jread_u64(json_array_get(j, i), &out[i]))
 			return false;
 	*ret_n = n;
 	return true;
@@ -328,7 +286,7 @@ static int check_u64(json_t *root, const char *key, uint64_t want, uint32_t r, c
 {
 	uint64_t v;
 
-	if (!get_u64(json_object_get(root, key), &v))
+	if (!jread_u64(json_object_get(root, key), &v))
 		return bad("rank %u: index has no integer '%s'", r, key);
 	if (v != want)
 		return bad("rank %u: index says %s %llu, expected %llu", r, key,
@@ -380,8 +338,8 @@ static int add_chunk(struct part *p, uint32_t r, size_t i, json_t *it, char *err
 		return bad("rank %u: item '%s': size overflows", r, name);
 	if (kind[0] == 'b' && (dtype != CKPT_U8 || nd != 1 || offs[0] != 0 || gshape[0] != shape[0]))
 		return bad("rank %u: blob '%s' is not a whole 1-D U8 array", r, name);
-	if (!get_u64(json_object_get(it, "begin"), &begin) ||
-	    !get_u64(json_object_get(it, "end"), &end) || begin > end || end > p->file_size)
+	if (!jread_u64(json_object_get(it, "begin"), &begin) ||
+	    !jread_u64(json_object_get(it, "end"), &end) || begin > end || end > p->file_size)
 		return bad("rank %u: item '%s': begin/end not a range inside the file (%llu bytes)", r,
 			   name, (unsigned long long)p->file_size);
 	if (end - begin != vol)
@@ -392,14 +350,14 @@ static int add_chunk(struct part *p, uint32_t r, size_t i, json_t *it, char *err
 	if (!json_is_array(crcs) || json_array_size(crcs) != ncrc)
 		return bad("rank %u: item '%s': crc32c is not an array of %llu CRCs", r, name,
 			   (unsigned long long)ncrc);
-	if (grow((void **)&p->chunks, &p->cap_chunks, p->n_chunks + 1, sizeof(*p->chunks)) ||
-	    grow((void **)&p->dims, &p->cap_dims, p->n_dims + 3 * nd, sizeof(*p->dims)) ||
-	    grow((void **)&p->crcs, &p->cap_crcs, p->n_crcs + ncrc, sizeof(*p->crcs)))
+	if (grow_array((void **)&p->chunks, &p->cap_chunks, p->n_chunks + 1, sizeof(*p->chunks)) ||
+	    grow_array((void **)&p->dims, &p->cap_dims, p->n_dims + 3 * nd, sizeof(*p->dims)) ||
+	    grow_array((void **)&p->crcs, &p->cap_crcs, p->n_crcs + ncrc, sizeof(*p->crcs)))
 		return -ENOMEM;
 	for (size_t k = 0; k < ncrc; k++) {
 		uint64_t v;
 
-		if (!get_u64(json_array_get(crcs, k), &v) || v > UINT32_MAX)
+		if (!jread_u64(json_array_get(crcs, k), &v) || v > UINT32_MAX)
 			return bad("rank %u: item '%s': crc32c[%zu] is not a 32-bit value", r, name,
 				   k);
 		p->crcs[p->n_crcs + k] = (uint32_t)v;
@@ -457,12 +415,12 @@ static int load_part(struct merge *m, uint32_t r, char *err, size_t errlen)
 	    (ret = check_u64(root, "world", m->world, r, err, errlen)) ||
 	    (ret = check_u64(root, "crc_block", LAYOUT_CRC_BLOCK, r, err, errlen)))
 		goto out;
-	if (!get_u64(json_object_get(root, "file_size"), &p->file_size) ||
+	if (!jread_u64(json_object_get(root, "file_size"), &p->file_size) ||
 	    p->file_size > INT64_MAX) {
 		ret = bad("rank %u: index has no integer 'file_size'", r);
 		goto out;
 	}
-	if (!get_u64(json_object_get(root, "step"), &p->step)) {
+	if (!jread_u64(json_object_get(root, "step"), &p->step)) {
 		ret = bad("rank %u: index has no integer 'step'", r);
 		goto out;
 	}
@@ -679,9 +637,9 @@ static int group(struct merge *m, char *err, size_t errlen)
 			   f->ndim * sizeof(uint64_t)) != 0) {
 			ret = bad("tensor '%s': rank %u says global shape %s, rank %u says %s",
 				  c->name, c->rank,
-				  dims_str(m->dims + c->dims + c->ndim, c->ndim, b1, sizeof(b1)),
+				  errmsg_dims(m->dims + c->dims + c->ndim, c->ndim, b1, sizeof(b1)),
 				  f->rank,
-				  dims_str(m->dims + f->dims + f->ndim, f->ndim, b2, sizeof(b2)));
+				  errmsg_dims(m->dims + f->dims + f->ndim, f->ndim, b2, sizeof(b2)));
 			break;
 		}
 		m->chunks[en->last].next = (uint32_t)i;
@@ -788,9 +746,9 @@ static int check_cover(struct merge *m, const struct entry *en, uint32_t *tmp, c
 					continue;
 				return bad("tensor '%s': the chunk of rank %u at %s and the chunk of rank %u at %s overlap",
 					   f->name, ca->rank,
-					   dims_str(m->dims + ca->dims + 2u * ndim, ndim, b1, sizeof(b1)),
+					   errmsg_dims(m->dims + ca->dims + 2u * ndim, ndim, b1, sizeof(b1)),
 					   cb->rank,
-					   dims_str(m->dims + cb->dims + 2u * ndim, ndim, b2, sizeof(b2)));
+					   errmsg_dims(m->dims + cb->dims + 2u * ndim, ndim, b2, sizeof(b2)));
 			}
 		}
 	}

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "format/errmsg.h"
+#include "format/grow.h"
 #include "format/layout.h"
 #include "format/names.h"
 
@@ -96,26 +97,6 @@ static char *pool_strdup(struct layout *l, const char *s, size_t n)
 	return dst;
 }
 
-/* Grows an array of `size`-byte elements to hold `need`, doubling. */
-static int grow(void **arr, size_t *cap, size_t need, size_t size)
-{
-	size_t c = *cap ? *cap : 16;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	if (c > SIZE_MAX / size)
-		return -ENOMEM;
-	p = realloc(*arr, c * size);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = c;
-	return 0;
-}
-
 int layout_add(struct layout *l, enum item_kind kind, const char *name, enum ckpt_dtype dtype,
 	       unsigned ndim, const uint64_t *shape, const uint64_t *gshape, const uint64_t *offs,
 	       char *err, size_t errlen)
@@ -166,8 +147,8 @@ int layout_add(struct layout *l, enum item_kind kind, const char *name, enum ckp
 
 	/* Reserve everything before changing anything, so a failure leaves
 	 * the layout as it was. */
-	if (grow((void **)&l->items, &l->cap_items, l->n_items + 1, sizeof(*l->items)) ||
-	    grow((void **)&l->dims, &l->cap_dims, l->n_dims + 3u * ndim, sizeof(*l->dims)))
+	if (grow_array((void **)&l->items, &l->cap_items, l->n_items + 1, sizeof(*l->items)) ||
+	    grow_array((void **)&l->dims, &l->cap_dims, l->n_dims + 3u * ndim, sizeof(*l->dims)))
 		return -ENOMEM;
 	pname = pool_strdup(l, name, strlen(name));
 	if (!pname)

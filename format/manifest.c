@@ -18,6 +18,7 @@
 #include "format/dtype.h"
 #include "format/errmsg.h"
 #include "format/index.h"
+#include "format/jread.h"
 #include "format/names.h"
 
 #define bad(...) errmsg_set(err, errlen, -EBADMSG, __VA_ARGS__)
@@ -84,26 +85,13 @@ void manifest_free(struct manifest *m)
 	memset(m, 0, sizeof(*m));
 }
 
-static bool get_u64(const json_t *j, uint64_t *ret)
-{
-	json_int_t v;
-
-	if (!json_is_integer(j))
-		return false;
-	v = json_integer_value(j);
-	if (v < 0)
-		return false;
-	*ret = (uint64_t)v;
-	return true;
-}
-
 /* An array of exactly `n` non-negative integers (n <= CKPT_MAX_NDIM). */
 static bool get_dims_n(const json_t *j, uint64_t *out, size_t n)
 {
 	if (!json_is_array(j) || json_array_size(j) != n)
 		return false;
 	for (size_t i = 0; i < n; i++)
-		if (!get_u64(json_array_get(j, i), &out[i]))
+		if (!jread_u64(json_array_get(j, i), &out[i]))
 			return false;
 	return true;
 }
@@ -123,7 +111,7 @@ static int get_crcs(struct manifest *m, const json_t *j, uint64_t begin, uint64_
 	for (size_t i = 0; i < n; i++) {
 		uint64_t v;
 
-		if (!get_u64(json_array_get(j, i), &v) || v > UINT32_MAX)
+		if (!jread_u64(json_array_get(j, i), &v) || v > UINT32_MAX)
 			return -EBADMSG;
 		c[i] = (uint32_t)v;
 	}
@@ -158,9 +146,9 @@ static int parse_files(struct manifest *m, json_t *files, char *err, size_t errl
 		const char *path = json_string_value(json_object_get(f, "path"));
 		uint64_t rank, size;
 
-		if (!get_u64(json_object_get(f, "rank"), &rank) || rank >= m->world)
+		if (!jread_u64(json_object_get(f, "rank"), &rank) || rank >= m->world)
 			return bad("manifest file %zu: rank is not an integer below %u", i, m->world);
-		if (!get_u64(json_object_get(f, "size"), &size))
+		if (!jread_u64(json_object_get(f, "size"), &size))
 			return bad("manifest file %zu: size is not a non-negative integer", i);
 		if (!path || !plain_file_name(path))
 			return bad("manifest file %zu: path is not a plain file name", i);
@@ -172,7 +160,7 @@ static int parse_files(struct manifest *m, json_t *files, char *err, size_t errl
 		if (!m->files[i].path)
 			return -ENOMEM;
 	}
-	if (!get_u64(json_object_get(m->json, "total_bytes"), &want) || want != total)
+	if (!jread_u64(json_object_get(m->json, "total_bytes"), &want) || want != total)
 		return bad("manifest total_bytes is not the sum of the file sizes (%llu)",
 			   (unsigned long long)total);
 	m->total_bytes = total;
@@ -188,11 +176,11 @@ static int parse_range(struct manifest *m, const char *what, const char *name, s
 	uint64_t file, begin, end;
 	int ret;
 
-	if (!get_u64(json_object_get(jc, "file"), &file) || file >= m->n_files)
+	if (!jread_u64(json_object_get(jc, "file"), &file) || file >= m->n_files)
 		return bad("%s '%s' chunk %zu: file is not an index below %zu", what, name, k,
 			   m->n_files);
-	if (!get_u64(json_object_get(jc, "begin"), &begin) ||
-	    !get_u64(json_object_get(jc, "end"), &end) || begin > end ||
+	if (!jread_u64(json_object_get(jc, "begin"), &begin) ||
+	    !jread_u64(json_object_get(jc, "end"), &end) || begin > end ||
 	    end > m->files[file].size)
 		return bad("%s '%s' chunk %zu: [begin, end) is not a range inside %s (%llu bytes)",
 			   what, name, k, m->files[file].path,
@@ -287,7 +275,7 @@ static int parse_blob(struct manifest *m, const char *name, json_t *jb, struct m
 
 	if (!json_is_object(jb))
 		return bad("blob '%s' is not an object", name);
-	if (!get_u64(json_object_get(jb, "size"), &size))
+	if (!jread_u64(json_object_get(jb, "size"), &size))
 		return bad("blob '%s': size is not a non-negative integer", name);
 	t->kind = ITEM_BLOB;
 	t->dtype = CKPT_U8;
@@ -409,16 +397,16 @@ int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, 
 	strcpy(m->name, name);
 	strcpy(m->job, job);
 	strcpy(m->time, tm);
-	if (!get_u64(json_object_get(root, "step"), &m->step)) {
+	if (!jread_u64(json_object_get(root, "step"), &m->step)) {
 		ret = bad("manifest step is not a non-negative integer");
 		goto fail;
 	}
-	if (!get_u64(json_object_get(root, "world_size"), &v) || v == 0 || v > CKPT_MAX_WORLD) {
+	if (!jread_u64(json_object_get(root, "world_size"), &v) || v == 0 || v > CKPT_MAX_WORLD) {
 		ret = bad("manifest world_size is not in [1, %d]", CKPT_MAX_WORLD);
 		goto fail;
 	}
 	m->world = (uint32_t)v;
-	if (!get_u64(json_object_get(root, "crc_block"), &v) || v != LAYOUT_CRC_BLOCK) {
+	if (!jread_u64(json_object_get(root, "crc_block"), &v) || v != LAYOUT_CRC_BLOCK) {
 		ret = bad("manifest crc_block is not %u", LAYOUT_CRC_BLOCK);
 		goto fail;
 	}
