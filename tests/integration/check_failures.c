@@ -1061,6 +1061,85 @@ END_TEST
 
 /* ---- the daemon dies mid-save ---------------------------------------------------- */
 
+/* SIGTERM (systemd stop or restart): a save the daemon already owns (every
+ * byte staged) still commits before the daemon exits; one still staging
+ * fails, and nothing of it is visible. */
+START_TEST(test_graceful_stop)
+{
+	struct testd t;
+	struct ckpt_client *c, *c2;
+	struct ckpt_save *s, *s2;
+	struct ckpt_future *fs, *fc, *fs2, *fc2;
+	struct ckpt_reader *r;
+	uint64_t shape[1] = { 4 * MiB };
+	unsigned char *buf;
+	char name[32], p[TD_PATH];
+	int status, st2, cm2;
+
+	td_init(&t, "graceful_stop");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 256M\narena_total = 512M\n"), 0);
+	buf = malloc(64 * MiB);
+	ck_assert_ptr_nonnull(buf);
+	td_fill(buf, 64 * MiB, 11, 0);
+
+	/* Client 1: 64 MiB into a 128 MiB arena, staged before the signal. */
+	c = td_connect(td_sock(&t, 0), "jobS", 0, 1, 128 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(c, t.root, "owned", 1, &s), 0);
+	for (int i = 0; i < 4; i++) {
+		snprintf(name, sizeof(name), "t%d", i);
+		td_add(s, name, CKPT_F32, 1, shape, buf + (size_t)i * 16 * MiB);
+	}
+	ck_assert_int_eq(ckpt_save_commit(s, &fs, &fc), 0);
+	ck_assert_int_eq(td_future_wait(fs, 20000), 0);
+
+	/* Client 2: 512 MiB through a 4 MiB arena: still staging at the signal. */
+	c2 = td_connect(td_sock(&t, 0), "jobT", 0, 1, 4 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(c2, t.root, "staging", 1, &s2), 0);
+	for (int i = 0; i < 32; i++) {
+		snprintf(name, sizeof(name), "t%02d", i);
+		td_add(s2, name, CKPT_F32, 1, shape, buf + (size_t)(i % 4) * 16 * MiB);
+	}
+	ck_assert_int_eq(ckpt_save_commit(s2, &fs2, &fc2), 0);
+	td_sleep_ms(20);
+
+	status = td_daemon_stop(&t, 0);
+	ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "ckptd did not exit cleanly on SIGTERM: %s", td_status_str(status));
+
+	/* The owned save committed, and its client was told. */
+	ck_assert_int_eq(td_future_wait(fc, 20000), 0);
+	td_path(p, sizeof(p), "%s/owned", t.root);
+	ck_assert_int_eq(ckpt_reader_open(p, &r), 0);
+	{
+		unsigned char *back = malloc(16 * MiB);
+		ck_assert_ptr_nonnull(back);
+		for (int i = 0; i < 4; i++) {
+			snprintf(name, sizeof(name), "t%d", i);
+			ck_assert_int_eq(ckpt_reader_read_tensor(r, name, back, 16 * MiB), 0);
+			ck_assert_msg(memcmp(back, buf + (size_t)i * 16 * MiB, 16 * MiB) == 0,
+				      "tensor %s differs after a graceful stop", name);
+		}
+		free(back);
+	}
+	ckpt_reader_close(r);
+
+	/* The other failed, with nothing visible. */
+	st2 = td_future_wait(fs2, 20000);
+	cm2 = td_future_wait(fc2, 20000);
+	ck_assert_msg(cm2 < 0 && cm2 != -EINPROGRESS && cm2 != -ETIMEDOUT,
+		      "a save still staging at SIGTERM: committed %d (staged %d)", cm2, st2);
+	td_path(p, sizeof(p), "%s/staging", t.root);
+	ck_assert_msg(!td_exists(p), "a save still staging at SIGTERM became visible");
+
+	ckpt_save_free(s);
+	ckpt_save_free(s2);
+	ckpt_disconnect(c);
+	ckpt_disconnect(c2);
+	free(buf);
+	td_fini(&t);
+}
+END_TEST
+
 START_TEST(test_daemon_dies)
 {
 	struct testd t;
@@ -1185,6 +1264,11 @@ static Suite *failures_suite(void)
 	tc = tcase_create("periodic_sweep");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_periodic_sweep);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("graceful_stop");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_graceful_stop);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("daemon_dies");
