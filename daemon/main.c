@@ -6,7 +6,9 @@
  * 78 (EX_CONFIG) on an invalid configuration -- found before anything starts.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +134,8 @@ static int setup(struct server *srv)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	if (pipe2(srv->apipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -errno;
 	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
 	srv->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	srv->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -143,7 +147,8 @@ static int setup(struct server *srv)
 		return srv->lfd;
 	if ((r = add_ev(srv, srv->lfd, &srv->ev_listen, EV_LISTEN)) < 0 ||
 	    (r = add_ev(srv, srv->sigfd, &srv->ev_sig, EV_SIGNAL)) < 0 ||
-	    (r = add_ev(srv, srv->tfd, &srv->ev_timer, EV_TIMER)) < 0)
+	    (r = add_ev(srv, srv->tfd, &srv->ev_timer, EV_TIMER)) < 0 ||
+	    (r = add_ev(srv, srv->apipe[0], &srv->ev_arena, EV_ARENA)) < 0)
 		return r;
 	return 0;
 }
@@ -173,7 +178,7 @@ static void begin_stop(struct server *srv)
 
 static bool busy(struct server *srv)
 {
-	return !list_empty(&srv->saves);
+	return !list_empty(&srv->saves) || srv->arenas_pending;
 }
 
 static int run(struct server *srv)
@@ -200,6 +205,9 @@ static int run(struct server *srv)
 				break;
 			case EV_RING:
 				writer_ring_event(ev->ptr);
+				break;
+			case EV_ARENA:
+				server_arena_event(srv);
 				break;
 			case EV_SIGNAL: {
 				struct signalfd_siginfo si;
@@ -246,6 +254,14 @@ static int run(struct server *srv)
 static void teardown(struct server *srv)
 {
 	struct list *p, *t;
+	int64_t until = now_ms() + STOP_GRACE_MS;
+
+	/* Arena workers still hold their clients: wait for them (bounded). */
+	while (srv->arenas_pending && now_ms() < until) {
+		struct pollfd pfd = { .fd = srv->apipe[0], .events = POLLIN };
+		if (poll(&pfd, 1, 100) > 0)
+			server_arena_event(srv);
+	}
 
 	list_for_each_safe(p, t, &srv->clients)
 	{

@@ -6,6 +6,7 @@
  * clients.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,15 +138,18 @@ void client_maybe_free(struct client *c)
 {
 	struct server *srv = c->srv;
 
-	if (!c->gone || !list_empty(&c->ranks) || c->slots_held || c->ring_inflight)
+	if (!c->gone || c->arena_pending || !list_empty(&c->ranks) || c->slots_held ||
+	    c->ring_inflight)
 		return;
+	if (c->arena_fd >= 0)
+		close(c->arena_fd);
 	if (c->ring_ok)
 		epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->efd, NULL);
 	writer_exit(c);
-	if (c->arena) {
+	if (c->arena)
 		munmap(c->arena, c->arena_bytes);
+	if (c->slots) /* the bytes were reserved when the arena was asked for */
 		srv->arena_in_use -= c->arena_bytes;
-	}
 	free(c->slots);
 	list_del(&c->link);
 	log_debug("client %u: freed", c->id);
@@ -166,15 +170,88 @@ static void drop(struct client *c, const char *fmt, ...)
 	client_close(c, "dropped");
 }
 
+/* Worker thread: makes the arena (memfd, populated) and the client's ring,
+ * then hands the client back to the loop. */
+static void *arena_worker(void *arg)
+{
+	struct client *c = arg;
+	char name[64];
+	void *addr;
+	int fd;
+
+	snprintf(name, sizeof(name), "ckptd-arena-%u", c->id);
+	fd = arena_create(name, c->arena_bytes, &addr);
+	if (fd < 0) {
+		c->arena_err = fd;
+		snprintf(c->arena_msg, sizeof(c->arena_msg), "cannot create a %llu-byte arena: %s",
+			 (unsigned long long)c->arena_bytes, strerror(-fd));
+	} else {
+		c->arena_fd = fd;
+		c->arena = addr;
+		c->arena_err = writer_init(c, c->srv->cfg.uring_depth, c->arena_msg,
+					   sizeof(c->arena_msg));
+	}
+	/* A pointer is 8 bytes: one write below PIPE_BUF is atomic. */
+	while (write(c->srv->apipe[1], &c, sizeof(c)) < 0 && errno == EINTR)
+		;
+	return NULL;
+}
+
+static void arena_done(struct client *c)
+{
+	struct server *srv = c->srv;
+	struct proto_hello_ok ok;
+	struct epoll_event ee = { .events = EPOLLIN, .data.ptr = &c->ev_ring };
+	int r;
+
+	c->arena_pending = false;
+	srv->arenas_pending--;
+	if (c->gone)
+		return; /* the reaper frees the arena */
+	if (c->arena_err == 0 && epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->efd, &ee) < 0) {
+		c->arena_err = -errno;
+		snprintf(c->arena_msg, sizeof(c->arena_msg), "epoll: %s", strerror(errno));
+		writer_exit(c);
+	}
+	if (c->arena_err < 0) {
+		log_warn("client %u (pid %d): refused: %s", c->id, c->pid, c->arena_msg);
+		send_error(c->fd, c->arena_err, c->arena_msg);
+		client_close(c, "refused");
+		return;
+	}
+	proto_init(&ok.h, PROTO_HELLO_OK, sizeof(ok));
+	ok.client_id = c->id;
+	ok.arena_bytes = c->arena_bytes;
+	ok.slot_bytes = c->slot_bytes;
+	r = proto_send(c->fd, &ok, sizeof(ok), c->arena_fd);
+	/* The client has its own reference now; ours is the mapping. */
+	close(c->arena_fd);
+	c->arena_fd = -1;
+	if (r < 0) {
+		client_close(c, "cannot send the arena");
+		return;
+	}
+	log_info("client %u (pid %d uid %u): job '%s' rank %u/%u, arena %llu MiB in %u slots", c->id,
+		 c->pid, c->uid, c->job, c->rank, c->world,
+		 (unsigned long long)(c->arena_bytes >> 20), c->n_slots);
+}
+
+void server_arena_event(struct server *srv)
+{
+	struct client *c;
+
+	while (read(srv->apipe[0], &c, sizeof(c)) == (ssize_t)sizeof(c))
+		arena_done(c);
+}
+
 static int hello_client(struct client *c, const struct proto_hello *m, char *err, size_t errlen)
 {
 	struct server *srv = c->srv;
-	struct epoll_event ee;
 	struct list *p;
 	uint64_t want, avail;
-	char name[64];
-	void *addr;
-	int fd, r;
+	pthread_attr_t attr;
+	pthread_t th;
+	int r;
 
 	if (!name_job_ok(m->job, err, errlen))
 		return -EINVAL;
@@ -213,40 +290,31 @@ static int hello_client(struct client *c, const struct proto_hello *m, char *err
 		return -ENOMEM;
 	}
 
-	snprintf(name, sizeof(name), "ckptd-arena-%u", c->id);
-	fd = arena_create(name, want, &addr);
-	if (fd < 0) {
-		snprintf(err, errlen, "cannot create a %llu-byte arena: %s",
-			 (unsigned long long)want, strerror(-fd));
-		return fd;
-	}
-	c->arena_fd = fd;
-	c->arena = addr;
 	c->arena_bytes = want;
 	c->slot_bytes = arena_slot_bytes(want);
 	c->n_slots = (uint32_t)(want / c->slot_bytes);
-	srv->arena_in_use += want;
 	c->slots = calloc(c->n_slots, sizeof(*c->slots));
 	if (!c->slots)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < c->n_slots; i++)
 		list_init(&c->slots[i].qlink);
-
-	r = writer_init(c, srv->cfg.uring_depth, err, errlen);
-	if (r < 0)
-		return r;
-	ee.events = EPOLLIN;
-	ee.data.ptr = &c->ev_ring;
-	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->efd, &ee) < 0) {
-		r = -errno;
-		snprintf(err, errlen, "epoll: %s", strerror(errno));
-		writer_exit(c);
-		return r;
-	}
-
 	snprintf(c->job, sizeof(c->job), "%s", m->job);
 	c->rank = m->rank;
 	c->world = m->world;
+
+	/* Reserve the bytes now, so concurrent handshakes respect arena_total,
+	 * and make the arena on a worker thread. */
+	srv->arena_in_use += want;
+	c->arena_pending = true;
+	srv->arenas_pending++;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	r = pthread_create(&th, &attr, arena_worker, c);
+	pthread_attr_destroy(&attr);
+	if (r != 0) {
+		/* No thread: do it here, slower for others but correct. */
+		arena_worker(c);
+	}
 	return 0;
 }
 
@@ -279,21 +347,8 @@ static void on_hello(struct client *c, const struct proto_hello *m)
 		send_error(c->fd, r, err);
 		c->role = 0; /* nothing of a rank to clean up */
 		client_close(c, "refused");
-		return;
 	}
-	ok.arena_bytes = c->arena_bytes;
-	ok.slot_bytes = c->slot_bytes;
-	r = proto_send(c->fd, &ok, sizeof(ok), c->arena_fd);
-	/* The client has its own reference now; ours is the mapping. */
-	close(c->arena_fd);
-	c->arena_fd = -1;
-	if (r < 0) {
-		client_close(c, "cannot send the arena");
-		return;
-	}
-	log_info("client %u (pid %d uid %u): job '%s' rank %u/%u, arena %llu MiB in %u slots", c->id,
-		 c->pid, c->uid, c->job, c->rank, c->world,
-		 (unsigned long long)(c->arena_bytes >> 20), c->n_slots);
+	/* Otherwise HELLO_OK goes out once the arena is made (arena_done). */
 }
 
 static struct rank_save *find_rank(struct client *c, uint32_t token)
@@ -544,6 +599,10 @@ void server_client_event(struct client *c, uint32_t events)
 		}
 		if (type != PROTO_HELLO && !c->role) {
 			drop(c, "message type %d before HELLO", type);
+			return;
+		}
+		if (c->arena_pending) {
+			drop(c, "message type %d before HELLO_OK", type);
 			return;
 		}
 		switch (type) {

@@ -57,7 +57,7 @@ static inline void list_del(struct list *n)
 }
 
 /* What an epoll event points at. */
-enum ev_kind { EV_LISTEN = 1, EV_CLIENT, EV_RING, EV_SIGNAL, EV_TIMER };
+enum ev_kind { EV_LISTEN = 1, EV_CLIENT, EV_RING, EV_SIGNAL, EV_TIMER, EV_ARENA };
 struct ev {
 	enum ev_kind kind;
 	void *ptr;
@@ -145,6 +145,13 @@ struct client {
 	uint32_t rank, world;
 	uint32_t max_token;     /* largest save token accepted so far */
 
+	/* The arena is made on a worker thread (populating gigabytes takes
+	 * seconds, which must not stall other clients' saves).  While
+	 * arena_pending, only that thread touches arena_fd, arena, the ring
+	 * and efd; it hands the client back through server.apipe. */
+	bool arena_pending;
+	int arena_err;
+	char arena_msg[PROTO_MSG_LEN];
 	int arena_fd;
 	uint8_t *arena;
 	uint64_t arena_bytes, slot_bytes;
@@ -167,7 +174,9 @@ struct client {
 struct server {
 	struct config cfg;
 	int epfd, lfd, sigfd, tfd;
-	struct ev ev_listen, ev_sig, ev_timer;
+	int apipe[2];           /* arena workers -> loop: finished clients */
+	unsigned arenas_pending;
+	struct ev ev_listen, ev_sig, ev_timer, ev_arena;
 	struct list clients, saves;
 	unsigned n_clients;
 	uint32_t next_id;
@@ -183,6 +192,8 @@ int64_t now_us(void);
 
 /* server.c: connections and the protocol */
 int server_accept(struct server *srv);
+/* Finishes the handshakes whose arenas the workers have made. */
+void server_arena_event(struct server *srv);
 void server_client_event(struct client *c, uint32_t events);
 void client_close(struct client *c, const char *why);
 void client_maybe_free(struct client *c);
