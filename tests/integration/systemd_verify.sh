@@ -69,9 +69,9 @@ grep -qx 'ListenSequentialPacket=/run/ckptd/ckptd.sock' systemd/ckptd.socket || 
 # tmpfiles.d: create under a private root and look at the result (the
 # entry names owner root, so only root can apply it).
 if command -v systemd-tmpfiles >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-	mkdir -p "$tmp/root"
-	systemd-tmpfiles --create --root="$tmp/root" - <systemd/ckptd.tmpfiles
-	mode=$(stat -c %a "$tmp/root/run/ckptd")
+	mkdir -p "$tmp/sysroot"
+	systemd-tmpfiles --create --root="$tmp/sysroot" - <systemd/ckptd.tmpfiles
+	mode=$(stat -c %a "$tmp/sysroot/run/ckptd")
 	if [ "$mode" != 755 ]; then
 		echo "FAIL: tmpfiles made /run/ckptd with mode $mode, want 755"
 		exit 1
