@@ -53,22 +53,6 @@ const struct copy_engine *copy_engine_select(enum ckpt_device device, int device
 
 /* ---- filling a slot ---- */
 
-/* Index of the first item whose byte range ends after `pos`.  Items are
- * packed in order, so begin and end both grow with the index. */
-static size_t first_item_after(const struct layout *l, uint64_t pos)
-{
-	size_t lo = 0, hi = l->n_items;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (l->items[mid].end <= pos)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 #define MAX_ENGINES 4
 
 /* Copies file bytes [off, off + len) of save s into dst.  Returns 0 or
@@ -87,7 +71,7 @@ static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, ch
 		memcpy(dst, s->hdr + pos, n);
 		pos += n;
 	}
-	for (size_t i = pos < end ? first_item_after(l, pos) : l->n_items;
+	for (size_t i = pos < end ? layout_find(l, pos) : l->n_items;
 	     pos < end && i < l->n_items; i++) {
 		const struct layout_item *it = &l->items[i];
 		const struct copy_engine *e = s->src[i].engine;

@@ -428,17 +428,8 @@ void rank_crc_extent(struct rank_save *rs, const uint8_t *buf, uint64_t off, uin
 {
 	const struct layout *l = &rs->layout;
 	uint64_t end = off + len;
-	size_t lo = 0, hi = l->n_items;
 
-	/* First item whose end is past off. */
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (l->items[mid].end <= off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	for (size_t i = lo; i < l->n_items && l->items[i].begin < end; i++) {
+	for (size_t i = layout_find(l, off); i < l->n_items && l->items[i].begin < end; i++) {
 		const struct layout_item *it = &l->items[i];
 		uint64_t b = it->begin > off ? it->begin : off;
 		uint64_t e = it->end < end ? it->end : end;

@@ -248,3 +248,17 @@ int layout_place(struct layout *l, size_t header_json_len)
 	l->n_crcs = (uint32_t)crcs;
 	return 0;
 }
+
+size_t layout_find(const struct layout *l, uint64_t off)
+{
+	size_t lo = 0, hi = l->n_items;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (l->items[mid].end <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}

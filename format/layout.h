@@ -111,6 +111,11 @@ int layout_add(struct layout *l, enum item_kind kind, const char *name, enum ckp
 	       unsigned ndim, const uint64_t *shape, const uint64_t *gshape, const uint64_t *offs,
 	       char *err, size_t errlen);
 
+/* Index of the first item whose byte range ends after file offset `off`
+ * (n_items if none).  Items are packed in order, so begin and end both grow
+ * with the index: a binary search. */
+size_t layout_find(const struct layout *l, uint64_t off);
+
 /* Byte size of an item's chunk (product of shape * dtype size). */
 uint64_t layout_item_bytes(const struct layout *l, const struct layout_item *it);
 
