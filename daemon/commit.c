@@ -295,7 +295,7 @@ fail:
 	rs->told = true;
 	rs->failed = true;
 	rs->err = r;
-	if (list_empty(&s->ranks) || (s->ranks.next == &rs->slink && s->ranks.prev == &rs->slink))
+	if (s->ranks.next == &rs->slink && s->ranks.prev == &rs->slink) /* the only rank */
 		save_fail(s, r, "%s", err);
 	else
 		save_fail(s, -ECANCELED, "rank %u: %s", rs->rank, err);

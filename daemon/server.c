@@ -468,11 +468,7 @@ static void on_extent(struct client *c, const struct proto_extent *m)
 			drop(c, "EXTENT for unknown save token %u", m->token);
 			return;
 		}
-		struct proto_release rel;
-		proto_init(&rel.h, PROTO_RELEASE, sizeof(rel));
-		rel.arena_off = m->arena_off;
-		if (proto_send(c->fd, &rel, sizeof(rel), -1) < 0)
-			client_close(c, "cannot send RELEASE");
+		client_send_release(c, m->arena_off);
 		return;
 	}
 	if (m->file_off % c->slot_bytes || m->file_off >= rs->layout.file_size) {
@@ -631,6 +627,18 @@ wrong:
 		return;
 	}
 	(void)events;
+}
+
+void client_send_release(struct client *c, uint64_t arena_off)
+{
+	struct proto_release m;
+
+	if (c->gone)
+		return;
+	proto_init(&m.h, PROTO_RELEASE, sizeof(m));
+	m.arena_off = arena_off;
+	if (proto_send(c->fd, &m, sizeof(m), -1) < 0)
+		client_close(c, "cannot send RELEASE");
 }
 
 void rank_tell(struct rank_save *rs)

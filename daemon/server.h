@@ -74,10 +74,9 @@ struct wreq {
 	uint64_t file_off;      /* next byte to write */
 	uint64_t len;           /* bytes still to write (padded to LAYOUT_ALIGN) */
 	uint64_t done;          /* file bytes of the extent (unpadded), for stats */
-	bool queued;            /* waiting for room in the ring */
 	bool written;           /* the write is complete */
 	bool crc_pending;       /* not checksummed yet (in client->crc_q) */
-	struct list qlink;
+	struct list qlink;      /* in client->wait_q while waiting for ring room */
 	struct list clink;      /* in client->crc_q */
 };
 
@@ -124,7 +123,6 @@ struct save {
 	int err;
 	char msg[PROTO_MSG_LEN];
 	bool coordinator;       /* rank 0 writes through this daemon */
-	bool committing;
 	uint32_t n_present;     /* coordinator: indexes seen so far (prefix scan) */
 	uint64_t bytes;         /* local ranks' file bytes */
 	struct list ranks;
@@ -200,6 +198,8 @@ void client_maybe_free(struct client *c);
 /* Computes the CRCs of the item pieces in the extent at file offset `off`
  * (`len` bytes at `buf`). */
 void rank_crc_extent(struct rank_save *rs, const uint8_t *buf, uint64_t off, uint64_t len);
+/* Gives the slot at arena_off back to the client (if it is still there). */
+void client_send_release(struct client *c, uint64_t arena_off);
 /* Sends SAVE_DONE for a rank (once). */
 void rank_tell(struct rank_save *rs);
 

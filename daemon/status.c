@@ -12,8 +12,6 @@ static const char *save_state(const struct save *s)
 {
 	bool staged = true, durable = true;
 
-	if (s->committing)
-		return "committing";
 	for (struct list *p = s->ranks.next; p != &s->ranks; p = p->next) {
 		const struct rank_save *rs = list_entry(p, struct rank_save, slink);
 		staged &= rs->staged;

@@ -13,7 +13,7 @@
  *              "world":8, "arena_bytes":N, "slot_bytes":N,
  *              "slots":256, "slots_in_use":3}],
  *  "saves":[{"job":"j", "name":"step-1", "root":"/data", "world":8,
- *            "state":"staging"|"writing"|"waiting"|"committing",
+ *            "state":"staging"|"writing"|"waiting",
  *            "ranks":[{"rank":0, "client":1 or null, "bytes":N,
  *                      "staged":N, "written":N, "durable":true|false}],
  *            "bytes":N, "staged":N, "written":N,

@@ -132,7 +132,6 @@ void writer_submit(struct client *c, uint32_t slot)
 	struct wreq *w = &c->slots[slot];
 
 	if (!list_empty(&c->wait_q) || !prep_write(c, slot)) {
-		w->queued = true;
 		list_add_tail(&c->wait_q, &w->qlink);
 		return;
 	}
@@ -191,13 +190,7 @@ static void slot_release(struct client *c, uint32_t slot)
 	w->written = false;
 	c->slots_held--;
 	rs->held--;
-	if (!c->gone) {
-		struct proto_release m;
-		proto_init(&m.h, PROTO_RELEASE, sizeof(m));
-		m.arena_off = (uint64_t)slot * c->slot_bytes;
-		if (proto_send(c->fd, &m, sizeof(m), -1) < 0)
-			client_close(c, "cannot send RELEASE");
-	}
+	client_send_release(c, (uint64_t)slot * c->slot_bytes);
 }
 
 /* A slot's write finished (res bytes, or -errno). */
@@ -303,7 +296,6 @@ void writer_reap(struct client *c)
 			if (!prep_write(c, slot))
 				break;
 			list_del(&w->qlink);
-			w->queued = false;
 			any = true;
 		}
 		if (any)
