@@ -771,6 +771,18 @@ static void emit_crcs(struct jbuf *b, const uint32_t *crcs, uint64_t begin, uint
 	jbuf_ch(b, ']');
 }
 
+/* `,"begin":B,"end":E,"crc32c":[...]` of a chunk: the byte range in its file
+ * and the CRCs of its pieces, written alike for tensors and blobs. */
+static void emit_range(struct jbuf *b, const struct merge *m, const struct chunk *c)
+{
+	jbuf_lit(b, ",\"begin\":");
+	jbuf_u64(b, c->begin);
+	jbuf_lit(b, ",\"end\":");
+	jbuf_u64(b, c->end);
+	jbuf_lit(b, ",\"crc32c\":");
+	emit_crcs(b, m->crcs + c->crc0, c->begin, c->end);
+}
+
 static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *err,
 		size_t errlen)
 {
@@ -847,12 +859,7 @@ static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *
 			jbuf_u64_array(&b, m->dims + c->dims + 2u * c->ndim, c->ndim);
 			jbuf_lit(&b, ",\"shape\":");
 			jbuf_u64_array(&b, m->dims + c->dims, c->ndim);
-			jbuf_lit(&b, ",\"begin\":");
-			jbuf_u64(&b, c->begin);
-			jbuf_lit(&b, ",\"end\":");
-			jbuf_u64(&b, c->end);
-			jbuf_lit(&b, ",\"crc32c\":");
-			emit_crcs(&b, m->crcs + c->crc0, c->begin, c->end);
+			emit_range(&b, m, c);
 			jbuf_ch(&b, '}');
 		}
 		jbuf_lit(&b, "]}");
@@ -872,12 +879,7 @@ static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *
 		jbuf_u64(&b, c->end - c->begin);
 		jbuf_lit(&b, ",\"file\":");
 		jbuf_u64(&b, c->rank);
-		jbuf_lit(&b, ",\"begin\":");
-		jbuf_u64(&b, c->begin);
-		jbuf_lit(&b, ",\"end\":");
-		jbuf_u64(&b, c->end);
-		jbuf_lit(&b, ",\"crc32c\":");
-		emit_crcs(&b, m->crcs + c->crc0, c->begin, c->end);
+		emit_range(&b, m, c);
 		jbuf_ch(&b, '}');
 	}
 	jbuf_lit(&b, "}}");
