@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "client/internal.h"
 #include "format/crc32c.h"
 #include "format/index.h"
 #include "format/layout.h"
@@ -971,6 +972,44 @@ START_TEST(test_reader)
 }
 END_TEST
 
+/* The host engine (streaming stores for long copies): every alignment of
+ * source and destination, lengths around its threshold and odd tails; the
+ * bytes around the destination are left alone. */
+START_TEST(test_host_engine_copy)
+{
+	static const size_t lens[] = {0, 1, 63, 64, 65, 4095, 65535, 65536, 65537,
+				      65536 + 63, 1048576 + 17, 3 * 1048576 + 4096 + 5};
+	size_t max = 3 * 1048576 + 4096 + 5 + 256;
+	unsigned char *src = malloc(max), *dst = malloc(max);
+	char err[128];
+
+	ck_assert_ptr_nonnull(src);
+	ck_assert_ptr_nonnull(dst);
+	for (size_t i = 0; i < max; i++)
+		src[i] = (unsigned char)(i * 131u + (i >> 12));
+	for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+		size_t len = lens[li];
+		for (unsigned so = 0; so < 64; so += (len > 1000000 ? 21 : 1)) {
+			for (unsigned d = 0; d < 64; d += (len > 1000000 ? 13 : 3)) {
+				memset(dst, 0xa5, len + 128);
+				ck_assert_int_eq(copy_engine_host.copy(dst + d, src + so, len, err,
+								       sizeof(err)), 0);
+				if (copy_engine_host.sync)
+					ck_assert_int_eq(copy_engine_host.sync(err, sizeof(err)), 0);
+				ck_assert_msg(memcmp(dst + d, src + so, len) == 0,
+					      "len %zu src+%u dst+%u: bytes differ", len, so, d);
+				for (unsigned k = 0; k < d; k++)
+					ck_assert_uint_eq(dst[k], 0xa5);
+				for (unsigned k = 0; k < 64; k++)
+					ck_assert_uint_eq(dst[d + len + k], 0xa5);
+			}
+		}
+	}
+	free(src);
+	free(dst);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
 	Suite *s = suite_create("client");
@@ -999,6 +1038,7 @@ static Suite *client_suite(void)
 	TC("many_tensors", test_many_tensors, 30);
 	TC("disconnect_pending", test_disconnect_pending, 20);
 	TC("reader", test_reader, 30);
+	TC("host_engine_copy", test_host_engine_copy, 60);
 #undef TC
 	return s;
 }
