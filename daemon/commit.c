@@ -196,14 +196,27 @@ static int open_shard(struct save *s, struct rank_save *rs, struct client *c, ch
 	}
 	if (srv->euid_root && c->uid != 0 && fchown(rs->fd, c->uid, c->gid) < 0)
 		log_warn("chown '%s/%s/%s': %s", s->root, s->work, shard, strerror(errno));
-	/* Reserve the space now: a full disk is reported at once, not after
-	 * gigabytes were staged. */
+	/* Reserve the space now: a full disk (or a quota, or a file size
+	 * limit) is reported at once, not after gigabytes were staged.  A file
+	 * system without fallocate is fine: the writes find out instead.  (Not
+	 * posix_fallocate: its fallback writes every block.) */
 	if (rs->layout.file_size) {
-		int r = posix_fallocate(rs->fd, 0, (off_t)rs->layout.file_size);
-		if (r == ENOSPC || r == EDQUOT) {
-			snprintf(err, errlen, "no space for %llu bytes in '%s': %s",
-				 (unsigned long long)rs->layout.file_size, s->root, strerror(r));
-			return -r;
+		int r;
+
+		do
+			r = fallocate(rs->fd, 0, 0, (off_t)rs->layout.file_size);
+		while (r < 0 && errno == EINTR);
+		if (r < 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+			r = -errno;
+			if (r == -ENOSPC || r == -EDQUOT || r == -EFBIG)
+				snprintf(err, errlen, "no room for the %llu-byte shard of rank %u in "
+					 "'%s': %s", (unsigned long long)rs->layout.file_size,
+					 rs->rank, s->root, strerror(-r));
+			else
+				snprintf(err, errlen, "reserving %llu bytes for the shard of rank %u "
+					 "in '%s': %s", (unsigned long long)rs->layout.file_size,
+					 rs->rank, s->root, strerror(-r));
+			return r;
 		}
 	}
 	return 0;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -133,6 +134,9 @@ static int setup(struct server *srv)
 	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* A file size limit (LimitFSIZE=) must fail the write with EFBIG and
+	 * that save only, not kill the daemon. */
+	signal(SIGXFSZ, SIG_IGN);
 
 	if (pipe2(srv->apipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
@@ -394,6 +398,11 @@ int main(int argc, char **argv)
 	list_init(&srv.saves);
 	srv.start_ms = now_ms();
 	srv.euid_root = geteuid() == 0;
+	{
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+			srv.fsize_limit = (uint64_t)rl.rlim_cur;
+	}
 	r = setup(&srv);
 	if (r < 0) {
 		log_err("start-up failed: %s", strerror(-r));

@@ -183,8 +183,10 @@ static void *arena_worker(void *arg)
 	fd = arena_create(name, c->arena_bytes, &addr);
 	if (fd < 0) {
 		c->arena_err = fd;
-		snprintf(c->arena_msg, sizeof(c->arena_msg), "cannot create a %llu-byte arena: %s",
-			 (unsigned long long)c->arena_bytes, strerror(-fd));
+		snprintf(c->arena_msg, sizeof(c->arena_msg), "cannot create a %llu-byte arena: %s%s",
+			 (unsigned long long)c->arena_bytes, strerror(-fd),
+			 fd == -EFBIG ? " (ckptd's file size limit, RLIMIT_FSIZE or systemd's "
+					"LimitFSIZE=, is below it)" : "");
 	} else {
 		c->arena_fd = fd;
 		c->arena = addr;

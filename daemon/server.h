@@ -181,6 +181,7 @@ struct server {
 	uint64_t arena_in_use;
 	bool stopping;
 	bool euid_root;
+	uint64_t fsize_limit;    /* RLIMIT_FSIZE of this process; 0: none */
 	int64_t start_ms, last_sweep_ms;
 	uint64_t saves_committed, saves_failed, bytes_written;
 };

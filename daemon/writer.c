@@ -202,9 +202,17 @@ static void write_done(struct client *c, uint32_t slot, int res)
 	c->ring_inflight--;
 	rs->inflight--;
 	if (res < 0 || rs->failed || rs->save->state == SAVE_FAILED) {
-		if (res < 0 && !rs->failed)
-			rank_fail(rs, res, "writing the shard of rank %u in '%s/%s': %s",
-				  rs->rank, rs->save->root, rs->save->work, strerror(-res));
+		if (res < 0 && !rs->failed) {
+			uint64_t lim = c->srv->fsize_limit;
+			bool over = lim && w->file_off + w->len > lim;
+
+			/* Past RLIMIT_FSIZE an O_DIRECT write is cut short to a
+			 * length it cannot have: the kernel says EINVAL. */
+			rank_fail(rs, res, "writing the shard of rank %u in '%s/%s': %s%s",
+				  rs->rank, rs->save->root, rs->save->work, strerror(-res),
+				  over ? " (the write passes ckptd's file size limit, RLIMIT_FSIZE "
+					 "or systemd's LimitFSIZE=)" : "");
+		}
 		slot_release(c, slot);
 		return;
 	}

@@ -77,7 +77,9 @@ int arena_create(const char *name, uint64_t bytes, void **ret_addr)
 	if (fd < 0)
 		return -errno;
 	if (ftruncate(fd, (off_t)bytes) < 0) {
-		r = errno == EFBIG ? -ENOMEM : -errno;
+		/* EFBIG: over this process's file size limit (RLIMIT_FSIZE),
+		 * which memfds obey too. */
+		r = -errno;
 		goto out_close;
 	}
 	addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -1206,6 +1206,109 @@ START_TEST(test_daemon_dies)
 }
 END_TEST
 
+/* ---- 16. the file system refuses the bytes -------------------------------------------- */
+
+/*
+ * ckptd runs under a file size limit (RLIMIT_FSIZE, what LimitFSIZE= sets):
+ * a real kernel refusal on the daemon's own files, without a special disk.
+ *   - a shard larger than the limit is refused when its space is reserved,
+ *     before any byte is staged: -EFBIG with a message;
+ *   - a shard exactly at the limit whose size is not a multiple of 4 KiB
+ *     passes the reservation, and its last O_DIRECT write (padded to 4 KiB)
+ *     crosses the limit: the write path fails the save with a message.
+ * Neither leaves anything partial or touches the checkpoint saved before, and
+ * the daemon (which must not die of SIGXFSZ) goes on serving.  The limit
+ * holds for the daemon's memfds too, so an arena above it is refused.
+ */
+static void save_one(struct testd *t, struct ckpt_client *c, const char *name, uint64_t rows,
+		     const float *buf, int *st, int *cm, char *msg, size_t msglen)
+{
+	struct ckpt_save *s = NULL;
+	uint64_t sh[2] = { rows, 1025 };
+
+	ck_assert_int_eq(ckpt_save_begin(c, t->root, name, 7, &s), 0);
+	td_add(s, "w", CKPT_F32, 2, sh, buf);
+	ck_assert_int_eq(td_commit_wait(s, 60000, st, cm, msg, msglen), 0);
+	ckpt_save_free(s);
+}
+
+START_TEST(test_write_errors)
+{
+	struct testd t;
+	struct ckpt_client *c;
+	struct ckpt_reader *r = NULL;
+	uint64_t sh[2] = { 1025, 1025 }; /* 4,202,500 bytes: not a multiple of 4 KiB */
+	size_t big = 2050 * 1025 * sizeof(float);
+	float *a, *b;
+	char p[TD_PATH], msg[1024];
+	struct stat stt;
+	int st, cm;
+
+	td_init(&t, "write_errors");
+	a = malloc(big);
+	b = malloc(big);
+	ck_assert(a && b);
+	td_fill(a, big, 31, 0);
+	td_fill(b, big, 32, 0);
+
+	/* The size of the shard file for one 1025 x 1025 f32 tensor. */
+	ck_assert_int_eq(td_daemon_start(&t, 0, NULL), 0);
+	c = td_connect(td_sock(&t, 0), "jobF", 0, 1, 16 * MiB);
+	save_one(&t, c, "ok-1", 1025, a, &st, &cm, msg, sizeof(msg));
+	ck_assert_msg(st == 0 && cm == 0, "first save: %d %d %s", st, cm, msg);
+	ckpt_disconnect(c);
+	td_path(p, sizeof(p), "%s/ok-1/rank-00000.safetensors", t.root);
+	ck_assert_int_eq(stat(p, &stt), 0);
+	ck_assert_msg(stt.st_size % 4096 != 0, "shard size %lld is 4 KiB-aligned",
+		      (long long)stt.st_size);
+	ck_assert_int_eq(td_daemon_stop(&t, 0), 0);
+
+	t.d[0].fsize_limit = (uint64_t)stt.st_size;
+	ck_assert_int_eq(td_daemon_start(&t, 0, NULL), 0);
+	/* memfds obey the limit too: an arena above it is refused, saying why. */
+	c = NULL;
+	ck_assert_int_eq(td_connect_rc(td_sock(&t, 0), "jobF", 0, 1, 16 * MiB, &c), -EFBIG);
+	ck_assert_msg(strstr(ckpt_last_error(), "LimitFSIZE") != NULL, "message: %s",
+		      ckpt_last_error());
+	/* The smallest arena (4 MiB) fits under it. */
+	c = td_connect(td_sock(&t, 0), "jobF", 0, 1, 4 * MiB);
+
+	/* Larger than the limit: refused at the reservation. */
+	save_one(&t, c, "ok-2", 2050, b, &st, &cm, msg, sizeof(msg));
+	ck_assert_msg(st == -EFBIG && cm == -EFBIG, "shard over the limit: staged %d, committed "
+		      "%d (want -EFBIG): %s", st, cm, msg);
+	ck_assert_msg(strstr(msg, "no room") != NULL, "message: %s", msg);
+
+	/* At the limit: the padded last write fails. */
+	save_one(&t, c, "ok-3", 1025, b, &st, &cm, msg, sizeof(msg));
+	ck_assert_msg(cm < 0 && cm != -EINPROGRESS, "the last write crossing the limit: "
+		      "committed %d (want a failure): %s", cm, msg);
+	ck_assert_msg(strstr(msg, "writing the shard of rank 0") != NULL &&
+			      strstr(msg, "file size limit") != NULL,
+		      "message: %s", msg);
+
+	/* The daemon still serves, and smaller saves fit. */
+	ck_assert(td_daemon_alive(&t, 0));
+	save_one(&t, c, "ok-4", 64, b, &st, &cm, msg, sizeof(msg));
+	ck_assert_msg(st == 0 && cm == 0, "a save under the limit: %d %d %s", st, cm, msg);
+	ckpt_disconnect(c);
+
+	ck_assert_msg(td_wait_count(t.root, ".partial", 0, 10000), "a .partial dir is left");
+	td_path(p, sizeof(p), "%s/ok-2", t.root);
+	ck_assert_msg(!td_exists(p), "a refused save is visible");
+	td_path(p, sizeof(p), "%s/ok-3", t.root);
+	ck_assert_msg(!td_exists(p), "a failed save is visible");
+	td_path(p, sizeof(p), "%s/ok-1", t.root);
+	ck_assert_int_eq(ckpt_reader_open(p, &r), 0);
+	ck_assert_msg(td_verify_tensor(r, "w", CKPT_F32, 2, sh, 31),
+		      "the earlier checkpoint changed after failed saves");
+	ckpt_reader_close(r);
+	free(a);
+	free(b);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *failures_suite(void)
 {
 	Suite *s = suite_create("integration_failures");
@@ -1274,6 +1377,11 @@ static Suite *failures_suite(void)
 	tc = tcase_create("daemon_dies");
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_daemon_dies);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("write_errors");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_write_errors);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -611,6 +612,13 @@ int td_daemon_start_raw(struct testd *t, int idx, const char *conf_text)
 			dup2(devnull, 0);
 		dup2(logfd, 1);
 		dup2(logfd, 2);
+		if (d->fsize_limit) {
+			struct rlimit rl = { d->fsize_limit, d->fsize_limit };
+			if (setrlimit(RLIMIT_FSIZE, &rl) < 0) {
+				dprintf(2, "setrlimit(RLIMIT_FSIZE): %s\n", strerror(errno));
+				_exit(127);
+			}
+		}
 		execv(exe, argv);
 		dprintf(2, "exec %s: %s\n", exe, strerror(errno));
 		_exit(127);

@@ -47,6 +47,8 @@ struct td_daemon {
 	char conf[TD_PATH];
 	char log[TD_PATH];
 	char sock[TD_PATH];
+	uint64_t fsize_limit;    /* set before starting: RLIMIT_FSIZE of the
+	                          * daemon (what LimitFSIZE= sets), 0: none */
 };
 
 struct testd {
