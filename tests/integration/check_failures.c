@@ -1314,75 +1314,30 @@ static Suite *failures_suite(void)
 	Suite *s = suite_create("integration_failures");
 	TCase *tc;
 
-	tc = tcase_create("no_daemon");
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_no_daemon);
-	suite_add_tcase(s, tc);
+	/* name, test, timeout (s), loop range */
+#define TC(name, fn, timeout, lo, hi)                                                              \
+	do {                                                                                       \
+		tc = tcase_create(name);                                                           \
+		tcase_set_timeout(tc, timeout);                                                    \
+		tcase_add_loop_test(tc, fn, lo, hi);                                               \
+		suite_add_tcase(s, tc);                                                            \
+	} while (0)
 
-	tc = tcase_create("client_killed_mid_staging");
-	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, test_client_killed_mid_staging, 0, 2);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("client_killed_after_staged");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_client_killed_after_staged);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("malformed_messages");
-	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_malformed, 0, BAD_COUNT);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("root_not_allowed");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_root_not_allowed);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("invalid_names");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_invalid_names);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("name_exists");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_name_exists);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("rank_disconnects");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_rank_disconnects);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("rank_missing_deadline");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_rank_missing_deadline);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("leftover_partial");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_leftover_partial);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("periodic_sweep");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_periodic_sweep);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("graceful_stop");
-	tcase_set_timeout(tc, 90);
-	tcase_add_test(tc, test_graceful_stop);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("daemon_dies");
-	tcase_set_timeout(tc, 90);
-	tcase_add_test(tc, test_daemon_dies);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("write_errors");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_write_errors);
-	suite_add_tcase(s, tc);
+	TC("no_daemon", test_no_daemon, 30, 0, 1);
+	TC("client_killed_mid_staging", test_client_killed_mid_staging, 120, 0, 2);
+	TC("client_killed_after_staged", test_client_killed_after_staged, 120, 0, 1);
+	TC("malformed_messages", test_malformed, 60, 0, BAD_COUNT);
+	TC("root_not_allowed", test_root_not_allowed, 60, 0, 1);
+	TC("invalid_names", test_invalid_names, 60, 0, 1);
+	TC("name_exists", test_name_exists, 60, 0, 1);
+	TC("rank_disconnects", test_rank_disconnects, 120, 0, 1);
+	TC("rank_missing_deadline", test_rank_missing_deadline, 60, 0, 1);
+	TC("leftover_partial", test_leftover_partial, 60, 0, 1);
+	TC("periodic_sweep", test_periodic_sweep, 60, 0, 1);
+	TC("graceful_stop", test_graceful_stop, 90, 0, 1);
+	TC("daemon_dies", test_daemon_dies, 90, 0, 1);
+	TC("write_errors", test_write_errors, 120, 0, 1);
+#undef TC
 	return s;
 }
 
