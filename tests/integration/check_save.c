@@ -349,6 +349,80 @@ START_TEST(test_blobs)
 }
 END_TEST
 
+/* ---- 6. the trainer mutates its memory right after staged -------------------- */
+
+/*
+ * What "staged" promises: once it completes, the trainer may write its
+ * tensors again, and the checkpoint still holds the bytes of the moment of
+ * the save.  Six saves back to back through one arena (each begins while the
+ * one before is still draining), every tensor refilled with new bytes as soon
+ * as its save is staged; sizes on both sides of the host engine's
+ * streaming-store threshold and of 4 KiB, odd lengths included.  Each
+ * checkpoint must read back with its own bytes, none with a neighbour's.
+ */
+START_TEST(test_mutate_after_staged)
+{
+	enum { SAVES = 6, N = 7 };
+	static const uint64_t elems[N] = { 2 * 1024 * 1024 + 3, 262144 + 1, 16384, 16383,
+					   1000, 5, 3 * 1024 * 1024 };
+	struct testd t;
+	struct ckpt_client *c;
+	struct ckpt_save *s[SAVES] = { 0 };
+	struct ckpt_future *fs, *fc[SAVES];
+	struct ckpt_reader *r;
+	float *buf[N];
+	char name[32], tname[32];
+	int rc;
+
+	td_init(&t, "mutate_after_staged");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 256M\n"), 0);
+	for (unsigned i = 0; i < N; i++) {
+		buf[i] = malloc(elems[i] * sizeof(float));
+		ck_assert_ptr_nonnull(buf[i]);
+		td_fill(buf[i], elems[i] * sizeof(float), 7000 + i, 0);
+	}
+	c = td_connect(td_sock(&t, 0), "job6", 0, 1, 128 * MiB);
+	for (unsigned k = 0; k < SAVES; k++) {
+		snprintf(name, sizeof(name), "step-%u", k);
+		rc = ckpt_save_begin(c, t.root, name, k, &s[k]);
+		ck_assert_msg(rc == 0, "save_begin %s = %d: %s", name, rc, ckpt_last_error());
+		for (unsigned i = 0; i < N; i++) {
+			snprintf(tname, sizeof(tname), "t%u", i);
+			td_add(s[k], tname, CKPT_F32, 1, &elems[i], buf[i]);
+		}
+		ck_assert_int_eq(ckpt_save_commit(s[k], &fs, &fc[k]), 0);
+		rc = td_future_wait(fs, WAIT_MS);
+		ck_assert_msg(rc == 0, "%s: staged = %d: %s", name, rc, ckpt_future_error(fs));
+		/* Staged: the next step's values, at once. */
+		for (unsigned i = 0; i < N; i++)
+			td_fill(buf[i], elems[i] * sizeof(float), 7000 + 100 * (k + 1) + i, 0);
+	}
+	for (unsigned k = 0; k < SAVES; k++) {
+		rc = td_future_wait(fc[k], WAIT_MS);
+		ck_assert_msg(rc == 0, "step-%u: committed = %d: %s", k, rc,
+			      ckpt_future_error(fc[k]));
+		ckpt_save_free(s[k]);
+	}
+	ckpt_disconnect(c);
+
+	for (unsigned k = 0; k < SAVES; k++) {
+		snprintf(name, sizeof(name), "step-%u", k);
+		assert_committed(&t, name);
+		r = open_reader(&t, name);
+		for (unsigned i = 0; i < N; i++) {
+			snprintf(tname, sizeof(tname), "t%u", i);
+			ck_assert_msg(td_verify_tensor(r, tname, CKPT_F32, 1, &elems[i],
+						       7000 + 100 * k + i),
+				      "%s/%s does not hold the bytes of its own save", name, tname);
+		}
+		ckpt_reader_close(r);
+	}
+	for (unsigned i = 0; i < N; i++)
+		free(buf[i]);
+	td_fini(&t);
+}
+END_TEST
+
 /* ---- 16. ckptctl list / show -------------------------------------------------- */
 
 static void save_small(const struct testd *t, struct ckpt_client *c, const char *name,
@@ -527,6 +601,11 @@ static Suite *save_suite(void)
 	tc = tcase_create("larger_than_arena");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_larger_than_arena);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("mutate_after_staged");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_mutate_after_staged);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("blobs");
