@@ -206,18 +206,17 @@ static int open_shard(struct save *s, struct rank_save *rs, struct client *c, ch
 		do
 			r = fallocate(rs->fd, 0, 0, (off_t)rs->layout.file_size);
 		while (r < 0 && errno == EINTR);
-		if (r < 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+		if (r < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG)) {
 			r = -errno;
-			if (r == -ENOSPC || r == -EDQUOT || r == -EFBIG)
-				snprintf(err, errlen, "no room for the %llu-byte shard of rank %u in "
-					 "'%s': %s", (unsigned long long)rs->layout.file_size,
-					 rs->rank, s->root, strerror(-r));
-			else
-				snprintf(err, errlen, "reserving %llu bytes for the shard of rank %u "
-					 "in '%s': %s", (unsigned long long)rs->layout.file_size,
-					 rs->rank, s->root, strerror(-r));
+			snprintf(err, errlen, "no room for the %llu-byte shard of rank %u in '%s': %s",
+				 (unsigned long long)rs->layout.file_size, rs->rank, s->root,
+				 strerror(-r));
 			return r;
 		}
+		if (r < 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+			log_warn("'%s': reserving %llu bytes for the shard of rank %u: %s (going on; "
+				 "the writes will tell)", s->root,
+				 (unsigned long long)rs->layout.file_size, rs->rank, strerror(errno));
 	}
 	return 0;
 }
