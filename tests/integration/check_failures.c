@@ -1312,32 +1312,21 @@ END_TEST
 static Suite *failures_suite(void)
 {
 	Suite *s = suite_create("integration_failures");
-	TCase *tc;
 
-	/* name, test, timeout (s), loop range */
-#define TC(name, fn, timeout, lo, hi)                                                              \
-	do {                                                                                       \
-		tc = tcase_create(name);                                                           \
-		tcase_set_timeout(tc, timeout);                                                    \
-		tcase_add_loop_test(tc, fn, lo, hi);                                               \
-		suite_add_tcase(s, tc);                                                            \
-	} while (0)
-
-	TC("no_daemon", test_no_daemon, 30, 0, 1);
-	TC("client_killed_mid_staging", test_client_killed_mid_staging, 120, 0, 2);
-	TC("client_killed_after_staged", test_client_killed_after_staged, 120, 0, 1);
-	TC("malformed_messages", test_malformed, 60, 0, BAD_COUNT);
-	TC("root_not_allowed", test_root_not_allowed, 60, 0, 1);
-	TC("invalid_names", test_invalid_names, 60, 0, 1);
-	TC("name_exists", test_name_exists, 60, 0, 1);
-	TC("rank_disconnects", test_rank_disconnects, 120, 0, 1);
-	TC("rank_missing_deadline", test_rank_missing_deadline, 60, 0, 1);
-	TC("leftover_partial", test_leftover_partial, 60, 0, 1);
-	TC("periodic_sweep", test_periodic_sweep, 60, 0, 1);
-	TC("graceful_stop", test_graceful_stop, 90, 0, 1);
-	TC("daemon_dies", test_daemon_dies, 90, 0, 1);
-	TC("write_errors", test_write_errors, 120, 0, 1);
-#undef TC
+	td_case(s, "no_daemon", test_no_daemon, 30, 0, 1);
+	td_case(s, "client_killed_mid_staging", test_client_killed_mid_staging, 120, 0, 2);
+	td_case(s, "client_killed_after_staged", test_client_killed_after_staged, 120, 0, 1);
+	td_case(s, "malformed_messages", test_malformed, 60, 0, BAD_COUNT);
+	td_case(s, "root_not_allowed", test_root_not_allowed, 60, 0, 1);
+	td_case(s, "invalid_names", test_invalid_names, 60, 0, 1);
+	td_case(s, "name_exists", test_name_exists, 60, 0, 1);
+	td_case(s, "rank_disconnects", test_rank_disconnects, 120, 0, 1);
+	td_case(s, "rank_missing_deadline", test_rank_missing_deadline, 60, 0, 1);
+	td_case(s, "leftover_partial", test_leftover_partial, 60, 0, 1);
+	td_case(s, "periodic_sweep", test_periodic_sweep, 60, 0, 1);
+	td_case(s, "graceful_stop", test_graceful_stop, 90, 0, 1);
+	td_case(s, "daemon_dies", test_daemon_dies, 90, 0, 1);
+	td_case(s, "write_errors", test_write_errors, 120, 0, 1);
 	return s;
 }
 

@@ -326,17 +326,9 @@ END_TEST
 static Suite *multi_suite(void)
 {
 	Suite *s = suite_create("integration_multi");
-	TCase *tc;
 
-	tc = tcase_create("eight_ranks");
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_eight_ranks);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("two_daemons_one_root");
-	tcase_set_timeout(tc, 180);
-	tcase_add_loop_test(tc, test_two_daemons, 0, 3);
-	suite_add_tcase(s, tc);
+	td_case(s, "eight_ranks", test_eight_ranks, 180, 0, 1);
+	td_case(s, "two_daemons_one_root", test_two_daemons, 180, 0, 3);
 	return s;
 }
 

@@ -586,42 +586,14 @@ END_TEST
 static Suite *save_suite(void)
 {
 	Suite *s = suite_create("integration_save");
-	TCase *tc;
 
-	tc = tcase_create("one_rank_1gib");
-	tcase_set_timeout(tc, 180);
-	tcase_add_test(tc, test_one_gib);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("ten_thousand_tensors");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_many_tensors);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("larger_than_arena");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_larger_than_arena);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("mutate_after_staged");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_mutate_after_staged);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("blobs");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_blobs);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("ckptctl_list_show");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_ckptctl_list_show);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("manifest_metadata");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_manifest_metadata);
-	suite_add_tcase(s, tc);
+	td_case(s, "one_rank_1gib", test_one_gib, 180, 0, 1);
+	td_case(s, "ten_thousand_tensors", test_many_tensors, 120, 0, 1);
+	td_case(s, "larger_than_arena", test_larger_than_arena, 120, 0, 1);
+	td_case(s, "mutate_after_staged", test_mutate_after_staged, 120, 0, 1);
+	td_case(s, "blobs", test_blobs, 60, 0, 1);
+	td_case(s, "ckptctl_list_show", test_ckptctl_list_show, 60, 0, 1);
+	td_case(s, "manifest_metadata", test_manifest_metadata, 60, 0, 1);
 	return s;
 }
 

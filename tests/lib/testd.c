@@ -27,6 +27,8 @@
 
 #include <jansson.h>
 
+#include "daemon/fsutil.h"
+
 /* Per-run base directory, set by td_main() before the tests fork. */
 static char td_base[TD_PATH];
 
@@ -190,47 +192,9 @@ static int mkdir_p(const char *path, mode_t mode)
 
 /* ---- files ----------------------------------------------------------------- */
 
-static int rm_at(int dirfd, const char *name, int depth)
-{
-	struct stat st;
-	int fd, r = 0;
-	DIR *d;
-	struct dirent *e;
-
-	if (depth > 64)
-		return -ELOOP;
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode))
-		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-
-	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
-	while ((e = readdir(d))) {
-		int q;
-
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		q = rm_at(fd, e->d_name, depth + 1);
-		if (q < 0 && r == 0)
-			r = q;
-	}
-	closedir(d);
-	if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
-		r = -errno;
-	return r;
-}
-
 int td_rm_rf(const char *path)
 {
-	return rm_at(AT_FDCWD, path, 0);
+	return fs_rm_rf_at(AT_FDCWD, path);
 }
 
 int td_count_entries(const char *dir, const char *prefix)
@@ -280,68 +244,14 @@ bool td_wait_count(const char *dir, const char *prefix, int want, int timeout_ms
 
 int td_read_file(const char *path, size_t max, char **ret, size_t *ret_len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	char *buf;
-	size_t got = 0;
-	int r;
+	size_t len;
 
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-		goto out_close;
-	}
-	if ((uint64_t)st.st_size > max) {
-		r = -EFBIG;
-		goto out_close;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		r = -ENOMEM;
-		goto out_close;
-	}
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	buf[got] = '\0';
-	*ret = buf;
-	if (ret_len)
-		*ret_len = got;
-	r = 0;
-out_close:
-	close(fd);
-	return r;
+	return fs_read_file_at(AT_FDCWD, path, max, ret, ret_len ? ret_len : &len);
 }
 
 int td_write_file(const char *path, const char *text)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	size_t len = strlen(text), done = 0;
-	int r = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (done < len) {
-		ssize_t n = write(fd, text + done, len - done);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			break;
-		}
-		done += (size_t)n;
-	}
-	if (close(fd) < 0 && r == 0)
-		r = -errno;
-	return r;
+	return fs_write_file_at(AT_FDCWD, path, text, strlen(text), 0);
 }
 
 /* ---- processes ------------------------------------------------------------- */
@@ -1427,6 +1337,15 @@ static void report_leftovers(void)
 		}
 	}
 	closedir(d);
+}
+
+void td_case(Suite *s, const char *name, const TTest *fn, int timeout_s, int lo, int hi)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, timeout_s);
+	tcase_add_loop_test(tc, fn, lo, hi);
+	suite_add_tcase(s, tc);
 }
 
 int td_main(Suite *s, const char *prog)

@@ -70,6 +70,10 @@ struct testd {
  */
 int td_main(Suite *s, const char *prog);
 
+/* Adds a test case `name` to s: test fn, run for _i in [lo, hi), with a
+ * timeout of timeout_s seconds. */
+void td_case(Suite *s, const char *name, const TTest *fn, int timeout_s, int lo, int hi);
+
 /* ---- paths --------------------------------------------------------------- */
 
 /* The build directory: $CKPT_BUILD_DIR, else the directory two levels above
