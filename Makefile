@@ -136,10 +136,10 @@ $(BUILD)/tests/%: tests/integration/%.c $(LIB_INT) $(TESTLIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJS) $(LIB_INT) -lcheck -lsubunit -lm -lrt $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(LIB_A)
+$(BUILD)/bench/%: bench/%.c $(LIB_INT)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_INT) $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.c $(LIB_A)
 	$(call msg,LD,$@)

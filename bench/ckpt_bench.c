@@ -21,7 +21,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <liburing.h>
@@ -41,6 +40,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "daemon/fsutil.h"
 
 #define MAX_SAVES   1000
 #define MAX_RANKS   256
@@ -293,15 +293,6 @@ static uint64_t default_arena(uint64_t bytes, unsigned tensors)
 
 /* ---- one save ------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
-		return -errno;
-	return 0;
-}
-
 /* Removes <root>/<name> recursively; a missing directory is fine. */
 static void remove_checkpoint(const char *root, const char *name)
 {
@@ -310,11 +301,9 @@ static void remove_checkpoint(const char *root, const char *name)
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", root, name) >= sizeof(path))
 		die("path too long under '%s'", root);
-	errno = 0;
-	r = nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	if (r == 0 || (r == -1 && errno == ENOENT))
-		return;
-	die("cannot remove '%s': %s", path, strerror(r < -1 ? -r : errno));
+	r = fs_rm_rf_at(AT_FDCWD, path);
+	if (r < 0)
+		die("cannot remove '%s': %s", path, strerror(-r));
 }
 
 static void save_name(char *buf, size_t len, pid_t job_pid, unsigned i)
