@@ -139,8 +139,14 @@ int fs_read_file_at(int dirfd, const char *name, size_t max, char **ret_buf, siz
 		ssize_t n = read(fd, buf + off, (size_t)st.st_size - off);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
-			break;
+		if (n < 0) {
+			/* An I/O error must not pass for a shorter file. */
+			r = -errno;
+			free(buf);
+			goto out;
+		}
+		if (n == 0)
+			break; /* the file shrank since fstat */
 		off += (size_t)n;
 	}
 	buf[off] = '\0';
