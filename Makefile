@@ -48,7 +48,7 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-CORE_SRCS   := $(sort $(wildcard shm/*.c format/*.c))
+CORE_SRCS   := $(sort $(wildcard shm/*.c format/*.c store/*.c))
 CLIENT_SRCS := $(sort $(wildcard client/*.c))
 DAEMON_MAIN := daemon/main.c
 CTL_MAIN    := daemon/ckptctl.c

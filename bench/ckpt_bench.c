@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
-#include "daemon/fsutil.h"
+#include "store/fsutil.h"
 
 #define MAX_SAVES   1000
 #define MAX_RANKS   256

@@ -18,6 +18,7 @@
 #include "client/internal.h"
 #include "format/crc32c.h"
 #include "format/index.h"
+#include "store/fsutil.h"
 
 #define READER_MAX_MANIFEST (1ull << 30)
 
@@ -111,31 +112,13 @@ void ckpt_reader_close(struct ckpt_reader *reader)
 	free(reader);
 }
 
-static int read_whole(int fd, uint64_t size, char *buf)
-{
-	uint64_t done = 0;
-
-	while (done < size) {
-		ssize_t n = pread(fd, buf + done, size - done, (off_t)done);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EBADMSG;
-		done += (uint64_t)n;
-	}
-	return 0;
-}
-
 int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
 {
 	struct ckpt_reader *rd;
 	char err[512];
-	struct stat st;
 	char *text = NULL;
-	int fd = -1, r;
+	size_t text_len = 0;
+	int r;
 
 	if (!path || !ret_reader) {
 		cli_set_error("ckpt_reader_open: NULL argument");
@@ -159,43 +142,26 @@ int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
 		cli_set_error("ckpt_reader_open: '%s': %s", path, strerror(-r));
 		goto out_free;
 	}
-	fd = openat(rd->dirfd, MANIFEST_FILE, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = -errno;
-		if (r == -ENOENT)
-			cli_set_error("ckpt_reader_open: no %s in '%s': not a committed checkpoint",
-				      MANIFEST_FILE, path);
-		else
-			cli_set_error("ckpt_reader_open: '%s/%s': %s", path, MANIFEST_FILE,
-				      strerror(-r));
+	r = fs_read_file_at(rd->dirfd, MANIFEST_FILE, READER_MAX_MANIFEST, &text, &text_len);
+	if (r == -ENOENT) {
+		cli_set_error("ckpt_reader_open: no %s in '%s': not a committed checkpoint",
+			      MANIFEST_FILE, path);
 		goto out_free;
 	}
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-		cli_set_error("ckpt_reader_open: '%s/%s': %s", path, MANIFEST_FILE, strerror(-r));
-		goto out_free;
-	}
-	if (!S_ISREG(st.st_mode) || st.st_size <= 0 || (uint64_t)st.st_size > READER_MAX_MANIFEST) {
+	if (r == -EFBIG || r == -EISDIR || r == -EINVAL || (r == 0 && text_len == 0)) {
 		r = -EBADMSG;
-		cli_set_error("ckpt_reader_open: '%s/%s' is not a manifest (%lld bytes)", path,
-			      MANIFEST_FILE, (long long)st.st_size);
+		cli_set_error("ckpt_reader_open: '%s/%s' is not a manifest (not a regular file "
+			      "of 1..%llu bytes)", path, MANIFEST_FILE,
+			      (unsigned long long)READER_MAX_MANIFEST);
 		goto out_free;
 	}
-	text = malloc((size_t)st.st_size + 1);
-	if (!text) {
-		r = -ENOMEM;
-		cli_set_error("ckpt_reader_open: out of memory");
-		goto out_free;
-	}
-	r = read_whole(fd, (uint64_t)st.st_size, text);
 	if (r < 0) {
 		cli_set_error("ckpt_reader_open: reading '%s/%s': %s", path, MANIFEST_FILE,
 			      strerror(-r));
 		goto out_free;
 	}
-	text[st.st_size] = '\0';
 	err[0] = '\0';
-	r = manifest_parse(text, (size_t)st.st_size, &rd->m, err, sizeof(err));
+	r = manifest_parse(text, text_len, &rd->m, err, sizeof(err));
 	if (r < 0) {
 		cli_set_error("ckpt_reader_open: '%s/%s': %s", path, MANIFEST_FILE,
 			      err[0] ? err : strerror(-r));
@@ -210,14 +176,11 @@ int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
 	for (size_t i = 0; i < rd->m.n_files; i++)
 		rd->fds[i] = -1;
 	free(text);
-	close(fd);
 	*ret_reader = rd;
 	return 0;
 
 out_free:
 	free(text);
-	if (fd >= 0)
-		close(fd);
 	ckpt_reader_close(rd);
 	return r;
 }

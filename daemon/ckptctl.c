@@ -35,6 +35,7 @@
 #include "ckpt.h"
 #include "daemon/config.h"
 #include "format/index.h"
+#include "store/fsutil.h"
 #include "shm/proto.h"
 
 #ifndef CKPT_VERSION
@@ -176,58 +177,6 @@ static int name_width(size_t longest, size_t header)
 	size_t w = longest > header ? longest : header;
 
 	return (int)(w > CTL_NAME_COL_MAX ? CTL_NAME_COL_MAX : w);
-}
-
-/* Reads a whole file at dirfd/path (at most cap bytes) into a malloc'd,
- * NUL-terminated buffer.  Returns 0, -EFBIG, -EISDIR, or -errno. */
-static int read_file_at(int dirfd, const char *path, uint64_t cap, char **ret_buf,
-			size_t *ret_len)
-{
-	struct stat st;
-	size_t off = 0;
-	char *buf;
-	int fd, ret;
-
-	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0) {
-		ret = -errno;
-		goto out_close;
-	}
-	if (S_ISDIR(st.st_mode)) {
-		ret = -EISDIR;
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > cap) {
-		ret = -EFBIG;
-		goto out_close;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		ret = -ENOMEM;
-		goto out_close;
-	}
-	while (off < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + off, (size_t)st.st_size - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = -errno;
-			free(buf);
-			goto out_close;
-		}
-		if (n == 0)
-			break; /* shrank under us: parse what is there */
-		off += (size_t)n;
-	}
-	buf[off] = '\0';
-	*ret_buf = buf;
-	*ret_len = off;
-	ret = 0;
-out_close:
-	close(fd);
-	return ret;
 }
 
 /* ---- JSON access tolerant of missing fields (status reports of other
@@ -679,7 +628,7 @@ static int entry_load(int rootfd, const char *name, const struct stat *st, struc
 	}
 
 	snprintf(rel, sizeof(rel), "%s/%s", name, MANIFEST_FILE);
-	ret = read_file_at(rootfd, rel, CTL_MANIFEST_MAX, &text, &len);
+	ret = fs_read_file_at(rootfd, rel, CTL_MANIFEST_MAX, &text, &len);
 	if (ret == -ENOENT) {
 		e->state = ENT_INCOMPLETE;
 		return 0;
@@ -986,7 +935,7 @@ static int cmd_show(const char *path, bool json, bool verbose)
 		errmsg("cannot open checkpoint '%s': %s", path, strerror(errno));
 		return 1;
 	}
-	ret = read_file_at(dfd, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len);
+	ret = fs_read_file_at(dfd, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len);
 	close(dfd);
 	if (ret == -ENOENT) {
 		errmsg("'%s' is not a committed checkpoint (no %s)", path, MANIFEST_FILE);

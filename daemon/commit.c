@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/fsutil.h"
+#include "store/fsutil.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 #include "format/index.h"

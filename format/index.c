@@ -22,6 +22,7 @@
 #include "format/errmsg.h"
 #include "format/grow.h"
 #include "format/index.h"
+#include "store/fsutil.h"
 #include "format/jbuf.h"
 #include "format/jread.h"
 #include "format/names.h"
@@ -200,50 +201,21 @@ static int load_index(int dirfd, uint32_t r, json_t **ret, size_t *ret_size, cha
 {
 	char fname[32];
 	json_error_t jerr;
-	struct stat st;
 	char *buf = NULL;
 	size_t got = 0;
 	json_t *root;
-	int fd, ret_err;
+	int ret_err;
 
 	index_index_name(r, fname, sizeof(fname));
-	fd = openat(dirfd, fname, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-
-		if (e == ENOENT)
-			return errmsg_set(err, errlen, -ENOENT, "rank %u: index missing", r);
-		return errmsg_set(err, errlen, -e, "rank %u: cannot open %s: %s", r, fname,
-				  strerror(e));
-	}
-	if (fstat(fd, &st) < 0) {
-		ret_err = errmsg_set(err, errlen, -errno, "rank %u: cannot stat %s", r, fname);
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > INDEX_MAX_BYTES) {
-		ret_err = bad("rank %u: %s is not a regular file of at most %llu bytes", r, fname,
-			      INDEX_MAX_BYTES);
-		goto out_close;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		ret_err = -ENOMEM;
-		goto out_close;
-	}
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret_err = errmsg_set(err, errlen, -errno, "rank %u: reading %s: %s", r,
-					     fname, strerror(errno));
-			goto out_free;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
+	ret_err = fs_read_file_at(dirfd, fname, INDEX_MAX_BYTES, &buf, &got);
+	if (ret_err == -ENOENT)
+		return errmsg_set(err, errlen, -ENOENT, "rank %u: index missing", r);
+	if (ret_err == -EFBIG || ret_err == -EISDIR || ret_err == -EINVAL)
+		return bad("rank %u: %s is not a regular file of at most %llu bytes", r, fname,
+			   INDEX_MAX_BYTES);
+	if (ret_err < 0)
+		return errmsg_set(err, errlen, ret_err, "rank %u: reading %s: %s", r, fname,
+				  strerror(-ret_err));
 	root = json_loadb(buf, got, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		for (char *p = jerr.text; *p; p++)
@@ -251,19 +223,13 @@ static int load_index(int dirfd, uint32_t r, json_t **ret, size_t *ret_size, cha
 				*p = '?';
 		ret_err = bad("rank %u: %s is not valid JSON: %s (line %d)", r, fname, jerr.text,
 			      jerr.line);
-		goto out_free;
+		free(buf);
+		return ret_err;
 	}
 	free(buf);
-	close(fd);
 	*ret = root;
 	*ret_size = got;
 	return 0;
-
-out_free:
-	free(buf);
-out_close:
-	close(fd);
-	return ret_err;
 }
 
 /* Checks that a string field of rank r's index equals `want`. */

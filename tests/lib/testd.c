@@ -27,7 +27,7 @@
 
 #include <jansson.h>
 
-#include "daemon/fsutil.h"
+#include "store/fsutil.h"
 
 /* Per-run base directory, set by td_main() before the tests fork. */
 static char td_base[TD_PATH];

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/fsutil.h"
+#include "store/fsutil.h"
 
 static char tmp[PATH_MAX];
 static int tmpfd = -1;
@@ -110,7 +110,7 @@ START_TEST(test_write_read)
 	ck_assert_int_eq(fs_read_file_at(tmpfd, "m.json", 1, &buf, &len), -EFBIG);
 	ck_assert_int_eq(fs_read_file_at(tmpfd, "missing", 100, &buf, &len), -ENOENT);
 	ck_assert_int_eq(mkdirat(tmpfd, "dir", 0755), 0);
-	ck_assert_int_eq(fs_read_file_at(tmpfd, "dir", 100, &buf, &len), -EINVAL);
+	ck_assert_int_eq(fs_read_file_at(tmpfd, "dir", 100, &buf, &len), -EISDIR);
 }
 END_TEST
 

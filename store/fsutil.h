@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* fsutil.h - directory operations of the committer, all fd-relative. */
-#ifndef CKPTD_FSUTIL_H
-#define CKPTD_FSUTIL_H
+/*
+ * fsutil.h - file and directory operations, all fd-relative and never
+ * following a symlink in the last component.  The one home of these helpers
+ * for the daemon, the storage backends, the reader and ckptctl.
+ */
+#ifndef CKPT_STORE_FSUTIL_H
+#define CKPT_STORE_FSUTIL_H
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -19,7 +23,10 @@ int fs_rm_rf_at(int dirfd, const char *name);
 int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, int atomic);
 
 /* Reads a whole small file (at most max bytes) into a malloc'd NUL-terminated
- * buffer.  Returns 0, -ENOENT, -EFBIG, -errno. */
+ * buffer.  `name` may have several components (only the last one must not be
+ * a symlink).  Returns 0, -ENOENT, -EFBIG (larger than max), -EISDIR,
+ * -EINVAL (not a regular file), or -errno (a read error is never taken for
+ * the end of the file). */
 int fs_read_file_at(int dirfd, const char *name, size_t max, char **ret_buf, size_t *ret_len);
 
 #endif

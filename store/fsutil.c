@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* fsutil.c - see fsutil.h. */
-#include "daemon/fsutil.h"
+#include "store/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -127,7 +127,7 @@ int fs_read_file_at(int dirfd, const char *name, size_t max, char **ret_buf, siz
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
-		r = S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
+		r = S_ISREG(st.st_mode) ? -EFBIG : S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 		goto out;
 	}
 	buf = malloc((size_t)st.st_size + 1);
