@@ -43,6 +43,7 @@ extern "C" {
 
 /* Limits, enforced by the library and again by the daemon. */
 #define CKPT_MAX_JOB_LEN   128  /* job id: [A-Za-z0-9._-]+ */
+#define CKPT_MAX_RUN_LEN   128  /* run id: "" or [A-Za-z0-9._-]+ */
 #define CKPT_MAX_NAME_LEN  128  /* checkpoint name: [A-Za-z0-9._-]+, no leading '.' */
 #define CKPT_MAX_ITEM_NAME 512  /* tensor / blob name: printable ASCII */
 #define CKPT_MAX_NDIM      16

@@ -74,7 +74,8 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 	switch (h->type) {
 	case PROTO_HELLO: {
 		const struct proto_hello *m = buf;
-		if (m->reserved || !terminated(m->job, sizeof(m->job)))
+		if (m->umask & ~0777u || !terminated(m->job, sizeof(m->job)) ||
+		    !terminated(m->run, sizeof(m->run)))
 			goto bad_field;
 		break;
 	}
@@ -94,12 +95,6 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 	case PROTO_SAVE_DONE: {
 		const struct proto_save_result *m = buf;
 		if (!terminated(m->msg, sizeof(m->msg)) || m->err > 0)
-			goto bad_field;
-		break;
-	}
-	case PROTO_SAVE_BEGIN: {
-		const struct proto_save_begin *m = buf;
-		if (m->reserved)
 			goto bad_field;
 		break;
 	}

@@ -10,11 +10,11 @@
  *
  * A session:
  *
- *   C: HELLO(role, job, rank, world, arena wanted)
+ *   C: HELLO(role, job, run, rank, world, umask, arena wanted)
  *   D: HELLO_OK(arena size, slot size) + memfd      | ERROR, then close
  *
  *   per save (token chosen by the client: increasing on the connection):
- *   C: SAVE_BEGIN(token, descriptor range in the arena)
+ *   C: SAVE_BEGIN(token, attempt, descriptor range in the arena)
  *   D: SAVE_ACK(token, 0 | -errno + reason)   the descriptor's slots are
  *                                             free again once this arrives
  *   C: EXTENT(token, file_off, arena_off, len) ...   one per slot filled
@@ -46,7 +46,7 @@
 #include "ckpt.h"
 
 #define PROTO_MAGIC   0x54504b43u /* "CKPT" in memory order */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u
 #define PROTO_MSG_MAX 1024        /* largest message, bytes */
 #define PROTO_MSG_LEN 512         /* reason strings, bytes incl. NUL */
 
@@ -83,9 +83,13 @@ struct proto_hello {
 	uint32_t role;
 	uint32_t rank;
 	uint32_t world;
-	uint32_t reserved;
+	uint32_t umask;    /* the client's file mode creation mask (<= 0777):
+	                    * files of its saves are created with it */
 	uint64_t arena_bytes;
 	char job[CKPT_MAX_JOB_LEN + 1]; /* NUL-terminated */
+	char run[CKPT_MAX_RUN_LEN + 1]; /* NUL-terminated; "" or a name like
+	                                 * job: the same on every rank of one
+	                                 * run of the job, new for each run */
 };
 
 struct proto_hello_ok {
@@ -107,7 +111,10 @@ struct proto_error {
 struct proto_save_begin {
 	struct proto_hdr h;
 	uint32_t token;
-	uint32_t reserved;
+	uint32_t attempt;  /* saves of this name this client began before (0:
+	                    * the first): ranks retry in step, so (job, run,
+	                    * name, step, attempt) names one attempt on every
+	                    * rank and never an earlier one */
 	uint64_t desc_off; /* multiple of slot_bytes */
 	uint64_t desc_len; /* <= DESC_MAX_BYTES, range inside the arena */
 };
