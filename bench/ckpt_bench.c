@@ -1,32 +1,70 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ckpt_bench - times saves through libckpt's public API against a running
- * ckptd, and measures the memcpy and O_DIRECT ceilings they are compared to.
+ * ckpt_bench - ckptd's side of `make bench`, and the two limits that are
+ * measured on the very bytes ckptd saves.  bench/run.py drives it; it also
+ * runs by hand (commands on stdin).
  *
- *   ckpt_bench --scenario save    --socket S --root R --saves N --bytes B --tensors T
- *   ckpt_bench --scenario ranks   --socket S --root R --saves N --bytes B --tensors T --ranks K
- *   ckpt_bench --scenario memcpy  --bytes B
- *   ckpt_bench --scenario odirect --path FILE --bytes B
+ *   ckpt_bench --socket S --root R --bytes B [--tensors T] [--ranks K]
+ *              [--client NAME:THREADS]... [--arena B] [--max-depth D]
+ *              [--timeout S]
  *
- * Prints one JSON object on stdout (see bench/RESULTS.md for the fields) and
- * exits 0, or prints a reason on stderr and exits 1.  bench/run.py drives it.
+ * It forks K rank processes (also for K = 1, so that every command runs the
+ * same way).  Each rank builds its state (B bytes in T fp32 tensors, touched
+ * before anything is timed), connects one ckptd client per --client (each
+ * client is rank r of its own job, so one state can be saved with several
+ * copy-thread settings: THREADS 0 is the library's default), and makes the
+ * limits' buffer: a memfd of B bytes made exactly like an arena
+ * (arena_create: huge pages advised, every page allocated and faulted in),
+ * holding a copy of the state, registered with io_uring in <= 1 GiB iovecs
+ * (a kernel limit on one registered buffer).  Then the program prints
+ * {"event": "ready", ...} and runs commands read from stdin, one per line,
+ * printing one JSON line for each:
  *
- * Timing contract (bench/RESULTS.md): a save's clock starts when the save call
- * starts (ckpt_save_begin), and stops when commit returns (call_ms), when
- * the staged future completes (staged_ms) and when the committed future
- * completes (committed_ms).  In "ranks" every rank's clock starts at the
- * moment the parent releases them all together, so the max across ranks is
- * the job's time.  State buffers are allocated and touched before the first
- * save; connecting (arena creation) is timed on its own.
+ *   save CLIENT [one] [notify]  one save of the whole state through CLIENT;
+ *                               "one": the same bytes described as one
+ *                               tensor per rank; "notify": print
+ *                               {"event": "staged"} once every rank is staged
+ *   copy memcpy|stream CLIENT   the copy limit: the state copied into the
+ *                               limits' memfd by as many threads as CLIENT
+ *                               copies with, in pieces of CLIENT's slot size,
+ *                               with glibc memcpy or with SSE2 streaming
+ *                               stores (the client's own host engine)
+ *   write DIR DEPTH             the built-in disk writer: a fresh file per
+ *                               rank in DIR, fallocate, the memfd written
+ *                               from its registered buffers in 8 MiB O_DIRECT
+ *                               blocks, DEPTH in flight, fsync of the file and
+ *                               then of DIR; timed from open to the last fsync
+ *   quit
+ *
+ * Every rank runs each command at once: the parent hands the command to
+ * every rank, waits until all are ready (state mutated, names chosen), then
+ * releases them together.  A command's figure is the job's: from the
+ * earliest rank's start to the latest rank's end (CLOCK_MONOTONIC, shared by
+ * all processes; the absolute times are printed too, as t_*_ns).  The
+ * previous checkpoint and the writer's files are removed before the result
+ * is printed, so nothing of one measurement is still being deleted while
+ * the next one runs.
+ *
+ * A save's clock starts when ckpt_save_begin is called and stops when
+ * ckpt_save_commit returns (call_ms), when the staged future completes
+ * (staged_ms) and when the committed future completes (committed_ms).
+ *
+ * Exit status: 0 after "quit" or EOF; 1 on any failure (the reason on
+ * stderr and, for a failed command, as {"cmd": ..., "error": ...}); 2 bad
+ * usage.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <liburing.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,62 +73,88 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include "ckpt.h"
+#include "shm/arena.h"
 #include "store/fsutil.h"
 
-#define MAX_SAVES   1000
-#define MAX_RANKS   256
-#define MAX_TENSORS 1000000
-#define ERR_LEN     512
+#define MAX_RANKS     256
+#define MAX_CLIENTS   4
+#define MAX_TENSORS   1000000
+#define MAX_THREADS   256
+#define ERR_LEN       512
+#define CMD_LEN       1024
+#define WRITE_BLOCK   (8u << 20)  /* the built-in writer's block (fio: --bs=8m) */
+#define REG_IOV_MAX   (1ull << 30) /* one registered buffer may be at most 1 GiB */
+/* Threads a ckpt_client starts besides its copy threads (receive, save):
+ * only used to tell how many copy threads a client runs (client_copy_threads). */
+#define LIB_SERVICE_THREADS 2
 
-struct opts {
-	const char *scenario;
-	const char *socket_path;
-	char root[PATH_MAX];
-	const char *path; /* odirect: the file to write */
-	unsigned saves;
-	uint64_t bytes;
-	unsigned tensors;
-	unsigned ranks;
-	uint64_t arena; /* 0: derived from bytes and tensors */
-	unsigned threads;
-	unsigned timeout_s;
-	bool keep;
+struct client_spec {
+	char name[32];
+	unsigned threads; /* 0: the library's default */
 };
 
-/* The state of one rank: `count` fp32 tensors laid back to back in one
- * buffer, sizes differing by at most one element so the total is exact.
- * With world > 1 each tensor is this rank's chunk of a global tensor of
- * world chunks (as FSDP shards a model): chunk `rank` at offset rank * n. */
+struct opts {
+	const char *socket_path;
+	char root[PATH_MAX];
+	uint64_t bytes;   /* per rank */
+	unsigned tensors; /* per rank */
+	unsigned ranks;
+	uint64_t arena;   /* 0: derived from bytes and tensors */
+	unsigned max_depth;
+	unsigned timeout_s;
+	struct client_spec clients[MAX_CLIENTS];
+	unsigned n_clients;
+};
+
+/* One way to describe the state: `count` fp32 tensors back to back, sizes
+ * differing by at most one element.  With world > 1, each tensor is this
+ * rank's chunk of a global tensor of world chunks (as FSDP shards a model):
+ * chunk `rank` at offset rank * n. */
+struct view {
+	unsigned count;
+	uint64_t *elems; /* per tensor */
+	uint64_t *first; /* element index where each tensor starts */
+	char **names;
+};
+
 struct state {
 	unsigned rank, world;
 	float *buf;
 	uint64_t bytes;
-	unsigned count;
-	uint64_t *elems;   /* per tensor */
-	uint64_t *first;   /* element index where each tensor starts */
-	char **names;
+	struct view many, one;
 };
 
-/* What one save of one rank measured; absolute CLOCK_MONOTONIC ns, so that
- * records of different processes share one time base.  Sent through a pipe
- * in one write (smaller than PIPE_BUF, hence atomic). */
-struct save_rec {
+/* What a rank sends the parent (one write, smaller than PIPE_BUF, so
+ * atomic).  Times are absolute CLOCK_MONOTONIC ns. */
+enum rec_kind { REC_HELLO = 1, REC_SETUP, REC_STAGED, REC_RESULT };
+
+struct rec {
 	int32_t rank;
-	int32_t save;  /* -1: the connect record */
-	int32_t rc;    /* 0 or -errno */
-	int32_t pad;
-	uint64_t t_start, t_call, t_staged, t_committed;
+	int32_t kind;
+	int32_t rc;     /* 0 or -errno */
+	int32_t client; /* REC_HELLO: which client */
+	uint64_t t_start, t_call, t_staged, t_end;
+	/* REC_HELLO */
 	double connect_ms;
-	uint64_t arena_bytes;
+	uint64_t arena_bytes, slot_bytes;
+	uint32_t copy_threads, threads_started, expected_threads;
+	/* REC_SETUP */
+	uint32_t registered;
+	double setup_ms;
 	char err[ERR_LEN];
 };
 
-_Static_assert(sizeof(struct save_rec) <= PIPE_BUF, "records must be written atomically");
+_Static_assert(sizeof(struct rec) <= PIPE_BUF, "records must be written atomically");
 
 static uint64_t now_ns(void)
 {
@@ -103,6 +167,22 @@ static uint64_t now_ns(void)
 static double ms_between(uint64_t a, uint64_t b)
 {
 	return b >= a ? (double)(b - a) / 1e6 : -(double)(a - b) / 1e6;
+}
+
+static double gibps(uint64_t bytes, double ms)
+{
+	return ms > 0 ? (double)bytes / (double)(1ull << 30) / (ms / 1e3) : 0;
+}
+
+/* A record's error message (truncated to fit: paths can be long). */
+static void rec_err(struct rec *rec, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rec_err(struct rec *rec, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(rec->err, sizeof(rec->err), fmt, ap);
+	va_end(ap);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -121,18 +201,19 @@ static void die(const char *fmt, ...)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: ckpt_bench --scenario save|ranks|memcpy|odirect [options]\n"
-		"  --socket PATH    ckptd socket (save, ranks)\n"
-		"  --root DIR       checkpoint root, inside one of the daemon's roots\n"
-		"  --saves N        number of saves (default 5)\n"
-		"  --bytes B        state bytes per rank, a multiple of 4 (K/M/G suffixes)\n"
-		"  --tensors T      fp32 tensors per rank (default 256)\n"
-		"  --ranks K        processes in the job (ranks; default 8)\n"
-		"  --arena B        staging arena to ask for (default: the shard file size)\n"
-		"  --threads N      library copy threads (default: the library's)\n"
-		"  --timeout S      bound on any wait, seconds (default 900)\n"
-		"  --path FILE      file to write (odirect)\n"
-		"  --keep           keep the last checkpoint\n");
+		"usage: ckpt_bench --socket PATH --root DIR --bytes B [options]; commands on stdin\n"
+		"  --socket PATH        ckptd socket\n"
+		"  --root DIR           checkpoint root, inside one of the daemon's roots\n"
+		"  --bytes B            state bytes per rank, a multiple of 4 (K/M/G suffixes)\n"
+		"  --tensors T          fp32 tensors per rank (default 256)\n"
+		"  --ranks K            rank processes of each job (default 1)\n"
+		"  --client NAME:N      a client with N copy threads (0: the library's\n"
+		"                       default); repeatable; default default:0\n"
+		"  --arena B            staging arena to ask for (default: the shard file size)\n"
+		"  --max-depth D        deepest 'write' allowed (default 64)\n"
+		"  --timeout S          bound on any wait, seconds (default 900)\n"
+		"commands: save CLIENT [one] [notify] | copy memcpy|stream CLIENT |\n"
+		"          write DIR DEPTH | quit\n");
 	exit(2);
 }
 
@@ -144,7 +225,7 @@ static uint64_t parse_size(const char *s, const char *what)
 
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || end == s)
+	if (errno || end == s || *s == '-')
 		die("bad %s '%s'", what, s);
 	switch (*end) {
 	case 'K': case 'k': mul = 1ull << 10; end++; break;
@@ -167,123 +248,231 @@ static unsigned parse_uint(const char *s, const char *what, unsigned lo, unsigne
 	return (unsigned)v;
 }
 
+static void parse_client(struct opts *o, const char *arg)
+{
+	const char *colon = strchr(arg, ':');
+	struct client_spec *c;
+	size_t n;
+
+	if (o->n_clients == MAX_CLIENTS)
+		die("at most %d --client", MAX_CLIENTS);
+	if (!colon || colon == arg)
+		die("--client wants NAME:THREADS, not '%s'", arg);
+	n = (size_t)(colon - arg);
+	c = &o->clients[o->n_clients];
+	if (n >= sizeof(c->name))
+		die("--client name too long in '%s'", arg);
+	for (size_t i = 0; i < n; i++)
+		if (!(arg[i] == '-' || arg[i] == '_' || (arg[i] >= '0' && arg[i] <= '9') ||
+		      (arg[i] >= 'a' && arg[i] <= 'z') || (arg[i] >= 'A' && arg[i] <= 'Z')))
+			die("--client name '%.*s': letters, digits, '-' and '_' only", (int)n, arg);
+	memcpy(c->name, arg, n);
+	c->name[n] = '\0';
+	for (unsigned i = 0; i < o->n_clients; i++)
+		if (!strcmp(o->clients[i].name, c->name))
+			die("--client '%s' given twice", c->name);
+	c->threads = parse_uint(colon + 1, "--client threads", 0, MAX_THREADS);
+	o->n_clients++;
+}
+
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
-		{ "scenario", required_argument, NULL, 's' },
 		{ "socket", required_argument, NULL, 'S' },
 		{ "root", required_argument, NULL, 'r' },
-		{ "saves", required_argument, NULL, 'n' },
 		{ "bytes", required_argument, NULL, 'b' },
 		{ "tensors", required_argument, NULL, 't' },
 		{ "ranks", required_argument, NULL, 'k' },
+		{ "client", required_argument, NULL, 'c' },
 		{ "arena", required_argument, NULL, 'a' },
-		{ "threads", required_argument, NULL, 'j' },
+		{ "max-depth", required_argument, NULL, 'd' },
 		{ "timeout", required_argument, NULL, 'T' },
-		{ "path", required_argument, NULL, 'p' },
-		{ "keep", no_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *root = NULL;
 	int c;
 
-	*o = (struct opts){ .saves = 5, .tensors = 256, .ranks = 8, .timeout_s = 900 };
+	*o = (struct opts){ .tensors = 256, .ranks = 1, .max_depth = 64, .timeout_s = 900 };
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 's': o->scenario = optarg; break;
 		case 'S': o->socket_path = optarg; break;
 		case 'r': root = optarg; break;
-		case 'n': o->saves = parse_uint(optarg, "--saves", 1, MAX_SAVES); break;
 		case 'b': o->bytes = parse_size(optarg, "--bytes"); break;
 		case 't': o->tensors = parse_uint(optarg, "--tensors", 1, MAX_TENSORS); break;
 		case 'k': o->ranks = parse_uint(optarg, "--ranks", 1, MAX_RANKS); break;
+		case 'c': parse_client(o, optarg); break;
 		case 'a': o->arena = parse_size(optarg, "--arena"); break;
-		case 'j': o->threads = parse_uint(optarg, "--threads", 1, 256); break;
+		case 'd': o->max_depth = parse_uint(optarg, "--max-depth", 1, 4096); break;
 		case 'T': o->timeout_s = parse_uint(optarg, "--timeout", 1, 7 * 86400); break;
-		case 'p': o->path = optarg; break;
-		case 'K': o->keep = true; break;
 		default: usage();
 		}
 	}
-	if (optind != argc || !o->scenario)
+	if (optind != argc || !o->socket_path || !root)
 		usage();
-	if (o->bytes == 0)
-		die("--bytes is required and must be > 0");
-	if (o->bytes % 4)
-		die("--bytes must be a multiple of 4 (fp32 tensors)");
-
-	if (!strcmp(o->scenario, "memcpy"))
-		return;
-	if (!strcmp(o->scenario, "odirect")) {
-		if (!o->path)
-			die("--path is required for odirect");
-		return;
-	}
-	if (strcmp(o->scenario, "save") && strcmp(o->scenario, "ranks"))
-		die("unknown scenario '%s'", o->scenario);
-	if (!o->socket_path || !root)
-		die("--socket and --root are required for %s", o->scenario);
+	if (o->bytes == 0 || o->bytes % 4)
+		die("--bytes is required, > 0 and a multiple of 4 (fp32 tensors)");
+	if (o->bytes / 4 < o->tensors)
+		die("--bytes too small for %u fp32 tensors", o->tensors);
+	if (o->bytes > (uint64_t)SIZE_MAX / 2)
+		die("--bytes too large");
 	/* The daemon accepts absolute roots only; resolve a relative one here
 	 * rather than fail on the first save. */
 	if (!realpath(root, o->root))
 		die("root '%s': %s", root, strerror(errno));
-	if (o->bytes / 4 < o->tensors)
-		die("--bytes too small for %u fp32 tensors", o->tensors);
-	if (!strcmp(o->scenario, "save"))
-		o->ranks = 1;
+	if (o->n_clients == 0)
+		parse_client(o, "default:0");
+}
+
+/* ---- the library's structs -------------------------------------------------
+ *
+ * The one place that fills libckpt's option and tensor structs.  The client
+ * ABI is growing a size field and CKPT_*_INIT macros: when it lands, start
+ * each of these from its _INIT macro and set the fields below.
+ */
+
+static struct ckpt_connect_opts connect_opts(const char *socket_path, const char *job,
+					     unsigned rank, unsigned world, uint64_t arena_bytes,
+					     unsigned copy_threads)
+{
+	return (struct ckpt_connect_opts){
+		.socket_path = socket_path,
+		.job = job,
+		.rank = rank,
+		.world = world,
+		.arena_bytes = arena_bytes,
+		.copy_threads = copy_threads,
+	};
+}
+
+static struct ckpt_tensor f32_tensor(const char *name, const uint64_t *shape, const float *data,
+				     const uint64_t *global_shape, const uint64_t *offsets)
+{
+	return (struct ckpt_tensor){
+		.name = name,
+		.dtype = CKPT_F32,
+		.ndim = 1,
+		.shape = shape,
+		.data = data,
+		.device = CKPT_DEVICE_HOST,
+		.global_shape = global_shape,
+		.offsets = offsets,
+	};
+}
+
+/* ---- copy threads ----------------------------------------------------------
+ *
+ * The copy limit must copy with as many threads as the client does.  The
+ * public API does not say how many it started, so count this process's
+ * threads around ckpt_connect (a rank connects its clients one at a time,
+ * from one thread, and nothing else starts threads meanwhile).
+ * `expected` is the documented default (CPUs this process may use divided
+ * by LOCAL_WORLD_SIZE, at least 1) or the number asked for; run.py notes a
+ * mismatch.
+ */
+
+static unsigned count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static unsigned expected_copy_threads(unsigned asked)
+{
+	cpu_set_t set;
+	const char *lws = getenv("LOCAL_WORLD_SIZE");
+	unsigned long local = 1;
+	unsigned cpus = 1;
+
+	if (asked)
+		return asked;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		cpus = (unsigned)CPU_COUNT(&set);
+	if (lws && *lws) {
+		char *end;
+		unsigned long v = strtoul(lws, &end, 10);
+
+		if (*end == '\0' && v > 0)
+			local = v;
+	}
+	return cpus / local > 0 ? (unsigned)(cpus / local) : 1;
 }
 
 /* ---- state ---------------------------------------------------------------- */
 
+static void view_init(struct view *v, uint64_t n, unsigned count, const char *prefix,
+		      const char *suffix)
+{
+	uint64_t per = n / count, extra = n % count, at = 0;
+
+	v->count = count;
+	v->elems = calloc(count, sizeof(*v->elems));
+	v->first = calloc(count, sizeof(*v->first));
+	v->names = calloc(count, sizeof(*v->names));
+	if (!v->elems || !v->first || !v->names)
+		die("out of memory");
+	for (unsigned i = 0; i < count; i++) {
+		v->elems[i] = per + (i < extra ? 1 : 0);
+		v->first[i] = at;
+		at += v->elems[i];
+		if (asprintf(&v->names[i], "%s%06u%s", prefix, i, suffix) < 0)
+			die("out of memory");
+	}
+}
+
+static void view_free(struct view *v)
+{
+	for (unsigned i = 0; v->names && i < v->count; i++)
+		free(v->names[i]);
+	free(v->names);
+	free(v->first);
+	free(v->elems);
+}
+
 static void state_init(struct state *s, uint64_t bytes, unsigned count, unsigned rank,
 		       unsigned world)
 {
-	uint64_t n = bytes / 4, per = n / count, extra = n % count, at = 0;
+	uint64_t n = bytes / 4;
 	void *p;
 
-	*s = (struct state){ .rank = rank, .world = world, .bytes = bytes, .count = count };
+	*s = (struct state){ .rank = rank, .world = world, .bytes = bytes };
 	/* Huge-page alignment, as a tensor allocator would give for big
-	 * tensors; the pages are touched below, before any timing. */
+	 * tensors; every page is touched below, before any timing. */
 	if (posix_memalign(&p, 2u << 20, bytes))
 		die("cannot allocate %" PRIu64 " bytes of state", bytes);
 	s->buf = p;
-	s->elems = calloc(count, sizeof(*s->elems));
-	s->first = calloc(count, sizeof(*s->first));
-	s->names = calloc(count, sizeof(*s->names));
-	if (!s->elems || !s->first || !s->names)
-		die("out of memory");
-	for (unsigned i = 0; i < count; i++) {
-		s->elems[i] = per + (i < extra ? 1 : 0);
-		s->first[i] = at;
-		at += s->elems[i];
-		if (asprintf(&s->names[i], "layer.%06u.weight", i) < 0)
-			die("out of memory");
-	}
+	view_init(&s->many, n, count, "layer.", ".weight");
+	view_init(&s->one, n, 1, "flat.", "");
 	for (uint64_t i = 0; i < n; i++)
 		s->buf[i] = (float)(i & 0xffff) * 0.5f;
 }
 
 /* A training step's worth of change: one element of every tensor. */
-static void state_mutate(struct state *s, unsigned save)
+static void state_mutate(struct state *s, const struct view *v, unsigned step)
 {
-	for (unsigned i = 0; i < s->count; i++)
-		s->buf[s->first[i]] += 1.0f + (float)save;
+	for (unsigned i = 0; i < v->count; i++)
+		s->buf[v->first[i]] += 1.0f + (float)step;
 }
 
 static void state_free(struct state *s)
 {
-	for (unsigned i = 0; s->names && i < s->count; i++)
-		free(s->names[i]);
-	free(s->names);
-	free(s->first);
-	free(s->elems);
+	view_free(&s->many);
+	view_free(&s->one);
 	free(s->buf);
 }
 
 /* The shard file is the data plus a safetensors header (~100 bytes of JSON
- * per tensor, padded to 4 KiB); ask for an arena that holds all of it, so the
- * figures measure staging and draining rather than backpressure. */
+ * per tensor, padded); ask for an arena that holds all of it, so the figures
+ * measure staging and draining rather than backpressure. */
 static uint64_t default_arena(uint64_t bytes, unsigned tensors)
 {
 	uint64_t header = 8 + (uint64_t)tensors * 256 + (1u << 20);
@@ -293,28 +482,12 @@ static uint64_t default_arena(uint64_t bytes, unsigned tensors)
 
 /* ---- one save ------------------------------------------------------------- */
 
-/* Removes <root>/<name> recursively; a missing directory is fine. */
-static void remove_checkpoint(const char *root, const char *name)
-{
-	char path[PATH_MAX];
-	int r;
-
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", root, name) >= sizeof(path))
-		die("path too long under '%s'", root);
-	r = fs_rm_rf_at(AT_FDCWD, path);
-	if (r < 0)
-		die("cannot remove '%s': %s", path, strerror(-r));
-}
-
-static void save_name(char *buf, size_t len, pid_t job_pid, unsigned i)
-{
-	snprintf(buf, len, "bench-%ld-%u", (long)job_pid, i);
-}
-
-/* Saves the whole state once and fills rec (times absolute).  Returns 0 or
- * -errno with rec->err set. */
+/* Saves the state once as view v and fills rec's times.  With notify_fd >= 0,
+ * sends a REC_STAGED record as soon as the staged future completes.  Returns
+ * 0 or -errno with rec->err set. */
 static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct state *s,
-		      const char *name, unsigned i, struct save_rec *rec)
+		      const struct view *v, const char *name, unsigned step, int notify_fd,
+		      struct rec *rec)
 {
 	struct ckpt_save *save = NULL;
 	struct ckpt_future *staged, *committed;
@@ -322,52 +495,55 @@ static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct
 	int r;
 
 	rec->t_start = now_ns();
-	r = ckpt_save_begin(cl, o->root, name, i, &save);
+	r = ckpt_save_begin(cl, o->root, name, step, &save);
 	if (r < 0) {
-		snprintf(rec->err, sizeof(rec->err), "ckpt_save_begin: %s (%s)", strerror(-r),
+		rec_err(rec, "ckpt_save_begin: %s (%s)", strerror(-r),
 			 ckpt_last_error());
 		return r;
 	}
-	for (unsigned t = 0; t < s->count; t++) {
-		uint64_t shape[1] = { s->elems[t] };
-		uint64_t gshape[1] = { s->elems[t] * s->world };
-		uint64_t offs[1] = { s->elems[t] * s->rank };
-		struct ckpt_tensor ten = {
-			.name = s->names[t],
-			.dtype = CKPT_F32,
-			.ndim = 1,
-			.shape = shape,
-			.data = s->buf + s->first[t],
-			.device = CKPT_DEVICE_HOST,
-			.global_shape = s->world > 1 ? gshape : NULL,
-			.offsets = s->world > 1 ? offs : NULL,
-		};
+	for (unsigned t = 0; t < v->count; t++) {
+		uint64_t shape[1] = { v->elems[t] };
+		uint64_t gshape[1] = { v->elems[t] * s->world };
+		uint64_t offs[1] = { v->elems[t] * s->rank };
+		struct ckpt_tensor ten = f32_tensor(v->names[t], shape, s->buf + v->first[t],
+						    s->world > 1 ? gshape : NULL,
+						    s->world > 1 ? offs : NULL);
 
 		r = ckpt_save_add_tensor(save, &ten);
 		if (r < 0) {
-			snprintf(rec->err, sizeof(rec->err), "ckpt_save_add_tensor '%s': %s (%s)",
-				 s->names[t], strerror(-r), ckpt_last_error());
+			rec_err(rec, "ckpt_save_add_tensor '%s': %s (%s)",
+				 v->names[t], strerror(-r), ckpt_last_error());
 			goto out;
 		}
 	}
 	r = ckpt_save_commit(save, &staged, &committed);
 	rec->t_call = now_ns();
 	if (r < 0) {
-		snprintf(rec->err, sizeof(rec->err), "ckpt_save_commit: %s (%s)", strerror(-r),
+		rec_err(rec, "ckpt_save_commit: %s (%s)", strerror(-r),
 			 ckpt_last_error());
 		goto out;
 	}
 	r = ckpt_future_wait(staged, tmo);
 	rec->t_staged = now_ns();
 	if (r < 0) {
-		snprintf(rec->err, sizeof(rec->err), "staged future: %s (%s)", strerror(-r),
+		rec_err(rec, "staged future: %s (%s)", strerror(-r),
 			 ckpt_future_error(staged));
 		goto out;
 	}
+	if (notify_fd >= 0) {
+		struct rec st = *rec;
+
+		st.kind = REC_STAGED;
+		if (write(notify_fd, &st, sizeof(st)) != (ssize_t)sizeof(st)) {
+			r = -EPIPE;
+			rec_err(rec, "parent gone");
+			goto out;
+		}
+	}
 	r = ckpt_future_wait(committed, tmo);
-	rec->t_committed = now_ns();
+	rec->t_end = now_ns();
 	if (r < 0) {
-		snprintf(rec->err, sizeof(rec->err), "committed future: %s (%s)", strerror(-r),
+		rec_err(rec, "committed future: %s (%s)", strerror(-r),
 			 ckpt_future_error(committed));
 		goto out;
 	}
@@ -376,129 +552,275 @@ out:
 	return r;
 }
 
-static int do_connect(const struct opts *o, const char *job, unsigned rank, unsigned world,
-		      struct ckpt_client **ret_cl, struct save_rec *rec)
-{
-	struct ckpt_connect_opts co = {
-		.socket_path = o->socket_path,
-		.job = job,
-		.rank = rank,
-		.world = world,
-		.arena_bytes = o->arena ? o->arena : default_arena(o->bytes, o->tensors),
-		.copy_threads = o->threads,
-	};
-	uint64_t t0 = now_ns();
-	int r;
+/* ---- the copy limit ------------------------------------------------------- */
 
-	r = ckpt_connect(&co, ret_cl);
-	rec->connect_ms = ms_between(t0, now_ns());
-	if (r < 0) {
-		snprintf(rec->err, sizeof(rec->err), "ckpt_connect to '%s': %s (%s)", o->socket_path,
-			 strerror(-r), ckpt_last_error());
-		return r;
+#if defined(__x86_64__)
+/* The loop of the client's host engine (client/copy.c): SSE2 streaming
+ * stores, 64 bytes per iteration, ordinary memcpy for the unaligned head
+ * and the tail. */
+static void stream_copy(char *dst, const char *src, size_t len)
+{
+	size_t head = (size_t)(-(uintptr_t)dst & 63);
+	size_t body;
+
+	if (head > len)
+		head = len;
+	memcpy(dst, src, head);
+	dst += head;
+	src += head;
+	len -= head;
+	body = len & ~(size_t)63;
+	for (size_t i = 0; i < body; i += 64) {
+		__m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+		__m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+		__m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+		__m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+		_mm_stream_si128((__m128i *)(dst + i), a);
+		_mm_stream_si128((__m128i *)(dst + i + 16), b);
+		_mm_stream_si128((__m128i *)(dst + i + 32), c);
+		_mm_stream_si128((__m128i *)(dst + i + 48), d);
 	}
-	rec->arena_bytes = ckpt_client_arena_bytes(*ret_cl);
+	memcpy(dst + body, src + body, len - body);
+	_mm_sfence();
+}
+#define HAVE_STREAM 1
+#else
+#define HAVE_STREAM 0
+#endif
+
+struct copy_job {
+	const char *src;
+	char *dst;
+	uint64_t bytes, piece;
+	bool stream;
+	atomic_uint_fast64_t next;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool go;
+};
+
+/* Like the client's copy threads: wait for the start, then claim the next
+ * piece and copy it until none is left. */
+static void *copy_thread(void *arg)
+{
+	struct copy_job *j = arg;
+	uint64_t n = (j->bytes + j->piece - 1) / j->piece;
+
+	pthread_mutex_lock(&j->lock);
+	while (!j->go)
+		pthread_cond_wait(&j->cond, &j->lock);
+	pthread_mutex_unlock(&j->lock);
+	for (;;) {
+		uint64_t k = atomic_fetch_add(&j->next, 1), off, len;
+
+		if (k >= n)
+			break;
+		off = k * j->piece;
+		len = j->bytes - off < j->piece ? j->bytes - off : j->piece;
+#if HAVE_STREAM
+		if (j->stream) {
+			stream_copy(j->dst + off, j->src + off, (size_t)len);
+			continue;
+		}
+#endif
+		memcpy(j->dst + off, j->src + off, (size_t)len);
+	}
+	return NULL;
+}
+
+/* Copies bytes from src to dst with `threads` threads in pieces of `piece`
+ * bytes; t_start when the threads (all created) are released, t_end when
+ * all are joined.  Returns 0 or -errno with rec->err set. */
+static int copy_limit(const char *src, char *dst, uint64_t bytes, uint64_t piece, unsigned threads,
+		      bool stream, struct rec *rec)
+{
+	struct copy_job j = { .src = src, .dst = dst, .bytes = bytes, .piece = piece,
+			      .stream = stream, .lock = PTHREAD_MUTEX_INITIALIZER,
+			      .cond = PTHREAD_COND_INITIALIZER };
+	pthread_t tid[MAX_THREADS];
+	unsigned started = 0;
+	int r = 0;
+
+	atomic_init(&j.next, 0);
+	if (threads < 1 || threads > MAX_THREADS || piece == 0) {
+		rec_err(rec, "copy limit: %u threads, piece %" PRIu64,
+			 threads, piece);
+		return -EINVAL;
+	}
+	for (; started < threads; started++) {
+		r = -pthread_create(&tid[started], NULL, copy_thread, &j);
+		if (r < 0) {
+			rec_err(rec, "pthread_create: %s", strerror(-r));
+			/* The threads already started find nothing to copy. */
+			atomic_store(&j.next, UINT64_MAX / 2);
+			break;
+		}
+	}
+	pthread_mutex_lock(&j.lock);
+	rec->t_start = now_ns();
+	j.go = true;
+	pthread_cond_broadcast(&j.cond);
+	pthread_mutex_unlock(&j.lock);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	rec->t_end = now_ns();
+	if (r < 0)
+		return r;
+	/* A cheap check that the copy happened: the first bytes of every piece
+	 * and the very last one. */
+	for (uint64_t off = 0; off < bytes; off += piece) {
+		size_t n = bytes - off < 64 ? (size_t)(bytes - off) : 64;
+
+		if (memcmp(dst + off, src + off, n)) {
+			rec_err(rec, "copy limit miscopied at %" PRIu64, off);
+			return -EIO;
+		}
+	}
+	if (dst[bytes - 1] != src[bytes - 1]) {
+		rec_err(rec, "copy limit miscopied the last byte");
+		return -EIO;
+	}
 	return 0;
 }
 
-/* ---- JSON output ---------------------------------------------------------- */
+/* ---- the built-in disk writer --------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Median of v[from..n) (all of v if that is empty). */
-static double median_from(const double *v, unsigned n, unsigned from)
-{
-	double tmp[MAX_SAVES];
-	unsigned m;
-
-	if (from >= n)
-		from = 0;
-	m = n - from;
-	memcpy(tmp, v + from, m * sizeof(*v));
-	qsort(tmp, m, sizeof(*tmp), cmp_double);
-	return m % 2 ? tmp[m / 2] : (tmp[m / 2 - 1] + tmp[m / 2]) / 2;
-}
-
-static void print_array(const char *key, const double *v, unsigned n)
-{
-	printf("\"%s\": [", key);
-	for (unsigned i = 0; i < n; i++)
-		printf("%s%.3f", i ? ", " : "", v[i]);
-	printf("]");
-}
-
-/* The times of one rank (or of the job: max across ranks), per save. */
-struct series {
-	double call[MAX_SAVES], staged[MAX_SAVES], committed[MAX_SAVES];
+struct limit_buf {
+	char *addr;      /* the memfd's mapping */
+	uint64_t bytes;  /* mapped bytes (state bytes rounded up to 4 KiB) */
+	struct io_uring ring;
+	bool ring_ok;
+	bool registered; /* buffers registered; else plain writes */
+	char why_not[ERR_LEN];
 };
 
-static void print_series_summary(const struct series *s, unsigned n)
+static int limit_buf_init(struct limit_buf *lb, const struct state *s, unsigned max_depth)
 {
-	printf("\"call_ms\": %.3f, \"staged_ms\": %.3f, \"committed_ms\": %.3f, "
-	       "\"first_call_ms\": %.3f, \"first_staged_ms\": %.3f, \"first_committed_ms\": %.3f, ",
-	       median_from(s->call, n, 1), median_from(s->staged, n, 1),
-	       median_from(s->committed, n, 1), s->call[0], s->staged[0], s->committed[0]);
-	print_array("per_save_call_ms", s->call, n);
-	printf(", ");
-	print_array("per_save_staged_ms", s->staged, n);
-	printf(", ");
-	print_array("per_save_committed_ms", s->committed, n);
-}
+	struct iovec iov[64];
+	unsigned n = 0;
+	void *addr;
+	int fd, r;
 
-/* ---- scenarios ------------------------------------------------------------ */
+	memset(lb, 0, sizeof(*lb));
+	lb->bytes = (s->bytes + 4095) & ~4095ull;
+	/* Made the way the daemon makes an arena, so the limit's memory is
+	 * no worse than ckptd's (huge pages advised, pre-faulted). */
+	fd = arena_create("ckpt-bench-limit", lb->bytes, &addr);
+	if (fd < 0)
+		return fd;
+	close(fd); /* the mapping keeps the memory */
+	lb->addr = addr;
+	memcpy(lb->addr, s->buf, s->bytes);
 
-static void scenario_save(const struct opts *o)
-{
-	struct ckpt_client *cl = NULL;
-	struct state st;
-	struct save_rec rec = { 0 };
-	struct series *ser = calloc(1, sizeof(*ser));
-	char name[CKPT_MAX_NAME_LEN + 1], prev[CKPT_MAX_NAME_LEN + 1] = "";
-	char job[64];
-	pid_t pid = getpid();
-	double connect_ms;
-	uint64_t arena;
-
-	if (!ser)
-		die("out of memory");
-	state_init(&st, o->bytes, o->tensors, 0, 1);
-	snprintf(job, sizeof(job), "bench-%ld", (long)pid);
-	if (do_connect(o, job, 0, 1, &cl, &rec) < 0)
-		die("%s", rec.err);
-	connect_ms = rec.connect_ms;
-	arena = rec.arena_bytes;
-
-	for (unsigned i = 0; i < o->saves; i++) {
-		if (i > 0)
-			state_mutate(&st, i);
-		if (prev[0])
-			remove_checkpoint(o->root, prev);
-		save_name(name, sizeof(name), pid, i);
-		memset(&rec, 0, sizeof(rec));
-		if (timed_save(cl, o, &st, name, i, &rec) < 0)
-			die("save %u of %u ('%s'): %s", i + 1, o->saves, name, rec.err);
-		ser->call[i] = ms_between(rec.t_start, rec.t_call);
-		ser->staged[i] = ms_between(rec.t_start, rec.t_staged);
-		ser->committed[i] = ms_between(rec.t_start, rec.t_committed);
-		snprintf(prev, sizeof(prev), "%s", name);
+	r = io_uring_queue_init(max_depth, &lb->ring, 0);
+	if (r < 0)
+		return r;
+	lb->ring_ok = true;
+	for (uint64_t off = 0; off < lb->bytes; off += REG_IOV_MAX) {
+		if (n == sizeof(iov) / sizeof(iov[0]))
+			return -E2BIG;
+		iov[n].iov_base = lb->addr + off;
+		iov[n].iov_len = (size_t)(lb->bytes - off < REG_IOV_MAX ? lb->bytes - off :
+									 REG_IOV_MAX);
+		n++;
 	}
-	ckpt_disconnect(cl);
-	if (!o->keep)
-		remove_checkpoint(o->root, prev);
-
-	printf("{\"scenario\": \"save\", \"bytes\": %" PRIu64 ", \"tensors\": %u, \"saves\": %u, "
-	       "\"ranks\": 1, \"arena_bytes\": %" PRIu64 ", \"connect_ms\": %.3f, ",
-	       o->bytes, o->tensors, o->saves, arena, connect_ms);
-	print_series_summary(ser, o->saves);
-	printf("}\n");
-	state_free(&st);
-	free(ser);
+	r = io_uring_register_buffers(&lb->ring, iov, n);
+	if (r < 0) {
+		/* e.g. RLIMIT_MEMLOCK for an unprivileged user: the writer still
+		 * runs, and the result says it was not registered. */
+		snprintf(lb->why_not, sizeof(lb->why_not), "io_uring_register_buffers: %s",
+			 strerror(-r));
+	} else {
+		lb->registered = true;
+	}
+	return 0;
 }
+
+/* Writes lb's bytes to a new file `path`: open, fallocate, DEPTH writes of
+ * WRITE_BLOCK in flight, fsync.  t_start before open, t_end after fsync
+ * (the directory's fsync is the parent's, after every rank).  Returns 0 or
+ * -errno with rec->err set. */
+static int disk_write(struct limit_buf *lb, const char *path, unsigned depth, struct rec *rec)
+{
+	struct io_uring *ring = &lb->ring;
+	uint64_t submitted = 0, done = 0;
+	unsigned inflight = 0;
+	bool fixed_file = false;
+	int fd, r = 0;
+
+	rec->t_start = now_ns();
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		r = -errno;
+		rec_err(rec, "open '%s' O_DIRECT: %s", path, strerror(-r));
+		return r;
+	}
+	if (fallocate(fd, 0, 0, (off_t)lb->bytes) < 0 && errno != EOPNOTSUPP) {
+		r = -errno;
+		rec_err(rec, "fallocate '%s': %s", path, strerror(-r));
+		goto out;
+	}
+	fixed_file = io_uring_register_files(ring, &fd, 1) == 0;
+	while (done < lb->bytes) {
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0;
+
+		while (inflight < depth && submitted < lb->bytes) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+			uint64_t len = lb->bytes - submitted < WRITE_BLOCK ? lb->bytes - submitted :
+									     WRITE_BLOCK;
+
+			if (!sqe)
+				break;
+			if (lb->registered)
+				io_uring_prep_write_fixed(sqe, fixed_file ? 0 : fd,
+							  lb->addr + submitted, (unsigned)len,
+							  submitted,
+							  (int)(submitted / REG_IOV_MAX));
+			else
+				io_uring_prep_write(sqe, fixed_file ? 0 : fd, lb->addr + submitted,
+						    (unsigned)len, submitted);
+			if (fixed_file)
+				sqe->flags |= IOSQE_FIXED_FILE;
+			io_uring_sqe_set_data64(sqe, len);
+			submitted += len;
+			inflight++;
+		}
+		r = io_uring_submit_and_wait(ring, 1);
+		if (r < 0 && r != -EINTR) {
+			rec_err(rec, "io_uring_submit: %s", strerror(-r));
+			goto out;
+		}
+		r = 0;
+		io_uring_for_each_cqe(ring, head, cqe) {
+			if (cqe->res < 0 || (uint64_t)cqe->res != io_uring_cqe_get_data64(cqe)) {
+				r = cqe->res < 0 ? cqe->res : -EIO;
+				rec_err(rec, "write '%s': %s", path,
+					 cqe->res < 0 ? strerror(-cqe->res) : "short write");
+				/* Writes may still be in flight: the ring is not
+				 * reused, the rank exits after a failed command. */
+				goto out;
+			}
+			done += (uint64_t)cqe->res;
+			inflight--;
+			seen++;
+		}
+		io_uring_cq_advance(ring, seen);
+	}
+	if (fsync(fd) < 0) {
+		r = -errno;
+		rec_err(rec, "fsync '%s': %s", path, strerror(-r));
+		goto out;
+	}
+	rec->t_end = now_ns();
+out:
+	if (fixed_file)
+		io_uring_unregister_files(ring);
+	close(fd);
+	return r;
+}
+
+/* ---- pipes ---------------------------------------------------------------- */
 
 /* Writes all of buf; returns false if the other side is gone. */
 static bool write_all(int fd, const void *buf, size_t len)
@@ -536,17 +858,164 @@ static bool read_all(int fd, void *buf, size_t len)
 	return true;
 }
 
-/* One rank of the "ranks" scenario, in a child process.  Protocol with the
- * parent: send the connect record; then per save: send one byte on the
- * shared `ready` pipe once the state is mutated, wait for one byte on this
- * rank's own `go` pipe, save, send the save record.  Never returns. */
-static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int ready_fd, int go_fd,
-		      int rec_fd)
+/* Reads one line (without its '\n') of at most len - 1 bytes; false on EOF. */
+static bool read_line(int fd, char *buf, size_t len)
 {
-	struct ckpt_client *cl = NULL;
+	size_t n = 0;
+
+	for (;;) {
+		char ch;
+
+		if (!read_all(fd, &ch, 1))
+			return false;
+		if (ch == '\n')
+			break;
+		if (n + 1 < len)
+			buf[n++] = ch;
+	}
+	buf[n] = '\0';
+	return true;
+}
+
+/* ---- commands ------------------------------------------------------------- */
+
+enum cmd_kind { CMD_SAVE, CMD_COPY, CMD_WRITE, CMD_QUIT };
+
+struct cmd {
+	enum cmd_kind kind;
+	int client;    /* save, copy */
+	bool one;      /* save: one tensor */
+	bool notify;   /* save */
+	bool stream;   /* copy */
+	char dir[PATH_MAX]; /* write */
+	unsigned depth;     /* write */
+};
+
+static int find_client(const struct opts *o, const char *name)
+{
+	for (unsigned i = 0; i < o->n_clients; i++)
+		if (!strcmp(o->clients[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+/* Parses a command line; returns false with err set if it is not one. */
+static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err, size_t errlen)
+{
+	char *argv[8], *save_ptr = NULL;
+	int argc = 0;
+
+	memset(c, 0, sizeof(*c));
+	for (char *t = strtok_r(line, " \t\r", &save_ptr); t; t = strtok_r(NULL, " \t\r", &save_ptr)) {
+		if (argc == 8) {
+			snprintf(err, errlen, "too many words");
+			return false;
+		}
+		argv[argc++] = t;
+	}
+	if (argc == 0) {
+		snprintf(err, errlen, "empty command");
+		return false;
+	}
+	if (!strcmp(argv[0], "quit") && argc == 1) {
+		c->kind = CMD_QUIT;
+		return true;
+	}
+	if (!strcmp(argv[0], "save") && argc >= 2) {
+		c->kind = CMD_SAVE;
+		c->client = find_client(o, argv[1]);
+		if (c->client < 0) {
+			snprintf(err, errlen, "no client '%s'", argv[1]);
+			return false;
+		}
+		for (int i = 2; i < argc; i++) {
+			if (!strcmp(argv[i], "one")) {
+				c->one = true;
+			} else if (!strcmp(argv[i], "notify")) {
+				c->notify = true;
+			} else {
+				snprintf(err, errlen, "save: unknown word '%s'", argv[i]);
+				return false;
+			}
+		}
+		return true;
+	}
+	if (!strcmp(argv[0], "copy") && argc == 3) {
+		c->kind = CMD_COPY;
+		if (!strcmp(argv[1], "stream")) {
+			if (!HAVE_STREAM) {
+				snprintf(err, errlen, "copy stream: SSE2 streaming stores are x86-64 only");
+				return false;
+			}
+			c->stream = true;
+		} else if (strcmp(argv[1], "memcpy")) {
+			snprintf(err, errlen, "copy: method '%s' is not memcpy or stream", argv[1]);
+			return false;
+		}
+		c->client = find_client(o, argv[2]);
+		if (c->client < 0) {
+			snprintf(err, errlen, "no client '%s'", argv[2]);
+			return false;
+		}
+		return true;
+	}
+	if (!strcmp(argv[0], "write") && argc == 3) {
+		char *end;
+		unsigned long d;
+
+		c->kind = CMD_WRITE;
+		if (!realpath(argv[1], c->dir)) {
+			snprintf(err, errlen, "write: directory '%s': %s", argv[1], strerror(errno));
+			return false;
+		}
+		errno = 0;
+		d = strtoul(argv[2], &end, 10);
+		if (errno || *end || d < 1 || d > o->max_depth) {
+			snprintf(err, errlen, "write: depth '%s' is not in 1..%u", argv[2], o->max_depth);
+			return false;
+		}
+		c->depth = (unsigned)d;
+		return true;
+	}
+	snprintf(err, errlen, "unknown command '%s' (save, copy, write, quit)", argv[0]);
+	return false;
+}
+
+static void save_name(char *buf, size_t len, pid_t job_pid, const char *client, unsigned i)
+{
+	snprintf(buf, len, "bench-%ld-%s-%u", (long)job_pid, client, i);
+}
+
+static void limit_path(char *buf, size_t len, const char *dir, pid_t job_pid, unsigned rank)
+{
+	if ((size_t)snprintf(buf, len, "%s/.ckpt-bench-limit-%ld-r%03u", dir, (long)job_pid, rank) >=
+	    len)
+		die("path too long under '%s'", dir);
+}
+
+/* ---- one rank ------------------------------------------------------------- */
+
+struct rank_client {
+	struct ckpt_client *cl;
+	uint64_t slot_bytes;
+	unsigned copy_threads;
+	unsigned steps;
+};
+
+/* One rank, in a child process.  Protocol with the parent: one REC_HELLO
+ * per client and one REC_SETUP; then per command (one line on cmd_fd):
+ * prepare, send one byte on the shared ready pipe, wait for one byte on
+ * this rank's go pipe, run, send REC_STAGED (save notify) and REC_RESULT.
+ * Exits on "quit", on EOF and on any failure (after its record). */
+static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cmd_fd, int ready_fd,
+		      int go_fd, int rec_fd)
+{
+	struct rank_client rc[MAX_CLIENTS] = { 0 };
+	struct limit_buf lb;
 	struct state st;
-	struct save_rec rec = { .rank = (int32_t)rank, .save = -1 };
-	char name[CKPT_MAX_NAME_LEN + 1], job[64];
+	struct rec rec;
+	uint64_t t0;
+	char line[CMD_LEN], err[ERR_LEN];
 	int r;
 
 	/* A rank must not outlive an aborted parent. */
@@ -555,52 +1024,145 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int re
 		_exit(3);
 
 	state_init(&st, o->bytes, o->tensors, rank, o->ranks);
-	snprintf(job, sizeof(job), "bench-%ld", (long)job_pid);
-	r = do_connect(o, job, rank, o->ranks, &cl, &rec);
+	for (unsigned i = 0; i < o->n_clients; i++) {
+		char job[96];
+		struct ckpt_connect_opts co;
+		unsigned before, after;
+
+		snprintf(job, sizeof(job), "bench-%ld-%s", (long)job_pid, o->clients[i].name);
+		co = connect_opts(o->socket_path, job, rank, o->ranks,
+				  o->arena ? o->arena : default_arena(o->bytes, o->tensors),
+				  o->clients[i].threads);
+		memset(&rec, 0, sizeof(rec));
+		rec.rank = (int32_t)rank;
+		rec.kind = REC_HELLO;
+		rec.client = (int32_t)i;
+		rec.expected_threads = expected_copy_threads(o->clients[i].threads);
+		before = count_threads();
+		t0 = now_ns();
+		r = ckpt_connect(&co, &rc[i].cl);
+		rec.connect_ms = ms_between(t0, now_ns());
+		after = count_threads();
+		rec.rc = r;
+		if (r < 0) {
+			rec_err(&rec, "ckpt_connect '%s' as job '%s': %s (%s)",
+				 o->socket_path, job, strerror(-r), ckpt_last_error());
+		} else {
+			rec.arena_bytes = ckpt_client_arena_bytes(rc[i].cl);
+			/* The daemon cuts the arena it granted the same way. */
+			rec.slot_bytes = arena_slot_bytes(rec.arena_bytes);
+			rec.threads_started = after > before ? after - before : 0;
+			rec.copy_threads = rec.threads_started > LIB_SERVICE_THREADS ?
+						   rec.threads_started - LIB_SERVICE_THREADS :
+						   rec.expected_threads;
+			rc[i].slot_bytes = rec.slot_bytes;
+			rc[i].copy_threads = rec.copy_threads;
+		}
+		if (!write_all(rec_fd, &rec, sizeof(rec)) || r < 0)
+			_exit(1);
+	}
+
+	memset(&rec, 0, sizeof(rec));
+	rec.rank = (int32_t)rank;
+	rec.kind = REC_SETUP;
+	t0 = now_ns();
+	r = limit_buf_init(&lb, &st, o->max_depth);
+	rec.setup_ms = ms_between(t0, now_ns());
 	rec.rc = r;
+	if (r < 0)
+		rec_err(&rec, "limit buffer of %" PRIu64 " bytes: %s", o->bytes,
+			 strerror(-r));
+	else if (!lb.registered)
+		rec_err(&rec, "%s", lb.why_not);
+	rec.registered = lb.registered;
 	if (!write_all(rec_fd, &rec, sizeof(rec)) || r < 0)
 		_exit(1);
 
-	for (unsigned i = 0; i < o->saves; i++) {
+	while (read_line(cmd_fd, line, sizeof(line))) {
+		struct cmd c;
+		char name[CKPT_MAX_NAME_LEN + 1], path[PATH_MAX];
+		struct rank_client *cli = NULL;
+		const struct view *v = NULL;
 		char b = 'r';
 
-		if (i > 0)
-			state_mutate(&st, i);
-		if (!write_all(ready_fd, &b, 1) || !read_all(go_fd, &b, 1))
-			_exit(1);
-		save_name(name, sizeof(name), job_pid, i);
+		if (!parse_cmd(o, line, &c, err, sizeof(err)))
+			_exit(1); /* the parent checked it: cannot happen */
+		if (c.kind == CMD_QUIT)
+			break;
 		memset(&rec, 0, sizeof(rec));
 		rec.rank = (int32_t)rank;
-		rec.save = (int32_t)i;
-		rec.rc = timed_save(cl, o, &st, name, i, &rec);
+		rec.kind = REC_RESULT;
+		if (c.kind != CMD_WRITE)
+			cli = &rc[c.client];
+		if (c.kind == CMD_SAVE) {
+			v = c.one ? &st.one : &st.many;
+			if (cli->steps > 0)
+				state_mutate(&st, v, cli->steps);
+			save_name(name, sizeof(name), job_pid, o->clients[c.client].name, cli->steps);
+		} else if (c.kind == CMD_WRITE) {
+			limit_path(path, sizeof(path), c.dir, job_pid, rank);
+			(void)unlink(path); /* left by a killed run */
+		}
+		if (!write_all(ready_fd, &b, 1) || !read_all(go_fd, &b, 1))
+			_exit(1);
+		switch (c.kind) {
+		case CMD_SAVE:
+			rec.rc = timed_save(cli->cl, o, &st, v, name, cli->steps,
+					    c.notify ? rec_fd : -1, &rec);
+			cli->steps++;
+			break;
+		case CMD_COPY:
+			rec.rc = copy_limit((const char *)st.buf, lb.addr, st.bytes, cli->slot_bytes,
+					    cli->copy_threads, c.stream, &rec);
+			break;
+		case CMD_WRITE:
+			rec.rc = disk_write(&lb, path, c.depth, &rec);
+			break;
+		case CMD_QUIT:
+			break;
+		}
 		if (!write_all(rec_fd, &rec, sizeof(rec)) || rec.rc < 0)
 			_exit(1);
 	}
-	ckpt_disconnect(cl);
+	for (unsigned i = 0; i < o->n_clients; i++)
+		ckpt_disconnect(rc[i].cl);
 	state_free(&st);
 	_exit(0);
 }
 
-static pid_t children[MAX_RANKS];
-static unsigned n_children;
+/* ---- the parent ----------------------------------------------------------- */
 
-static void kill_children(void)
+struct rank_io {
+	pid_t pid;
+	int cmd_w, go_w, rec_r;
+};
+
+static struct rank_io ranks_io[MAX_RANKS];
+static unsigned n_ranks_started;
+
+/* What the ranks reported for each client (the same on every rank). */
+static struct {
+	unsigned copy_threads;
+	uint64_t slot_bytes;
+} client_info[MAX_CLIENTS];
+
+static void kill_ranks(void)
 {
-	for (unsigned i = 0; i < n_children; i++) {
-		if (children[i] > 0) {
-			kill(children[i], SIGKILL);
-			waitpid(children[i], NULL, 0);
-			children[i] = 0;
+	for (unsigned i = 0; i < n_ranks_started; i++) {
+		if (ranks_io[i].pid > 0) {
+			kill(ranks_io[i].pid, SIGKILL);
+			waitpid(ranks_io[i].pid, NULL, 0);
+			ranks_io[i].pid = 0;
 		}
 	}
 }
 
-static void die_children(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die_children(const char *fmt, ...)
+static void die_ranks(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_ranks(const char *fmt, ...)
 {
 	va_list ap;
 
-	kill_children();
+	kill_ranks();
 	fputs("ckpt_bench: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -609,222 +1171,311 @@ static void die_children(const char *fmt, ...)
 	exit(1);
 }
 
-static void scenario_ranks(const struct opts *o)
+/* Prints a JSON string (the values printed here are names, paths and error
+ * messages: escape what JSON requires). */
+static void print_json_str(const char *s)
 {
-	unsigned k = o->ranks, n = o->saves;
-	int ready[2], go[MAX_RANKS][2], recp[MAX_RANKS][2];
-	struct series *ser = calloc(k + 1, sizeof(*ser)); /* [k] = max across ranks */
-	double connect_ms[MAX_RANKS];
-	uint64_t arena[MAX_RANKS];
-	char name[CKPT_MAX_NAME_LEN + 1];
-	pid_t pid = getpid();
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
 
-	if (!ser)
-		die("out of memory");
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch < 0x20)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+static void fail_cmd(const char *cmd, unsigned rank, const char *err)
+{
+	printf("{\"cmd\": \"%s\", \"rank\": %u, \"error\": ", cmd, rank);
+	print_json_str(err);
+	printf("}\n");
+	fflush(stdout);
+	die_ranks("%s failed on rank %u: %s", cmd, rank, err);
+}
+
+static void read_rec(unsigned r, struct rec *rec, const char *what)
+{
+	if (!read_all(ranks_io[r].rec_r, rec, sizeof(*rec)))
+		die_ranks("rank %u exited during %s", r, what);
+}
+
+static void print_ms_array(const char *key, const double *v, unsigned n)
+{
+	printf(", \"%s\": [", key);
+	for (unsigned i = 0; i < n; i++)
+		printf("%s%.3f", i ? ", " : "", v[i]);
+	printf("]");
+}
+
+/* Reads every rank's hello and setup records and prints the ready line. */
+static void gather_ready(const struct opts *o, pid_t pid)
+{
+	unsigned k = o->ranks;
+	double setup_max = 0;
+	bool registered = true;
+	char why_not[ERR_LEN] = "";
+
+	printf("{\"event\": \"ready\", \"pid\": %ld, \"ranks\": %u, \"bytes_per_rank\": %" PRIu64
+	       ", \"tensors\": %u, \"clients\": {",
+	       (long)pid, k, o->bytes, o->tensors);
+	for (unsigned i = 0; i < o->n_clients; i++) {
+		double connect_max = 0;
+		unsigned threads = 0, started = 0, expected = 0;
+		uint64_t arena = 0, slot = 0;
+		bool same = true;
+
+		for (unsigned r = 0; r < k; r++) {
+			struct rec rec;
+
+			read_rec(r, &rec, "connect");
+			if (rec.kind != REC_HELLO || rec.client != (int32_t)i)
+				die_ranks("rank %u: unexpected record %d at connect", r, rec.kind);
+			if (rec.rc < 0)
+				fail_cmd("connect", r, rec.err);
+			if (r > 0 && (rec.copy_threads != threads || rec.slot_bytes != slot))
+				same = false;
+			connect_max = rec.connect_ms > connect_max ? rec.connect_ms : connect_max;
+			threads = rec.copy_threads;
+			started = rec.threads_started;
+			expected = rec.expected_threads;
+			arena = rec.arena_bytes;
+			slot = rec.slot_bytes;
+		}
+		if (!same)
+			die_ranks("client '%s': ranks got different arenas or copy threads",
+				  o->clients[i].name);
+		client_info[i].copy_threads = threads;
+		client_info[i].slot_bytes = slot;
+		printf("%s", i ? ", " : "");
+		print_json_str(o->clients[i].name);
+		printf(": {\"threads_asked\": %u, \"copy_threads\": %u, \"threads_started\": %u, "
+		       "\"expected_copy_threads\": %u, \"arena_bytes\": %" PRIu64
+		       ", \"slot_bytes\": %" PRIu64 ", \"connect_ms\": %.3f}",
+		       o->clients[i].threads, threads, started, expected, arena, slot, connect_max);
+	}
+	for (unsigned r = 0; r < k; r++) {
+		struct rec rec;
+
+		read_rec(r, &rec, "set-up");
+		if (rec.kind != REC_SETUP)
+			die_ranks("rank %u: unexpected record %d at set-up", r, rec.kind);
+		if (rec.rc < 0)
+			fail_cmd("setup", r, rec.err);
+		if (!rec.registered) {
+			registered = false;
+			snprintf(why_not, sizeof(why_not), "%s", rec.err);
+		}
+		setup_max = rec.setup_ms > setup_max ? rec.setup_ms : setup_max;
+	}
+	printf("}, \"limit_buffer\": {\"setup_ms\": %.3f, \"registered\": %s, \"stream_copy\": %s",
+	       setup_max, registered ? "true" : "false", HAVE_STREAM ? "true" : "false");
+	if (!registered) {
+		printf(", \"not_registered\": ");
+		print_json_str(why_not);
+	}
+	printf("}}\n");
+	fflush(stdout);
+}
+
+/* Runs one checked command on every rank and prints its JSON line. */
+static void run_cmd(const struct opts *o, const struct cmd *c, const char *line, pid_t pid,
+		    int ready_r, unsigned *save_no)
+{
+	static const char *names[] = { "save", "copy", "write", "quit" };
+	unsigned k = o->ranks;
+	struct rec *recs = calloc(k, sizeof(*recs));
+	double *staged = calloc(k, sizeof(*staged)), *end = calloc(k, sizeof(*end));
+	uint64_t start = UINT64_MAX, t_call = 0, t_staged = 0, t_end = 0;
+	char buf[MAX_RANKS], g = 'g';
+	const char *what = names[c->kind];
+	uint64_t total = o->bytes * k;
+
+	if (!recs || !staged || !end)
+		die_ranks("out of memory");
+	for (unsigned r = 0; r < k; r++)
+		if (!write_all(ranks_io[r].cmd_w, line, strlen(line)) ||
+		    !write_all(ranks_io[r].cmd_w, "\n", 1))
+			die_ranks("rank %u is gone", r);
+	if (!read_all(ready_r, buf, k))
+		die_ranks("a rank exited before %s", what);
+	/* One pipe per rank, so a byte can only release its own rank; the k
+	 * writes take microseconds. */
+	for (unsigned r = 0; r < k; r++)
+		if (!write_all(ranks_io[r].go_w, &g, 1))
+			die_ranks("rank %u exited before %s", r, what);
+	if (c->kind == CMD_SAVE && c->notify) {
+		for (unsigned r = 0; r < k; r++) {
+			read_rec(r, &recs[r], what);
+			if (recs[r].rc < 0)
+				fail_cmd(what, r, recs[r].err);
+			if (recs[r].kind != REC_STAGED)
+				die_ranks("rank %u: expected a staged record", r);
+		}
+		printf("{\"event\": \"staged\"}\n");
+		fflush(stdout);
+	}
+	for (unsigned r = 0; r < k; r++) {
+		read_rec(r, &recs[r], what);
+		if (recs[r].kind != REC_RESULT)
+			die_ranks("rank %u: unexpected record %d", r, recs[r].kind);
+		if (recs[r].rc < 0)
+			fail_cmd(what, r, recs[r].err);
+		start = recs[r].t_start < start ? recs[r].t_start : start;
+		t_call = recs[r].t_call > t_call ? recs[r].t_call : t_call;
+		t_staged = recs[r].t_staged > t_staged ? recs[r].t_staged : t_staged;
+		t_end = recs[r].t_end > t_end ? recs[r].t_end : t_end;
+	}
+	for (unsigned r = 0; r < k; r++) {
+		staged[r] = ms_between(start, recs[r].t_staged);
+		end[r] = ms_between(start, recs[r].t_end);
+	}
+
+	if (c->kind == CMD_WRITE) {
+		/* The last fsync: the directory that names the new files. */
+		int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (dfd < 0 || fsync(dfd) < 0)
+			die_ranks("fsync '%s': %s", c->dir, strerror(errno));
+		t_end = now_ns();
+		close(dfd);
+		for (unsigned r = 0; r < k; r++) {
+			char path[PATH_MAX];
+
+			limit_path(path, sizeof(path), c->dir, pid, r);
+			if (unlink(path) < 0)
+				die_ranks("unlink '%s': %s", path, strerror(errno));
+		}
+	}
+	if (c->kind == CMD_SAVE) {
+		char name[CKPT_MAX_NAME_LEN + 1], path[PATH_MAX];
+		int r;
+
+		/* Removed before the result is printed: nothing of this save
+		 * is still being deleted while the next measurement runs. */
+		save_name(name, sizeof(name), pid, o->clients[c->client].name, save_no[c->client]++);
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", o->root, name) >= sizeof(path))
+			die_ranks("path too long under '%s'", o->root);
+		r = fs_rm_rf_at(AT_FDCWD, path);
+		if (r < 0)
+			die_ranks("cannot remove '%s': %s", path, strerror(-r));
+	}
+
+	printf("{\"cmd\": \"%s\", \"ranks\": %u, \"bytes\": %" PRIu64, what, k, total);
+	switch (c->kind) {
+	case CMD_SAVE:
+		printf(", \"client\": ");
+		print_json_str(o->clients[c->client].name);
+		printf(", \"tensors_per_rank\": %u, \"call_ms\": %.3f, \"staged_ms\": %.3f, "
+		       "\"committed_ms\": %.3f, \"t_start_ns\": %" PRIu64 ", \"t_staged_ns\": %" PRIu64
+		       ", \"t_committed_ns\": %" PRIu64,
+		       c->one ? 1 : o->tensors, ms_between(start, t_call), ms_between(start, t_staged),
+		       ms_between(start, t_end), start, t_staged, t_end);
+		if (k > 1) {
+			print_ms_array("rank_staged_ms", staged, k);
+			print_ms_array("rank_committed_ms", end, k);
+		}
+		break;
+	case CMD_COPY:
+		printf(", \"method\": \"%s\", \"client\": ", c->stream ? "stream" : "memcpy");
+		print_json_str(o->clients[c->client].name);
+		printf(", \"threads_per_rank\": %u, \"piece_bytes\": %" PRIu64
+		       ", \"ms\": %.3f, \"gibps\": %.4f",
+		       client_info[c->client].copy_threads, client_info[c->client].slot_bytes,
+		       ms_between(start, t_end), gibps(total, ms_between(start, t_end)));
+		break;
+	case CMD_WRITE:
+		printf(", \"depth\": %u, \"block_bytes\": %u, \"ms\": %.3f, \"gibps\": %.4f", c->depth,
+		       WRITE_BLOCK, ms_between(start, t_end), gibps(total, ms_between(start, t_end)));
+		if (k > 1)
+			print_ms_array("rank_fsynced_ms", end, k);
+		break;
+	case CMD_QUIT:
+		break;
+	}
+	printf("}\n");
+	fflush(stdout);
+	free(recs);
+	free(staged);
+	free(end);
+}
+
+static void serve(const struct opts *o)
+{
+	unsigned k = o->ranks;
+	unsigned save_no[MAX_CLIENTS] = { 0 };
+	int ready[2];
+	pid_t pid = getpid();
+	char line[CMD_LEN], err[ERR_LEN];
+
 	if (pipe2(ready, O_CLOEXEC) < 0)
 		die("pipe: %s", strerror(errno));
 	for (unsigned r = 0; r < k; r++) {
-		if (pipe2(recp[r], O_CLOEXEC) < 0 || pipe2(go[r], O_CLOEXEC) < 0)
-			die_children("pipe: %s", strerror(errno));
+		int cmd[2], go[2], recp[2];
+
+		if (pipe2(cmd, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 ||
+		    pipe2(recp, O_CLOEXEC) < 0)
+			die_ranks("pipe: %s", strerror(errno));
 		fflush(NULL);
-		children[r] = fork();
-		if (children[r] < 0)
-			die_children("fork: %s", strerror(errno));
-		if (children[r] == 0) {
+		ranks_io[r].pid = fork();
+		if (ranks_io[r].pid < 0)
+			die_ranks("fork: %s", strerror(errno));
+		if (ranks_io[r].pid == 0) {
+			/* Only this rank's ends stay open in it, so a rank that
+			 * dies is seen as EOF by the parent. */
 			close(ready[0]);
-			for (unsigned q = 0; q <= r; q++) {
-				close(recp[q][0]);
-				close(go[q][1]);
+			close(cmd[1]);
+			close(go[1]);
+			close(recp[0]);
+			for (unsigned q = 0; q < r; q++) {
+				close(ranks_io[q].cmd_w);
+				close(ranks_io[q].go_w);
+				close(ranks_io[q].rec_r);
 			}
-			rank_main(o, r, pid, ready[1], go[r][0], recp[r][1]);
+			rank_main(o, r, pid, cmd[0], ready[1], go[0], recp[1]);
 		}
-		n_children = r + 1;
-		close(recp[r][1]);
-		close(go[r][0]);
+		n_ranks_started = r + 1;
+		close(cmd[0]);
+		close(go[0]);
+		close(recp[1]);
+		ranks_io[r].cmd_w = cmd[1];
+		ranks_io[r].go_w = go[1];
+		ranks_io[r].rec_r = recp[0];
 	}
 	close(ready[1]);
+	gather_ready(o, pid);
 
-	for (unsigned r = 0; r < k; r++) {
-		struct save_rec rec;
+	while (fgets(line, sizeof(line), stdin)) {
+		struct cmd c;
+		char copy[CMD_LEN];
 
-		if (!read_all(recp[r][0], &rec, sizeof(rec)))
-			die_children("rank %u exited before connecting", r);
-		if (rec.rc < 0)
-			die_children("rank %u: %s", r, rec.err);
-		connect_ms[r] = rec.connect_ms;
-		arena[r] = rec.arena_bytes;
-	}
-
-	for (unsigned i = 0; i < n; i++) {
-		char buf[MAX_RANKS], g = 'g';
-		uint64_t t0;
-
-		/* Every rank is connected, mutated and waiting on `go`. */
-		if (!read_all(ready[0], buf, k))
-			die_children("a rank exited before save %u", i + 1);
-		if (i > 0) {
-			save_name(name, sizeof(name), pid, i - 1);
-			remove_checkpoint(o->root, name);
+		line[strcspn(line, "\n")] = '\0';
+		snprintf(copy, sizeof(copy), "%s", line);
+		if (!parse_cmd(o, copy, &c, err, sizeof(err))) {
+			printf("{\"error\": ");
+			print_json_str(err);
+			printf("}\n");
+			fflush(stdout);
+			continue;
 		}
-		/* One pipe per rank, so that a byte can only start its own
-		 * rank; the k writes take microseconds. */
-		t0 = now_ns();
-		for (unsigned r = 0; r < k; r++)
-			if (!write_all(go[r][1], &g, 1))
-				die_children("rank %u exited before save %u", r, i + 1);
-		ser[k].call[i] = ser[k].staged[i] = ser[k].committed[i] = 0;
-		for (unsigned r = 0; r < k; r++) {
-			struct save_rec rec;
-
-			if (!read_all(recp[r][0], &rec, sizeof(rec)))
-				die_children("rank %u exited during save %u", r, i + 1);
-			if (rec.rc < 0)
-				die_children("rank %u, save %u of %u: %s", r, i + 1, n, rec.err);
-			ser[r].call[i] = ms_between(t0, rec.t_call);
-			ser[r].staged[i] = ms_between(t0, rec.t_staged);
-			ser[r].committed[i] = ms_between(t0, rec.t_committed);
-			if (ser[r].call[i] > ser[k].call[i])
-				ser[k].call[i] = ser[r].call[i];
-			if (ser[r].staged[i] > ser[k].staged[i])
-				ser[k].staged[i] = ser[r].staged[i];
-			if (ser[r].committed[i] > ser[k].committed[i])
-				ser[k].committed[i] = ser[r].committed[i];
-		}
+		if (c.kind == CMD_QUIT)
+			break;
+		run_cmd(o, &c, line, pid, ready[0], save_no);
 	}
 	for (unsigned r = 0; r < k; r++) {
 		int status;
 
-		if (waitpid(children[r], &status, 0) < 0 || !WIFEXITED(status) ||
+		if (!write_all(ranks_io[r].cmd_w, "quit\n", 5))
+			die_ranks("rank %u is gone", r);
+		if (waitpid(ranks_io[r].pid, &status, 0) < 0 || !WIFEXITED(status) ||
 		    WEXITSTATUS(status) != 0)
-			die_children("rank %u did not exit cleanly", r);
-		children[r] = 0;
+			die_ranks("rank %u did not exit cleanly", r);
+		ranks_io[r].pid = 0;
 	}
-	if (!o->keep) {
-		save_name(name, sizeof(name), pid, n - 1);
-		remove_checkpoint(o->root, name);
-	}
-
-	double cmax = 0;
-	for (unsigned r = 0; r < k; r++)
-		cmax = connect_ms[r] > cmax ? connect_ms[r] : cmax;
-	printf("{\"scenario\": \"ranks\", \"bytes\": %" PRIu64 ", \"tensors\": %u, \"saves\": %u, "
-	       "\"ranks\": %u, \"total_bytes\": %" PRIu64 ", \"arena_bytes\": %" PRIu64 ", "
-	       "\"connect_ms\": %.3f, ",
-	       o->bytes, o->tensors, n, k, o->bytes * k, arena[0], cmax);
-	print_series_summary(&ser[k], n);
-	printf(", \"per_rank\": [");
-	for (unsigned r = 0; r < k; r++) {
-		printf("%s{\"rank\": %u, \"connect_ms\": %.3f, ", r ? ", " : "", r, connect_ms[r]);
-		print_series_summary(&ser[r], n);
-		printf("}");
-	}
-	printf("]}\n");
-	free(ser);
-}
-
-static void scenario_memcpy(const struct opts *o)
-{
-	const unsigned rounds = 5;
-	double best = 0, all[5];
-	char *src, *dst;
-
-	src = mmap(NULL, o->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	dst = mmap(NULL, o->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (src == MAP_FAILED || dst == MAP_FAILED)
-		die("cannot map 2 x %" PRIu64 " bytes: %s", o->bytes, strerror(errno));
-	/* Same treatment as the state buffers: touched once beforehand, so the
-	 * copies measure bandwidth, not page faults. */
-	memset(src, 0x5a, o->bytes);
-	memset(dst, 0, o->bytes);
-	for (unsigned i = 0; i < rounds; i++) {
-		uint64_t t0 = now_ns(), t1;
-
-		src[(i * 4096) % o->bytes] ^= 1;
-		memcpy(dst, src, o->bytes);
-		t1 = now_ns();
-		all[i] = (double)o->bytes / (1u << 30) / ((double)(t1 - t0) / 1e9);
-		best = all[i] > best ? all[i] : best;
-	}
-	if (dst[0] != src[0])
-		die("memcpy miscopied");
-	printf("{\"scenario\": \"memcpy\", \"bytes\": %" PRIu64 ", \"gibps\": %.4f, ", o->bytes, best);
-	print_array("rounds_gibps", all, rounds);
-	printf("}\n");
-	munmap(src, o->bytes);
-	munmap(dst, o->bytes);
-}
-
-/* The fallback for fio: `bytes` written sequentially from one registered
- * buffer in 8 MiB O_DIRECT blocks, 8 in flight, then fsync; timed from open
- * to the end of fsync. */
-static void scenario_odirect(const struct opts *o)
-{
-	const unsigned bs = 8u << 20, depth = 8;
-	struct io_uring ring;
-	struct iovec iov;
-	uint64_t submitted = 0, done = 0, t0, t1;
-	unsigned inflight = 0;
-	void *buf;
-	int fd, r;
-
-	if (posix_memalign(&buf, 2u << 20, (size_t)bs * depth))
-		die("out of memory");
-	memset(buf, 0xa5, (size_t)bs * depth);
-	r = io_uring_queue_init(depth * 2, &ring, 0);
-	if (r < 0)
-		die("io_uring_queue_init: %s", strerror(-r));
-	iov = (struct iovec){ .iov_base = buf, .iov_len = (size_t)bs * depth };
-	r = io_uring_register_buffers(&ring, &iov, 1);
-	if (r < 0)
-		die("io_uring_register_buffers: %s", strerror(-r));
-
-	t0 = now_ns();
-	fd = open(o->path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
-	if (fd < 0)
-		die("open '%s' with O_DIRECT: %s", o->path, strerror(errno));
-	while (done < o->bytes) {
-		while (inflight < depth && submitted < o->bytes) {
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-			uint64_t len = o->bytes - submitted < bs ? o->bytes - submitted : bs;
-			unsigned slot = (unsigned)((submitted / bs) % depth);
-
-			/* O_DIRECT needs 4 KiB multiples: round a short tail up;
-			 * the file is truncated back to size afterwards. */
-			len = (len + 4095) & ~4095ull;
-			io_uring_prep_write_fixed(sqe, fd, (char *)buf + (size_t)slot * bs,
-						  (unsigned)len, submitted, 0);
-			io_uring_sqe_set_data64(sqe, len);
-			submitted += len;
-			inflight++;
-		}
-		r = io_uring_submit_and_wait(&ring, 1);
-		if (r < 0 && r != -EINTR)
-			die("io_uring_submit: %s", strerror(-r));
-		struct io_uring_cqe *cqe;
-		unsigned head, seen = 0;
-
-		io_uring_for_each_cqe(&ring, head, cqe) {
-			if (cqe->res < 0)
-				die("write '%s': %s", o->path, strerror(-cqe->res));
-			if ((uint64_t)cqe->res != io_uring_cqe_get_data64(cqe))
-				die("short write to '%s'", o->path);
-			done += (uint64_t)cqe->res;
-			inflight--;
-			seen++;
-		}
-		io_uring_cq_advance(&ring, seen);
-	}
-	if (ftruncate(fd, (off_t)o->bytes) < 0 || fsync(fd) < 0)
-		die("fsync '%s': %s", o->path, strerror(errno));
-	t1 = now_ns();
-	close(fd);
-	unlink(o->path);
-	io_uring_queue_exit(&ring);
-	free(buf);
-	printf("{\"scenario\": \"odirect\", \"bytes\": %" PRIu64 ", \"seconds\": %.6f, "
-	       "\"gibps\": %.4f, \"engine\": \"built-in io_uring O_DIRECT, bs=8M, depth=8, fsync\"}\n",
-	       o->bytes, (double)(t1 - t0) / 1e9,
-	       (double)o->bytes / (1u << 30) / ((double)(t1 - t0) / 1e9));
 }
 
 int main(int argc, char **argv)
@@ -832,16 +1483,9 @@ int main(int argc, char **argv)
 	struct opts o;
 
 	parse_opts(argc, argv, &o);
-	/* A dead daemon must fail a write to its socket, not kill us. */
+	/* A dead daemon or rank must fail a write, not kill us. */
 	signal(SIGPIPE, SIG_IGN);
-	if (!strcmp(o.scenario, "memcpy"))
-		scenario_memcpy(&o);
-	else if (!strcmp(o.scenario, "odirect"))
-		scenario_odirect(&o);
-	else if (!strcmp(o.scenario, "save"))
-		scenario_save(&o);
-	else
-		scenario_ranks(&o);
+	serve(&o);
 	fflush(stdout);
 	return 0;
 }

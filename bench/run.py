@@ -1,34 +1,49 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""make bench: ckptd against memcpy, fio, torch.save and DCP async_save.
+"""make bench: ckptd against its limits (copy, disk) and its peers
+(torch.save, DCP async_save), benchmark protocol v2 (bench/RESULTS.md).
 
 Run by `make bench` as `BUILD=build QUICK= python3 bench/run.py` from the
-repository root, with the system python3 and the standard library only.  The
+repository root, with the system python3 and the standard library only; the
 torch baselines run with the bench environment's python (scripts/pyenv.sh
-bench).  The protocol is the project's benchmark protocol, summarised in
-bench/RESULTS.md: every figure that matters is a ratio against a baseline
-measured in this same run, on the same bytes and the same directory.  Nothing
-is cached or hard-coded.
+bench).  Every figure is measured in this run, on the same bytes and in the
+same directory; nothing is cached or hard-coded.
+
+Each scenario starts a private ckptd, then its workers (ckpt_bench, the
+torch.save and DCP workers), each of which builds its state, connects and
+warms up before round 1.  It then runs R rounds (5; QUICK: 2); a round runs
+every measurement once, in an order that rotates from round to round.
+Figures are medians over rounds; ratios are computed per round and reported
+as their median, min and max (and a ceiling where one is defined).
 
 Environment: BUILD (build directory, default "build"), QUICK (non-empty and
-not "0": small sizes, a smoke check), BENCH_SKIP_DCP=1 (leave DCP out; its
-fields are then null with a reason), BENCH_OUT (output JSON path; default
+not "0": small sizes, 2 rounds: a smoke check), SCENARIOS (comma-separated
+subset of save-2g, save-many, save-8ranks, two-jobs), BENCH_ROUNDS (override
+the number of rounds, >= 2; fewer than 5 is noted as not a protocol run),
+BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out; its fields are then
+null with a reason), BENCH_OUT (output JSON path; default
 bench/results/latest.json).
 
-Exit status: 0 when every ckptd scenario ran (targets missed or baselines
-unavailable are reported, not failures), 1 otherwise.
+  python3 bench/run.py --markdown FILE   prints a results file as Markdown
+
+Exit status: 0 when every ckptd measurement ran (missed targets and
+baselines that could not run are reported, not failures), 1 otherwise, 2 bad
+usage.
 """
 import datetime
 import json
 import os
 import platform
+import select
 import shutil
-import statistics
 import signal
 import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -43,37 +58,40 @@ def env_flag(name):
 
 QUICK = env_flag("QUICK")
 SKIP_DCP = env_flag("BENCH_SKIP_DCP")
+SKIP_TORCH = env_flag("BENCH_SKIP_TORCH")
 BUILD = os.environ.get("BUILD") or "build"
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(REPO, BUILD)
+PROTOCOL_ROUNDS = 5
+ROUNDS = 2 if QUICK else PROTOCOL_ROUNDS
+# DCP's FileSystemWriter thread counts tried in every round (BENCH.md).
+DCP_THREADS = (1, 2, 4)
+# two-jobs: how many times the second job saves alone per round.
+ALONE_SAVES = 3
+CMD_TIMEOUT = 900
+START_TIMEOUT = 1800
 
-# name -> (bytes per rank, tensors per rank, saves, ranks).  The QUICK sizes
-# are a smoke check only: their ratios are not the benchmark's.
+# Scenarios: bytes and tensors are per rank.  The QUICK sizes are a smoke
+# check only: their ratios are not the benchmark's.
 if QUICK:
     SCENARIOS = {
-        "save-2g": dict(bytes=256 * MIB, tensors=256, saves=3, ranks=1),
-        "save-many": dict(bytes=8 * MIB, tensors=1000, saves=3, ranks=1),
-        "save-8ranks": dict(bytes=32 * MIB, tensors=32, saves=3, ranks=8),
+        "save-2g": dict(kind="save", bytes=256 * MIB, tensors=256, ranks=1),
+        "save-many": dict(kind="many", bytes=8 * MIB, tensors=1000, ranks=1),
+        "save-8ranks": dict(kind="ranks", bytes=32 * MIB, tensors=32, ranks=8),
+        "two-jobs": dict(kind="two", bytes=256 * MIB, tensors=256, ranks=1,
+                         second_bytes=32 * MIB, second_tensors=32),
     }
 else:
     SCENARIOS = {
-        # More saves than save-many: DCP's stager may still be warming up
-        # over saves 2-4 (one run: 531, 493, 302, then 133 ms), which a
-        # median over 4 saves would count against it.
-        "save-2g": dict(bytes=2 * GIB, tensors=256, saves=8, ranks=1),
-        "save-many": dict(bytes=64 * MIB, tensors=10000, saves=5, ranks=1),
-        "save-8ranks": dict(bytes=256 * MIB, tensors=32, saves=5, ranks=8),
+        "save-2g": dict(kind="save", bytes=2 * GIB, tensors=256, ranks=1),
+        "save-many": dict(kind="many", bytes=64 * MIB, tensors=10000, ranks=1),
+        "save-8ranks": dict(kind="ranks", bytes=256 * MIB, tensors=32, ranks=8),
+        "two-jobs": dict(kind="two", bytes=2 * GIB, tensors=256, ranks=1,
+                         second_bytes=256 * MIB, second_tensors=32),
     }
-
-# Targets of the issue: (scenario, key, op, bound).
-TARGETS = [
-    ("save-2g", "call_ms", "<=", 1.0),
-    ("save-2g", "staging_vs_memcpy", ">=", 0.8),
-    ("save-2g", "commit_vs_odirect", ">=", 0.9),
-    ("save-2g", "durable_speedup_vs_torch", ">=", 3.0),
-    ("save-2g", "durable_speedup_vs_dcp", ">=", 3.0),
-    ("save-2g", "staged_speedup_vs_dcp", ">=", 1.5),
-    ("save-many", "vs_one_tensor", "<=", 2.0),
-]
+# save-8ranks is measured with the library's default copy threads and with
+# 2 per client, interleaved in the same rounds; the second is reported as
+# a scenario of its own.
+TWO_THREADS = "save-8ranks-2threads"
 
 T_START = time.monotonic()
 
@@ -87,65 +105,21 @@ class BenchError(Exception):
     pass
 
 
-def run_json(argv, timeout, what, env=None, cwd=None):
-    """Runs argv in a process group of its own, returns the JSON object on
-    the last line of its stdout.  On a timeout the whole group is killed
-    (the baselines start processes of their own).  Raises BenchError with
-    the tail of stderr on any failure."""
-    try:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
-                             text=True, start_new_session=True)
-    except OSError as e:
-        raise BenchError("%s: cannot run %s: %s" % (what, argv[0], e))
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except BaseException as e:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.communicate()
-        if isinstance(e, subprocess.TimeoutExpired):
-            raise BenchError("%s timed out after %d s" % (what, timeout))
-        raise
-    lines = [l for l in out.splitlines() if l.strip()]
-    if p.returncode != 0 or not lines:
-        tail = "\n".join(err.strip().splitlines()[-15:])
-        raise BenchError("%s failed (exit %d): %s" % (what, p.returncode, tail or "no output"))
-    # Our programs print one JSON line last; fio prints one indented
-    # object (possibly after warnings).
-    try:
-        return json.loads(lines[-1])
-    except ValueError:
-        pass
-    start = out.find("\n{")
-    start = 0 if out.startswith("{") else (start + 1 if start >= 0 else -1)
-    try:
-        if start >= 0:
-            return json.loads(out[start:])
-    except ValueError:
-        pass
-    raise BenchError("%s printed no JSON: %r" % (what, lines[-1][:200]))
+def median(vals):
+    vals = sorted(v for v in vals if v is not None)
+    if not vals:
+        return None
+    n = len(vals)
+    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
 
 
 # ---- the machine ------------------------------------------------------------
 
-def mem_gib():
+def meminfo(key):
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) * 1024 / GIB, 1)
-    except OSError:
-        pass
-    return None
-
-
-def mem_available():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -170,13 +144,19 @@ def fs_type(path):
     return typ
 
 
-def fio_version():
-    fio = shutil.which("fio")
-    if not fio:
-        return None
+def read_text(path):
     try:
-        out = subprocess.run([fio, "--version"], stdout=subprocess.PIPE, text=True, timeout=30).stdout
-        return out.strip() or None
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def tool_version(argv):
+    try:
+        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             timeout=30).stdout
+        return out.strip().splitlines()[0] if out.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
 
@@ -190,11 +170,20 @@ def git_commit():
         return None
 
 
-# ---- the daemon -------------------------------------------------------------
+def cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# ---- processes --------------------------------------------------------------
 
 def die_with_parent():
     """In the child before exec: SIGTERM when run.py dies, so that even a
-    SIGKILLed bench leaves no daemon behind (Linux PR_SET_PDEATHSIG)."""
+    SIGKILLed bench leaves no process behind (Linux PR_SET_PDEATHSIG).  Also
+    a session of its own, so a timeout kills the whole group."""
+    os.setsid()
     try:
         import ctypes
 
@@ -203,13 +192,132 @@ def die_with_parent():
         pass
 
 
-class Daemon:
-    """A private ckptd on its own socket and data directory.  stop() is
-    always called (try/finally) and kills by PID only."""
+def log_tail(path, n=15):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:]).rstrip()
+    except OSError:
+        return "(no log)"
 
-    def __init__(self, run_dir, arena_max, arena_total):
+
+class Worker:
+    """A long-lived measuring process: commands on stdin, one JSON object
+    per line on stdout (other lines are skipped), stderr to a log file.
+    Stopped by its PID (its process group) only."""
+
+    def __init__(self, name, argv, log_path, env=None):
+        self.name = name
+        self.log_path = log_path
+        self.buf = b""
+        self.dead = None  # the reason, once it failed
+        self.log = open(log_path, "w")
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self.log, env=env, cwd=REPO, preexec_fn=die_with_parent)
+        except OSError as e:
+            self.log.close()
+            raise BenchError("%s: cannot run %s: %s" % (name, argv[0], e))
+        self.fd = self.proc.stdout.fileno()
+
+    def fail(self, why):
+        self.dead = why
+        self.kill()
+        raise BenchError("%s: %s" % (self.name, why))
+
+    def _line(self, deadline):
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.fail("no answer within %.0f s" % (deadline - self.t_asked))
+            r, _, _ = select.select([self.fd], [], [], min(left, 5))
+            if not r:
+                continue
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                rc = self.proc.wait()
+                self.fail("exited with status %s: %s" % (rc, log_tail(self.log_path)))
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line.decode(errors="replace")
+
+    def read(self, timeout=CMD_TIMEOUT):
+        """The next JSON object it prints; BenchError if it fails, exits or
+        says {"error": ...}."""
+        if self.dead:
+            raise BenchError("%s: not running (%s)" % (self.name, self.dead))
+        self.t_asked = time.monotonic()
+        deadline = self.t_asked + timeout
+        while True:
+            line = self._line(deadline).strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if "error" in obj:
+                raise BenchError("%s: %s" % (self.name, obj["error"]))
+            return obj
+
+    def has_output(self):
+        """Whether a line is already waiting (without blocking)."""
+        if b"\n" in self.buf:
+            return True
+        r, _, _ = select.select([self.fd], [], [], 0)
+        return bool(r)
+
+    def send(self, line):
+        if self.dead:
+            raise BenchError("%s: not running (%s)" % (self.name, self.dead))
+        try:
+            self.proc.stdin.write((line + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as e:
+            self.fail("cannot send '%s': %s" % (line, e))
+
+    def cmd(self, line, timeout=CMD_TIMEOUT):
+        self.send(line)
+        return self.read(timeout)
+
+    def ready(self, timeout=START_TIMEOUT):
+        obj = self.read(timeout)
+        if obj.get("event") != "ready":
+            self.fail("expected a ready line, got %r" % obj)
+        return obj
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+    def close(self, timeout=120):
+        """quit, then SIGKILL to its group if it has not exited in time."""
+        if self.proc.poll() is None and not self.dead:
+            try:
+                self.proc.stdin.write(b"quit\n")
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                progress("%s did not exit %d s after quit: SIGKILL" % (self.name, timeout))
+        self.kill()
+        self.log.close()
+        return self.proc.returncode
+
+
+class Daemon:
+    """A private ckptd on its own socket and data directory, one per
+    scenario (so its max_loop_stall_ms is that scenario's).  stop() is
+    always called and kills by PID only."""
+
+    def __init__(self, run_dir, data, arena_max, arena_total):
         self.run_dir = run_dir
-        self.data = os.path.join(run_dir, "data")
+        self.data = data
         self.socket = os.path.join(run_dir, "ckptd.sock")
         self.conf = os.path.join(run_dir, "ckptd.conf")
         self.log_path = os.path.join(run_dir, "ckptd.log")
@@ -225,27 +333,26 @@ class Daemon:
         if os.path.exists(self.socket):
             os.unlink(self.socket)
         with open(self.conf, "w") as f:
-            f.write("# written by bench/run.py for one run\n")
+            f.write("# written by bench/run.py for one scenario\n")
             f.write("socket = %s\n" % self.socket)
             f.write("socket_mode = 0600\n")
             f.write("root = %s\n" % self.data)
             f.write("arena_max = %dM\n" % (self.arena_max // MIB))
             f.write("arena_total = %dM\n" % (self.arena_total // MIB))
             f.write("commit_deadline = 10m\n")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([binary, "-c", self.conf], stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=die_with_parent)
+        self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen([os.path.join(BUILD, "ckptd"), "-c", self.conf], stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise BenchError("ckptd exited with status %d at start:\n%s" % (self.proc.returncode,
-                                                                                self.log_tail()))
+                raise BenchError("ckptd exited with status %d at start:\n%s"
+                                 % (self.proc.returncode, log_tail(self.log_path)))
             if self.ready():
                 return
             if time.monotonic() > deadline:
                 raise BenchError("ckptd did not accept connections on %s within %d s:\n%s"
-                                 % (self.socket, timeout, self.log_tail()))
+                                 % (self.socket, timeout, log_tail(self.log_path)))
             time.sleep(0.05)
 
     def ready(self):
@@ -264,17 +371,26 @@ class Daemon:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def log_tail(self, n=20):
+    def status(self):
+        """The daemon's status JSON (ckptctl status --json)."""
+        ctl = os.path.join(BUILD, "ckptctl")
+        if not os.access(ctl, os.X_OK):
+            raise BenchError("%s is missing" % ctl)
         try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-n:]).rstrip()
-        except OSError:
-            return "(no log)"
+            p = subprocess.run([ctl, "-s", self.socket, "status", "--json"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise BenchError("ckptctl status: %s" % e)
+        if p.returncode != 0:
+            raise BenchError("ckptctl status failed (exit %d): %s" % (p.returncode, p.stderr.strip()[-300:]))
+        try:
+            return json.loads(p.stdout)
+        except ValueError:
+            raise BenchError("ckptctl status --json printed no JSON: %r" % p.stdout[:200])
 
     def stop(self, wait=15):
-        """Stops the daemon: SIGTERM, then SIGKILL after `wait` seconds.
-        Returns its exit status, or None if it was not running any more
-        (an earlier exit is reported where it was noticed)."""
+        """SIGTERM, then SIGKILL after `wait` seconds.  Returns the exit
+        status, or None if it was not running any more."""
         if self.proc is None:
             return None
         rc = self.proc.poll()
@@ -295,70 +411,31 @@ class Daemon:
         return rc
 
 
+def find_key(obj, key):
+    """The first value of `key` in a JSON object, top level first."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            if isinstance(v, (dict, list)):
+                found = find_key(v, key)
+                if found is not None:
+                    return found
+    elif isinstance(obj, list):
+        for v in obj:
+            found = find_key(v, key)
+            if found is not None:
+                return found
+    return None
+
+
 # ---- measurements -----------------------------------------------------------
 
 def arena_for(nbytes, tensors):
     """What ckpt_bench asks for by default: the whole shard file (data,
     ~256 bytes of header per tensor, rounding), so a save never waits on
-    backpressure.  Passed explicitly so run.py and ckpt_bench agree."""
+    backpressure."""
     return nbytes + tensors * 256 + 8 + MIB + 16 * MIB
-
-
-def ckpt_bench(args, timeout=900):
-    return run_json([os.path.join(BUILD, "bench", "ckpt_bench")] + [str(a) for a in args], timeout,
-                    "ckpt_bench " + " ".join(str(a) for a in args[:2]))
-
-
-def run_ckpt(daemon, sc):
-    args = ["--scenario", "ranks" if sc["ranks"] > 1 else "save", "--socket", daemon.socket,
-            "--root", daemon.data, "--saves", sc["saves"], "--bytes", sc["bytes"],
-            "--tensors", sc["tensors"], "--arena", arena_for(sc["bytes"], sc["tensors"])]
-    if sc["ranks"] > 1:
-        args += ["--ranks", sc["ranks"]]
-    return ckpt_bench(args)
-
-
-def run_memcpy(nbytes):
-    return ckpt_bench(["--scenario", "memcpy", "--bytes", nbytes], timeout=300)["gibps"]
-
-
-def run_odirect(nbytes, directory, notes, repeats=3):
-    """fio O_DIRECT io_uring sequential write of nbytes into directory; the
-    built-in writer only if fio is missing.  Returns (gibps, detail).
-
-    Each run writes a NEW file, as a checkpoint does: rewriting a file whose
-    blocks are already allocated skips allocation and is up to twice as fast
-    on ext4 here, which is not what a save does.  The figure is the median of
-    `repeats` runs, to compare with our medians: this disk's speed swings by
-    2x over minutes, so a best-of would pick the luckiest moment."""
-    path = os.path.join(directory, "odirect-bench.tmp")
-    fio = shutil.which("fio")
-    runs = []
-    try:
-        for _ in range(repeats):
-            if os.path.exists(path):
-                os.unlink(path)
-            if fio:
-                d = run_json([fio, "--name=odirect", "--filename=" + path, "--ioengine=io_uring",
-                              "--direct=1", "--bs=8m", "--iodepth=8", "--rw=write",
-                              "--size=%d" % nbytes, "--end_fsync=1", "--output-format=json"],
-                             600, "fio")
-                job = d["jobs"][0]
-                if job.get("error"):
-                    raise BenchError("fio job error %s" % job["error"])
-                runs.append(job["write"]["bw_bytes"] / GIB)
-            else:
-                d = ckpt_bench(["--scenario", "odirect", "--path", path, "--bytes", nbytes], timeout=600)
-                runs.append(d["gibps"])
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
-    if not fio:
-        notes.append("fio not found: odirect_gibps is ckpt_bench's built-in io_uring O_DIRECT "
-                     "writer (8 MiB blocks, depth 8, fsync), not fio")
-    engine = "fio io_uring direct bs=8m iodepth=8 end_fsync" if fio else "built-in"
-    return statistics.median(runs), {"engine": engine, "stat": "median, fresh file each run",
-                                     "runs_gibps": [round(r, 4) for r in runs]}
 
 
 def bench_python(notes):
@@ -382,32 +459,129 @@ def bench_python(notes):
     return py
 
 
-def baseline_env(threads):
+def worker_env(ranks):
+    """Every measuring process gets the same CPU-only torch settings, and
+    LOCAL_WORLD_SIZE = the ranks of its job on this machine (the library's
+    default copy threads depend on it)."""
     env = dict(os.environ)
     env["CUDA_VISIBLE_DEVICES"] = ""
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["MKL_NUM_THREADS"] = str(threads)
+    threads = str(max(1, cpus() // ranks))
+    env["OMP_NUM_THREADS"] = threads
+    env["MKL_NUM_THREADS"] = threads
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if ranks > 1:
+        env["LOCAL_WORLD_SIZE"] = str(ranks)
+    else:
+        env.pop("LOCAL_WORLD_SIZE", None)
     return env
 
 
-def run_torch_save(py, sc, directory):
-    argv = [py, os.path.join(REPO, "bench", "baselines", "torch_save.py"), "--dir", directory,
-            "--bytes", str(sc["bytes"]), "--tensors", str(sc["tensors"]), "--repeats", "3",
-            "--procs", str(sc["ranks"])]
-    threads = max(1, (os.cpu_count() or 1) // sc["ranks"])
-    return run_json(argv, 900, "torch_save baseline", env=baseline_env(threads))
+def fio_write(directory, bytes_per_rank, ranks, depth):
+    """fio's best durable write of the scenario's bytes (BENCH.md): io_uring,
+    O_DIRECT, 8 MiB blocks, registered buffers and file, fallocate, a fresh
+    file per job (one job per rank), end_fsync (counted in fio's runtime).
+    Returns {"gibps", ...}."""
+    fio = shutil.which("fio")
+    if not fio:
+        raise BenchError("fio not found")
+    name = "ckpt-bench-fio-%d" % os.getpid()
+
+    def clean():
+        for f in os.listdir(directory):
+            if f.startswith(name + "."):
+                os.unlink(os.path.join(directory, f))
+
+    argv = [fio, "--name=" + name, "--directory=" + directory, "--ioengine=io_uring", "--direct=1",
+            "--rw=write", "--bs=8m", "--size=%d" % bytes_per_rank, "--numjobs=%d" % ranks,
+            "--iodepth=%d" % depth, "--fixedbufs=1", "--registerfiles=1", "--fallocate=native",
+            "--end_fsync=1", "--group_reporting", "--output-format=json"]
+    clean()
+    try:
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=CMD_TIMEOUT, preexec_fn=die_with_parent)
+    except subprocess.TimeoutExpired:
+        raise BenchError("fio timed out after %d s" % CMD_TIMEOUT)
+    finally:
+        clean()
+    out = p.stdout
+    start = out.find("{")
+    try:
+        d = json.loads(out[start:]) if start >= 0 else None
+    except ValueError:
+        d = None
+    if p.returncode != 0 or not d:
+        raise BenchError("fio failed (exit %d): %s" % (p.returncode, p.stderr.strip()[-300:]))
+    job = d["jobs"][0]
+    if job.get("error"):
+        raise BenchError("fio job error %s: %s" % (job["error"], p.stderr.strip()[-300:]))
+    w = job["write"]
+    want = bytes_per_rank * ranks
+    if w["io_bytes"] != want or w["runtime"] <= 0:
+        raise BenchError("fio wrote %d bytes in %d ms, expected %d" % (w["io_bytes"], w["runtime"], want))
+    return {"gibps": w["io_bytes"] / GIB / (w["runtime"] / 1e3), "runtime_ms": w["runtime"],
+            "depth": depth}
 
 
-def run_dcp(py, sc, directory):
-    argv = [py, os.path.join(REPO, "bench", "baselines", "dcp_async.py"), "--dir", directory,
-            "--bytes", str(sc["bytes"]), "--tensors", str(sc["tensors"]), "--saves", str(sc["saves"]),
-            "--procs", str(sc["ranks"])]
-    threads = max(1, (os.cpu_count() or 1) // sc["ranks"])
-    return run_json(argv, 900, "DCP async_save baseline", env=baseline_env(threads))
+# ---- rounds -----------------------------------------------------------------
+
+class Rounds:
+    """Runs named measurements in rounds with a rotating order and keeps
+    every figure: rounds[r] = {"order": [...], "figures": {item: {...}},
+    "errors": {item: "..."}}.  A measurement whose worker has died is
+    skipped in later rounds (its figures stay missing, with the reason)."""
+
+    def __init__(self, scenario, items):
+        self.scenario = scenario
+        self.items = items  # [(name, function, worker or None)]
+        self.rounds = []
+
+    def run(self, n, failures, notes):
+        names = [i[0] for i in self.items]
+        # Rotate by a stride that spreads each measurement over the whole
+        # order across the rounds (by one only when there are few).
+        stride = max(1, len(self.items) // n)
+        for r in range(n):
+            k = (r * stride) % len(self.items)
+            order = self.items[k:] + self.items[:k]
+            rec = {"order": [o[0] for o in order], "figures": {}, "errors": {}}
+            for name, fn, worker in order:
+                if worker is not None and worker.dead:
+                    rec["errors"][name] = "skipped: %s died (%s)" % (worker.name, worker.dead.splitlines()[0])
+                    continue
+                try:
+                    rec["figures"][name] = fn()
+                except BenchError as e:
+                    rec["errors"][name] = str(e)
+                    msg = "%s round %d, %s: %s" % (self.scenario, r + 1, name, e)
+                    progress("FAILED " + msg.splitlines()[0])
+                    if name.startswith("ckptd"):
+                        failures.append(msg)
+                    else:
+                        notes.append(msg)
+            self.rounds.append(rec)
+            progress("%s round %d/%d: %s" % (self.scenario, r + 1, n, summary(rec, names)))
+
+    def series(self, item, key):
+        """item's `key` per round (None where it did not run)."""
+        return [rd["figures"].get(item, {}).get(key) for rd in self.rounds]
 
 
-# ---- ratios and report ------------------------------------------------------
+def summary(rec, names):
+    parts = []
+    for name in names:
+        f = rec["figures"].get(name)
+        if f is None:
+            parts.append("%s failed" % name)
+        elif "committed_ms" in f and "staged_ms" in f:
+            parts.append("%s %.0f/%.0f ms" % (name, f["staged_ms"], f["committed_ms"]))
+        elif "staged_ms" in f:
+            parts.append("%s staged %.1f ms" % (name, f["staged_ms"]))
+        elif "gibps" in f:
+            parts.append("%s %.2f GiB/s" % (name, f["gibps"]))
+        elif "seconds" in f:
+            parts.append("%s %.2f s" % (name, f["seconds"]))
+    return ", ".join(parts)
+
 
 def ratio(num, den):
     if num is None or den is None or den <= 0:
@@ -415,200 +589,478 @@ def ratio(num, den):
     return num / den
 
 
-def compute_ratios(r):
-    gib = r["bytes"] / GIB
-    staged_s = r["staged_ms"] / 1e3 if r.get("staged_ms") else None
-    committed_s = r["committed_ms"] / 1e3 if r.get("committed_ms") else None
-    call_s = r["call_ms"] / 1e3 if r.get("call_ms") else None
-    r["staging_vs_memcpy"] = ratio(ratio(gib, staged_s), r.get("memcpy_gibps"))
-    r["commit_vs_odirect"] = ratio(ratio(gib, committed_s), r.get("odirect_gibps"))
-    r["durable_speedup_vs_torch"] = ratio(r.get("torch_save_s"), committed_s)
-    r["blocking_speedup_vs_torch"] = ratio(r.get("torch_save_s"), call_s)
-    r["durable_speedup_vs_dcp"] = ratio(r.get("dcp_async_committed_ms"), r.get("committed_ms"))
-    r["staged_speedup_vs_dcp"] = ratio(r.get("dcp_async_staged_ms"), r.get("staged_ms"))
+def spread(per_round, ceilings=None, ceiling=None):
+    """{"median", "min", "max", "ceiling", "rounds"} of per-round values;
+    ceiling: the median of per-round ceilings, or the fixed value given."""
+    vals = [v for v in per_round if v is not None]
+    if ceilings is not None:
+        ceiling = median(ceilings)
+    return {"median": median(vals), "min": min(vals) if vals else None, "max": max(vals) if vals else None,
+            "ceiling": ceiling, "rounds": len(vals)}
 
 
-def check_targets(scenarios):
-    out = []
-    for name, key, op, bound in TARGETS:
-        v = scenarios.get(name, {}).get(key)
-        met = None if v is None else (v <= bound if op == "<=" else v >= bound)
-        out.append({"scenario": name, "key": key, "target": "%s %s %s" % (key, op, bound),
-                    "value": v, "met": met})
-    return out
+def best_of(rounds, items, key, higher=True):
+    """Of several measurements of one thing (items), the one with the best
+    median `key`: returns (item, its median, its per-round list, {item:
+    median})."""
+    meds = {i: median(rounds.series(i, key)) for i in items}
+    have = [i for i in items if meds[i] is not None]
+    if not have:
+        return None, None, [None] * len(rounds.rounds), meds
+    best = max(have, key=lambda i: meds[i]) if higher else min(have, key=lambda i: meds[i])
+    return best, meds[best], rounds.series(best, key), meds
 
 
-def fmt(v, nd=2):
+# ---- scenarios --------------------------------------------------------------
+
+def start_worker(name, argv, run_dir, env, notes):
+    try:
+        return Worker(name, argv, os.path.join(run_dir, name + ".log"), env=env)
+    except BenchError as e:
+        notes.append(str(e))
+        return None
+
+
+def await_ready(w, notes, what):
+    """The worker's ready line, or None (worker stopped, note added)."""
+    if w is None:
+        return None
+    try:
+        return w.ready()
+    except BenchError as e:
+        notes.append("%s could not start: %s" % (what, e))
+        return None
+
+
+def ckpt_argv(daemon, nbytes, tensors, ranks, clients, arena):
+    argv = [os.path.join(BUILD, "bench", "ckpt_bench"), "--socket", daemon.socket, "--root", daemon.data,
+            "--bytes", str(nbytes), "--tensors", str(tensors), "--ranks", str(ranks),
+            "--arena", str(arena), "--timeout", str(CMD_TIMEOUT)]
+    for c in clients:
+        argv += ["--client", c]
+    return argv
+
+
+def loop_stall(daemon, notes):
+    """max_loop_stall_ms from the daemon's status, or None with a note."""
+    try:
+        st = daemon.status()
+    except BenchError as e:
+        notes.append("max_loop_stall_ms: %s" % e)
+        return None, None
+    v = find_key(st, "max_loop_stall_ms")
     if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        if abs(v) >= 1000:
-            return "%.0f" % v
-        return ("%." + str(nd) + "f") % v
-    return str(v)
+        notes.append("max_loop_stall_ms: this ckptd's status has no such field yet")
+    return v, st
 
 
-def print_table(scenarios):
-    cols = [("call_ms", "call ms", 3), ("staged_ms", "staged ms", 1), ("committed_ms", "commit ms", 1),
-            ("memcpy_gibps", "memcpy GiB/s", 2), ("odirect_gibps", "odirect GiB/s", 2),
-            ("torch_save_s", "torch.save s", 2), ("dcp_async_staged_ms", "dcp staged ms", 1),
-            ("dcp_async_committed_ms", "dcp commit ms", 1)]
-    rcols = [("staging_vs_memcpy", "stage/memcpy"), ("commit_vs_odirect", "commit/odirect"),
-             ("durable_speedup_vs_torch", "durable x torch"), ("blocking_speedup_vs_torch", "blocking x torch"),
-             ("durable_speedup_vs_dcp", "durable x dcp"), ("staged_speedup_vs_dcp", "staged x dcp")]
-    names = list(scenarios)
-    w = max(18, max(len(n) for n in names) + 2) if names else 18
+def save_scenario(name, sc, daemon, py, run_dir, failures):
+    """save-2g, save-many, save-8ranks: ckptd, the two limits and the two
+    peers on the same bytes, in rounds.  Returns {scenario name: result}."""
+    ranks, nbytes, tensors = sc["ranks"], sc["bytes"], sc["tensors"]
+    total = nbytes * ranks
+    notes = []
+    detail = {}
+    env = worker_env(ranks)
+    clients = ["default:0"] + (["2threads:2"] if sc["kind"] == "ranks" else [])
+    uring_depth = None
+    try:
+        uring_depth = find_key(daemon.status(), "uring_depth")
+    except BenchError as e:
+        notes.append("daemon status: %s" % e)
+    if not isinstance(uring_depth, int) or uring_depth < 1:
+        raise BenchError("cannot read the daemon's uring_depth from its status")
 
-    def row(label, vals):
-        print(label.ljust(18) + "".join(v.rjust(w) for v in vals))
+    # Start-up (before round 1), all at once: the workers build their
+    # states, connect, make their buffers and start their process pools.
+    progress("%s: starting ckpt_bench%s%s" % (name, "" if SKIP_TORCH or not py else ", torch.save",
+                                              "" if SKIP_DCP or not py else ", DCP"))
+    ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, ranks, clients,
+                                                arena_for(nbytes, tensors)), run_dir, env, notes)
+    torch_w = dcp_w = None
+    if py and not SKIP_TORCH:
+        torch_w = start_worker("torch_save", [py, os.path.join(REPO, "bench", "baselines", "torch_save.py"),
+                                              "--dir", daemon.data, "--bytes", str(nbytes), "--tensors",
+                                              str(tensors), "--procs", str(ranks)], run_dir, env, notes)
+    if py and not SKIP_DCP:
+        dcp_w = start_worker("dcp_async", [py, os.path.join(REPO, "bench", "baselines", "dcp_async.py"),
+                                           "--dir", daemon.data, "--bytes", str(nbytes), "--tensors",
+                                           str(tensors), "--procs", str(ranks)], run_dir, env, notes)
+    workers = [w for w in (ckpt, torch_w, dcp_w) if w]
+    results = {}
+    client_notes = {}
+    try:
+        ready = await_ready(ckpt, notes, "ckpt_bench")
+        if ready is None:
+            raise BenchError("ckpt_bench did not start: %s" % notes[-1])
+        torch_ready = await_ready(torch_w, notes, "torch.save worker")
+        dcp_ready = await_ready(dcp_w, notes, "DCP worker")
+        if torch_ready is None:
+            torch_w = None
+        if dcp_ready is None:
+            dcp_w = None
+        detail["ckpt_bench"] = ready
+        detail["peers"] = {"torch_save": torch_ready, "dcp_async": dcp_ready}
+        detail["uring_depth"] = uring_depth
+        for cname, c in ready["clients"].items():
+            if c["copy_threads"] != c["expected_copy_threads"]:
+                client_notes[cname] = ("client '%s' runs %d copy threads (counted), %s gives %d: the copy "
+                                       "limit uses %d" % (cname, c["copy_threads"],
+                                                          "the documented default" if c["threads_asked"] == 0
+                                                          else "the number asked for",
+                                                          c["expected_copy_threads"], c["copy_threads"]))
+        if not ready["limit_buffer"]["registered"]:
+            notes.append("built-in writer: buffers not registered (%s)"
+                         % ready["limit_buffer"].get("not_registered"))
 
-    print()
-    row("", names)
-    row("bytes (all ranks)", ["%.0f MiB" % (scenarios[n]["bytes"] / MIB) for n in names])
-    row("tensors", ["%d" % scenarios[n]["tensors"] for n in names])
-    row("ranks", ["%d" % scenarios[n].get("ranks", 1) for n in names])
-    for key, label, nd in cols:
-        row(label, [fmt(scenarios[n].get(key), nd) for n in names])
-    row("first commit ms", [fmt(scenarios[n].get("first_committed_ms"), 1) for n in names])
-    print("-" * (18 + w * len(names)))
-    for key, label in rcols:
-        row(label, [fmt(scenarios[n].get(key), 2) for n in names])
-    if "save-many" in scenarios:
-        s = scenarios["save-many"]
-        print("save-many: committed %s ms vs one tensor %s ms (x%s)"
-              % (fmt(s.get("committed_ms"), 1), fmt(s.get("one_tensor_committed_ms"), 1),
-                 fmt(s.get("vs_one_tensor"), 2)))
-    print()
+        # Warm-ups: the first save of every process is not in the medians.
+        warm = {}
+        progress("%s: warm-up saves" % name)
+        for cname in [c.split(":")[0] for c in clients]:
+            warm["ckptd_" + cname] = ckpt.cmd("save %s" % cname)
+        if sc["kind"] == "many":
+            warm["ckptd_one"] = ckpt.cmd("save default one")
+        for method in ("memcpy", "stream"):
+            ckpt.cmd("copy %s default" % method)
+        if torch_w:
+            try:
+                warm["torch"] = torch_w.cmd("save")
+            except BenchError as e:
+                notes.append("torch.save warm-up: %s" % e)
+        if dcp_w:
+            # One warm-up per thread count: DCP's stager cache and its
+            # checkpoint process settle over the first saves.
+            for t in DCP_THREADS:
+                try:
+                    warm["dcp_t%d" % t] = dcp_w.cmd("save %d" % t)
+                except BenchError as e:
+                    notes.append("DCP warm-up: %s" % e)
+                    break
+        stall_before, _ = loop_stall(daemon, [])
+
+        # The measurements of one round.
+        items = [("ckptd", lambda: ckpt.cmd("save default"), ckpt)]
+        if sc["kind"] == "many":
+            items.append(("ckptd_one", lambda: ckpt.cmd("save default one"), ckpt))
+        if sc["kind"] == "ranks":
+            items.append(("ckptd_2threads", lambda: ckpt.cmd("save 2threads"), ckpt))
+        for cname in [c.split(":")[0] for c in clients]:
+            suffix = "" if cname == "default" else "_" + cname
+            for method in ("memcpy", "stream"):
+                items.append(("copy_%s%s" % (method, suffix),
+                              (lambda m=method, c=cname: ckpt.cmd("copy %s %s" % (m, c))), ckpt))
+        items.append(("disk_builtin", lambda: ckpt.cmd("write %s %d" % (daemon.data, uring_depth)), ckpt))
+        for mult in (1, 2):
+            items.append(("disk_fio_d%d" % (uring_depth * mult),
+                          (lambda d=uring_depth * mult: fio_write(daemon.data, nbytes, ranks, d)), None))
+        if torch_w:
+            items.append(("torch", lambda: torch_w.cmd("save"), torch_w))
+        if dcp_w:
+            for t in DCP_THREADS:
+                items.append(("dcp_t%d" % t, (lambda t=t: dcp_w.cmd("save %d" % t)), dcp_w))
+
+        rounds = Rounds(name, items)
+        rounds.run(ROUNDS, failures, notes)
+        stall, status = loop_stall(daemon, notes)
+        detail["max_loop_stall_ms_after_warmup"] = stall_before
+        detail["status_totals"] = (status or {}).get("totals")
+    finally:
+        for w in workers:
+            rc = w.close()
+            if rc not in (0, None) and not w.dead:
+                notes.append("%s exited with status %s: %s" % (w.name, rc, log_tail(w.log_path, 3)))
+
+    variants = [("default", name)]
+    if sc["kind"] == "ranks":
+        variants.append(("2threads", TWO_THREADS))
+    for cname, sname in variants:
+        vnotes = list(notes) + ([client_notes[cname]] if cname in client_notes else [])
+        r = analyse_save(sname, sc, rounds, warm, cname, ready, torch_w is not None, dcp_w is not None,
+                         vnotes, detail, uring_depth, stall, py)
+        results[sname] = r
+    if sc["kind"] == "ranks":
+        results[TWO_THREADS]["notes"].append(
+            "measured in the rounds of save-8ranks, interleaved with it: the same clients' "
+            "states saved through a second job whose clients copy with 2 threads each")
+        results[name]["notes"].append(
+            "copy threads: the library's default (copy_threads 0, LOCAL_WORLD_SIZE=%d); "
+            "%s has 2 per client" % (ranks, TWO_THREADS))
+    return results
 
 
-def markdown(result):
-    """The run as a Markdown table for bench/RESULTS.md's history (from a
-    results file: formatting only, nothing is measured or kept)."""
-    sc = result["scenarios"]
-    names = list(sc)
-    rows = [("bytes (all ranks)", lambda s: "%.0f MiB" % (s["bytes"] / MIB)),
-            ("ranks x tensors", lambda s: "%d x %d" % (s.get("ranks", 1), s["tensors"]))]
-    for key, nd in (("call_ms", 3), ("staged_ms", 1), ("committed_ms", 1), ("first_committed_ms", 1),
-                    ("memcpy_gibps", 2), ("odirect_gibps", 2), ("torch_save_s", 2),
-                    ("dcp_async_call_ms", 1), ("dcp_async_staged_ms", 1), ("dcp_async_committed_ms", 1),
-                    ("staging_vs_memcpy", 2), ("commit_vs_odirect", 2), ("durable_speedup_vs_torch", 2),
-                    ("blocking_speedup_vs_torch", 0), ("durable_speedup_vs_dcp", 2),
-                    ("staged_speedup_vs_dcp", 2), ("vs_one_tensor", 2)):
-        rows.append((key, lambda s, k=key, n=nd: fmt(s.get(k), n) if k in s else "-"))
-    m = result.get("machine", {})
-    lines = ["%s%s, commit %s: %s cpus, %s GiB, kernel %s, %s, %s, torch %s" % (
-        result.get("started", "?"), " (QUICK)" if result.get("quick") else "", result.get("commit"),
-        m.get("cpus"), m.get("mem_gib"), m.get("kernel"), m.get("fs"), m.get("fio"), m.get("torch")), ""]
-    lines.append("| | " + " | ".join(names) + " |")
-    lines.append("|---|" + "---:|" * len(names))
-    for label, f in rows:
-        lines.append("| %s | %s |" % (label, " | ".join(f(sc[n]) for n in names)))
-    lines.append("")
-    met = ["%s %s: %s" % ("met" if t["met"] else ("n/a" if t["met"] is None else "MISSED"), t["scenario"],
-                          t["target"]) for t in result.get("targets", [])]
-    lines.append("Targets: " + "; ".join(met) + ".")
-    return "\n".join(lines)
+def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, notes, shared_detail,
+                 uring_depth, stall, py):
+    """One scenario's JSON from the rounds (figures, per-round ratios)."""
+    ranks, total = sc["ranks"], sc["bytes"] * sc["ranks"]
+    gib = total / GIB
+    suffix = "" if cname == "default" else "_" + cname
+    ck = "ckptd" + suffix
+    cl = ready["clients"][cname]
+    r = {"bytes": total, "tensors": sc["tensors"], "ranks": ranks, "rounds": len(rounds.rounds)}
+    if ranks > 1:
+        r["bytes_per_rank"] = sc["bytes"]
+    for k in ("call_ms", "staged_ms", "committed_ms"):
+        r[k] = median(rounds.series(ck, k))
+        r["first_" + k] = warm.get("ckptd_" + cname, {}).get(k)
+    r["connect_ms"] = cl["connect_ms"]
+    r["copy_threads"] = cl["copy_threads"]
+    r["slot_bytes"] = cl["slot_bytes"]
+
+    copy_items = ["copy_memcpy" + suffix, "copy_stream" + suffix]
+    copy_best, r["copy_limit_gibps"], copy_r, copy_meds = best_of(rounds, copy_items, "gibps")
+    disk_items = ["disk_builtin", "disk_fio_d%d" % uring_depth, "disk_fio_d%d" % (2 * uring_depth)]
+    disk_best, r["disk_limit_gibps"], disk_r, disk_meds = best_of(rounds, disk_items, "gibps")
+
+    torch_r = rounds.series("torch", "seconds")
+    r["torch_save_s"] = median(torch_r)
+    r["first_torch_save_s"] = warm.get("torch", {}).get("seconds")
+    dcp_items = ["dcp_t%d" % t for t in DCP_THREADS]
+    dcp_best, _, dcp_comm_r, dcp_meds = best_of(rounds, dcp_items, "committed_ms", higher=False)
+    dcp = {k: (rounds.series(dcp_best, k) if dcp_best else [None] * len(rounds.rounds))
+           for k in ("call_ms", "staged_ms", "committed_ms")}
+    for k in ("call_ms", "staged_ms", "committed_ms"):
+        r["dcp_async_" + k] = median(dcp[k])
+        r["first_dcp_async_" + k] = warm.get("dcp_t%d" % DCP_THREADS[0], {}).get(k)
+    r["dcp_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
+    r["max_loop_stall_ms"] = stall
+
+    # Per-round ratios.
+    per = {k: [] for k in ("staging_vs_copy_limit", "commit_vs_disk_limit", "durable_speedup_vs_torch",
+                           "durable_speedup_vs_dcp", "staged_speedup_vs_dcp", "blocking_speedup_vs_dcp")}
+    ceil = {k: [] for k in ("durable_speedup_vs_torch", "durable_speedup_vs_dcp", "staged_speedup_vs_dcp")}
+    if sc["kind"] == "many":
+        per["vs_one_tensor"] = []
+    round_ratios = []
+    for i, rd in enumerate(rounds.rounds):
+        f = rd["figures"].get(ck, {})
+        call_s = f.get("call_ms") / 1e3 if f.get("call_ms") else None
+        staged_s = f.get("staged_ms") / 1e3 if f.get("staged_ms") else None
+        comm_s = f.get("committed_ms") / 1e3 if f.get("committed_ms") else None
+        disk_s = ratio(gib, disk_r[i])     # the limit's time for these bytes
+        copy_s = ratio(gib, copy_r[i])
+        x = {
+            "staging_vs_copy_limit": ratio(ratio(gib, staged_s), copy_r[i]),
+            "commit_vs_disk_limit": ratio(ratio(gib, comm_s), disk_r[i]),
+            "durable_speedup_vs_torch": ratio(torch_r[i], comm_s),
+            "durable_speedup_vs_dcp": ratio(dcp["committed_ms"][i], f.get("committed_ms")),
+            "staged_speedup_vs_dcp": ratio(dcp["staged_ms"][i], f.get("staged_ms")),
+            "blocking_speedup_vs_dcp": ratio(dcp["call_ms"][i], f.get("call_ms")),
+        }
+        c = {
+            "durable_speedup_vs_torch": ratio(torch_r[i], disk_s),
+            "durable_speedup_vs_dcp": ratio(dcp["committed_ms"][i] / 1e3 if dcp["committed_ms"][i] else None,
+                                            disk_s),
+            "staged_speedup_vs_dcp": ratio(dcp["staged_ms"][i] / 1e3 if dcp["staged_ms"][i] else None, copy_s),
+        }
+        if sc["kind"] == "many":
+            x["vs_one_tensor"] = ratio(f.get("committed_ms"), rd["figures"].get("ckptd_one", {}).get("committed_ms"))
+        for k, v in x.items():
+            per[k].append(v)
+        for k, v in c.items():
+            ceil[k].append(v)
+        round_ratios.append({"ratios": x, "ceilings": c, "call_s": call_s})
+    ratios = {}
+    for k in per:
+        if k in ceil:
+            ratios[k] = spread(per[k], ceilings=[v for v in ceil[k] if v is not None])
+        elif k in ("staging_vs_copy_limit", "commit_vs_disk_limit", "vs_one_tensor"):
+            # Against a limit (or the same bytes in one tensor), a perfect
+            # implementation gets 1.0.
+            ratios[k] = spread(per[k], ceiling=1.0)
+        else:
+            ratios[k] = spread(per[k])
+    r["ratios"] = ratios
+    if sc["kind"] == "many":
+        for k in ("call_ms", "staged_ms", "committed_ms"):
+            r["one_tensor_" + k] = median(rounds.series("ckptd_one", k))
+
+    # Why a figure is null.
+    if r["copy_limit_gibps"] is None:
+        notes.append("copy_limit_gibps: no copy-limit measurement succeeded")
+    if r["disk_limit_gibps"] is None:
+        notes.append("disk_limit_gibps: neither fio nor the built-in writer succeeded")
+    if r["torch_save_s"] is None:
+        notes.append("torch_save_s: %s" % ("skipped (BENCH_SKIP_TORCH)" if SKIP_TORCH else
+                                           "no bench Python environment" if not py else
+                                           "the torch.save worker did not run (see notes)" if not have_torch
+                                           else "no torch.save measurement succeeded"))
+    if r["dcp_async_committed_ms"] is None:
+        notes.append("dcp_async_*: %s" % ("skipped (BENCH_SKIP_DCP)" if SKIP_DCP else
+                                          "no bench Python environment" if not py else
+                                          "the DCP worker did not run (see notes)" if not have_dcp
+                                          else "no DCP measurement succeeded"))
+    for k, v in ratios.items():
+        if k in ("staging_vs_copy_limit", "commit_vs_disk_limit") and v["max"] is not None and v["max"] > 1.0:
+            notes.append("%s above 1.0 in some round (max %.2f): the limit was not the limit in that round "
+                         "(see detail.rounds)" % (k, v["max"]))
+
+    d = dict(shared_detail)
+    d["client"] = cname
+    d["copy_limit"] = {"method": copy_best, "medians_gibps": copy_meds, "threads_per_rank": cl["copy_threads"],
+                       "piece_bytes": cl["slot_bytes"],
+                       "stat": "best median of the methods; per round, the best method's figure"}
+    d["disk_limit"] = {"method": disk_best, "medians_gibps": disk_meds, "uring_depth": uring_depth,
+                       "fio": "io_uring, direct, bs=8m, iodepth=%d and %d, fixedbufs, registerfiles, "
+                              "fallocate=native, end_fsync, one fresh file per rank, group_reporting"
+                              % (uring_depth, 2 * uring_depth),
+                       "builtin": "registered pre-faulted memfd of the checkpoint's size, 8 MiB O_DIRECT "
+                                  "writes at depth %d after fallocate, fsync of file(s) and directory, "
+                                  "timed from open to the last fsync" % uring_depth,
+                       "stat": "best median of the methods; per round, the best method's figure"}
+    d["dcp"] = {"thread_count": r["dcp_thread_count"], "median_committed_ms_by_thread_count": dcp_meds,
+                "tried": list(DCP_THREADS), "stat": "the thread count with the best median committed_ms"}
+    d["warmup"] = warm
+    d["rounds"] = [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                    "ratios": rr["ratios"], "ceilings": rr["ceilings"]}
+                   for rd, rr in zip(rounds.rounds, round_ratios)]
+    r["notes"] = notes
+    r["detail"] = d
+    return r
+
+
+def two_jobs_scenario(name, sc, daemon, run_dir, failures):
+    """A second job's staged_ms (second_bytes) while a first job commits
+    (bytes), against the same save alone, in rounds."""
+    notes = []
+    env = worker_env(1)
+    progress("%s: starting two jobs (first %d MiB, second %d MiB)"
+             % (name, sc["bytes"] // MIB, sc["second_bytes"] // MIB))
+    first = start_worker("first_job", ckpt_argv(daemon, sc["bytes"], sc["tensors"], 1, ["default:0"],
+                                                arena_for(sc["bytes"], sc["tensors"])), run_dir, env, notes)
+    second = start_worker("second_job", ckpt_argv(daemon, sc["second_bytes"], sc["second_tensors"], 1,
+                                                  ["default:0"], arena_for(sc["second_bytes"],
+                                                                           sc["second_tensors"])),
+                          run_dir, env, notes)
+    try:
+        rf = await_ready(first, notes, "first job")
+        rs = await_ready(second, notes, "second job")
+        if rf is None or rs is None:
+            raise BenchError("a job did not start: %s" % "; ".join(notes))
+        progress("%s: warm-up saves" % name)
+        warm = {"first": first.cmd("save default"), "second": second.cmd("save default")}
+
+        def alone():
+            saves = [second.cmd("save default") for _ in range(ALONE_SAVES)]
+            return {"staged_ms": max(s["staged_ms"] for s in saves),
+                    "staged_ms_each": [s["staged_ms"] for s in saves],
+                    "committed_ms_each": [s["committed_ms"] for s in saves]}
+
+        def during():
+            first.send("save default notify")
+            ev = first.read()
+            if ev.get("event") != "staged":
+                raise BenchError("first job: expected its staged event, got %r" % ev)
+            saves = []
+            # The second job saves back to back (each to committed) from the
+            # moment the first is staged until the first has committed.
+            while True:
+                saves.append(second.cmd("save default"))
+                if first.has_output() or len(saves) >= 100:
+                    break
+            a = first.read()
+            inside = [s for s in saves if a["t_staged_ns"] <= s["t_start_ns"] < a["t_committed_ns"]]
+            if not inside:
+                raise BenchError("no second-job save started while the first committed")
+            return {"staged_ms": max(s["staged_ms"] for s in inside),
+                    "staged_ms_each": [s["staged_ms"] for s in inside],
+                    "committed_ms_each": [s["committed_ms"] for s in inside],
+                    "saves_after_first_committed": len(saves) - len(inside),
+                    "first_job_staged_ms": a["staged_ms"], "first_job_committed_ms": a["committed_ms"],
+                    "second_started_ms_after_first_staged":
+                        (saves[0]["t_start_ns"] - a["t_staged_ns"]) / 1e6,
+                    "last_second_committed_ms_after_first_committed":
+                        (inside[-1]["t_committed_ns"] - a["t_committed_ns"]) / 1e6}
+
+        rounds = Rounds(name, [("alone", alone, second), ("during", during, first)])
+        rounds.run(ROUNDS, failures, notes)
+        stall, _ = loop_stall(daemon, notes)
+    finally:
+        for w in (first, second):
+            if w:
+                rc = w.close()
+                if rc not in (0, None) and not w.dead:
+                    notes.append("%s exited with status %s: %s" % (w.name, rc, log_tail(w.log_path, 3)))
+
+    alone_r = rounds.series("alone", "staged_ms")
+    during_r = rounds.series("during", "staged_ms")
+    per = [ratio(d, a) for d, a in zip(during_r, alone_r)]
+    r = {"bytes": sc["bytes"], "tensors": sc["tensors"], "second_bytes": sc["second_bytes"],
+         "second_tensors": sc["second_tensors"], "rounds": len(rounds.rounds),
+         "staged_ms": median(during_r), "alone_staged_ms": median(alone_r),
+         "first_job_committed_ms": median(rounds.series("during", "first_job_committed_ms")),
+         "max_loop_stall_ms": stall,
+         "ratios": {"stall_vs_alone": spread(per, ceiling=1.0)}}
+    n_cpus = cpus()
+    if r["staged_ms"] is not None and r["alone_staged_ms"] is not None:
+        r["stall_excess_ms"] = r["staged_ms"] - r["alone_staged_ms"]
+    # A bound, not a target: while the first job commits, the daemon
+    # (completions, checksums) and the kernel's writes may take up to one
+    # CPU from the second job's copy threads, and a loop that blocks delays
+    # the second save's SAVE_BEGIN reply by at most its longest stall.
+    bound = None
+    if r["alone_staged_ms"] is not None and n_cpus > 1:
+        bound = r["alone_staged_ms"] * n_cpus / (n_cpus - 1) + (stall or 0)
+    r["bound_ms"] = bound
+    notes.append(
+        "stall_vs_alone = the second job's worst staged_ms among its saves started while the first "
+        "job committed, over its worst of %d saves alone, per round. Not a pass/fail target: on %d "
+        "CPUs, the daemon's work for the first job (completions, CRCs) and the kernel's writes can "
+        "take up to one CPU from the second job's copy threads, which share memory bandwidth with the "
+        "first job's writes as well, and a blocked event loop delays the second save's SAVE_BEGIN reply "
+        "by up to max_loop_stall_ms: bound_ms = alone x cpus/(cpus-1) + max_loop_stall_ms%s."
+        % (ALONE_SAVES, n_cpus, "" if stall is not None else " (stall unknown: taken as 0)"))
+    r["notes"] = notes
+    r["detail"] = {"warmup": warm, "first_job": rf, "second_job": rs,
+                   "rounds": [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                               "ratios": {"stall_vs_alone": p}} for rd, p in zip(rounds.rounds, per)]}
+    return {name: r}
+
+
+def empty_result(name, sc, why):
+    r = {"bytes": sc["bytes"] * sc["ranks"], "tensors": sc["tensors"], "ranks": sc["ranks"], "rounds": 0,
+         "ratios": {}, "notes": [why], "detail": {}}
+    return r
+
+
+def run_scenario(name, sc, py, run_dir, data, failures):
+    ranks = sc["ranks"]
+    if sc["kind"] == "two":
+        arenas = [arena_for(sc["bytes"], sc["tensors"]), arena_for(sc["second_bytes"], sc["second_tensors"])]
+    else:
+        per = arena_for(sc["bytes"], sc["tensors"])
+        arenas = [per] * (ranks * (2 if sc["kind"] == "ranks" else 1))
+    arena_max = (max(arenas) // MIB + 64) * MIB
+    arena_total = (sum(arenas) // MIB + 256) * MIB
+    sdir = os.path.join(run_dir, name)
+    os.makedirs(sdir, exist_ok=True)
+    daemon = Daemon(sdir, data, arena_max, arena_total)
+    progress("%s: starting ckptd (%s)" % (name, daemon.socket))
+    try:
+        daemon.start()
+        if sc["kind"] == "two":
+            res = two_jobs_scenario(name, sc, daemon, sdir, failures)
+        else:
+            res = save_scenario(name, sc, daemon, py, sdir, failures)
+    except BenchError as e:
+        failures.append("%s: %s" % (name, e))
+        progress("%s FAILED: %s" % (name, e))
+        res = {name: empty_result(name, sc, "not run: %s" % e)}
+        if sc["kind"] == "ranks":
+            res[TWO_THREADS] = empty_result(TWO_THREADS, sc, "not run: %s" % e)
+    finally:
+        alive = daemon.alive()
+        rc = daemon.stop()
+    for r in res.values():
+        r.setdefault("detail", {})["ckptd"] = {"arena_max": arena_max, "arena_total": arena_total,
+                                               "exit_status": rc, "log": daemon.log_path}
+        if not alive:
+            r["notes"].append("ckptd was not running at the end: %s" % log_tail(daemon.log_path, 5))
+        elif rc not in (0, None):
+            r["notes"].append("ckptd exited with status %s on SIGTERM" % rc)
+    return res
 
 
 # ---- main -------------------------------------------------------------------
-
-def empty_result(name, sc):
-    """A scenario's JSON with every measured field null.  "bytes" is what
-    the whole job saves (all ranks); with ranks, "bytes_per_rank" is one
-    client's share and "tensors" counts global tensors (each rank holds one
-    chunk of every tensor)."""
-    r = {"bytes": sc["bytes"] * sc["ranks"], "tensors": sc["tensors"], "saves": sc["saves"]}
-    if sc["ranks"] > 1:
-        r["ranks"] = sc["ranks"]
-        r["bytes_per_rank"] = sc["bytes"]
-    if name == "save-many":
-        r["one_tensor_committed_ms"] = None
-        r["vs_one_tensor"] = None
-    for k in ("call_ms", "staged_ms", "committed_ms", "first_committed_ms", "connect_ms", "memcpy_gibps",
-              "odirect_gibps", "torch_save_s", "dcp_async_call_ms", "dcp_async_staged_ms",
-              "dcp_async_committed_ms"):
-        r[k] = None
-    r["notes"] = []
-    r["detail"] = {}
-    return r
-
-
-def run_scenario(name, sc, daemon, py, failures):
-    r = empty_result(name, sc)
-    notes = r["notes"]
-    total = sc["bytes"] * sc["ranks"]
-    label = "%s (%s%d MiB in %d tensors%s, %d saves)" % (
-        name, "%d x " % sc["ranks"] if sc["ranks"] > 1 else "", sc["bytes"] // MIB, sc["tensors"],
-        " each" if sc["ranks"] > 1 else "", sc["saves"])
-
-    progress("%s: ckptd" % label)
-    try:
-        if not daemon.alive():
-            raise BenchError("ckptd is not running:\n" + daemon.log_tail())
-        d = run_ckpt(daemon, sc)
-        for k in ("call_ms", "staged_ms", "committed_ms", "first_committed_ms", "connect_ms"):
-            r[k] = d.get(k)
-        r["detail"]["ckpt_bench"] = d
-        progress("%s: call %.3f ms, staged %.1f ms, committed %.1f ms (first %.1f ms)"
-                 % (name, d["call_ms"], d["staged_ms"], d["committed_ms"], d["first_committed_ms"]))
-    except BenchError as e:
-        notes.append("ckptd: %s" % e)
-        failures.append("%s: %s" % (name, e))
-        progress("%s: ckptd FAILED: %s" % (name, e))
-        if not daemon.alive():
-            notes.append("ckptd log tail: " + daemon.log_tail(10))
-
-    if name == "save-many":
-        one = dict(sc, tensors=1)
-        progress("%s: the same bytes in one tensor" % name)
-        try:
-            d = run_ckpt(daemon, one)
-            r["one_tensor_committed_ms"] = d["committed_ms"]
-            r["detail"]["ckpt_bench_one_tensor"] = d
-        except BenchError as e:
-            notes.append("one-tensor run: %s" % e)
-            failures.append("%s one tensor: %s" % (name, e))
-        r["vs_one_tensor"] = ratio(r.get("committed_ms"), r.get("one_tensor_committed_ms"))
-
-    progress("%s: memcpy baseline" % name)
-    try:
-        r["memcpy_gibps"] = run_memcpy(total)
-    except BenchError as e:
-        notes.append("memcpy: %s" % e)
-
-    progress("%s: O_DIRECT baseline" % name)
-    try:
-        r["odirect_gibps"], r["detail"]["odirect"] = run_odirect(total, daemon.data, notes)
-    except BenchError as e:
-        notes.append("odirect: %s" % e)
-
-    if py is None:
-        notes.append("torch_save_s, dcp_async_*: no bench Python environment (see top-level notes)")
-    else:
-        progress("%s: torch.save baseline" % name)
-        try:
-            t = run_torch_save(py, sc, daemon.data)
-            r["torch_save_s"] = t["median_s"]
-            r["detail"]["torch_save"] = t
-        except BenchError as e:
-            notes.append("torch_save: %s" % e)
-        if SKIP_DCP:
-            notes.append("dcp_async: skipped (BENCH_SKIP_DCP)")
-        else:
-            progress("%s: DCP async_save baseline" % name)
-            try:
-                t = run_dcp(py, sc, daemon.data)
-                r["dcp_async_call_ms"] = t["call_ms"]
-                r["dcp_async_staged_ms"] = t["staged_ms"]
-                r["dcp_async_committed_ms"] = t["committed_ms"]
-                r["detail"]["dcp_async"] = t
-            except BenchError as e:
-                notes.append("dcp_async: %s" % e)
-    compute_ratios(r)
-    for n in notes:
-        progress("%s: note: %s" % (name, n.splitlines()[0] if n else n))
-    return r
-
 
 def main():
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -616,13 +1068,31 @@ def main():
     run_dir = os.path.join(BUILD, "bench-run")
     notes = []
     failures = []
+    global ROUNDS
 
-    # SIGTERM (e.g. a CI timeout) must still stop the daemon: turn it into
-    # an exception so the finally below runs.
+    # SIGTERM (e.g. a CI timeout) must still stop the daemon and workers:
+    # turn it into an exception so the finally clauses run.
     def on_term(signum, _frame):
         raise SystemExit("bench: signal %d" % signum)
 
     signal.signal(signal.SIGTERM, on_term)
+
+    wanted = [s.strip() for s in os.environ.get("SCENARIOS", "").split(",") if s.strip()]
+    for s in wanted:
+        if s not in SCENARIOS and s != TWO_THREADS:
+            sys.exit("bench: unknown scenario '%s' (SCENARIOS= any of %s)" % (s, ", ".join(SCENARIOS)))
+    if wanted:
+        wanted = ["save-8ranks" if s == TWO_THREADS else s for s in wanted]
+    names = [n for n in SCENARIOS if not wanted or n in wanted]
+    if os.environ.get("BENCH_ROUNDS"):
+        try:
+            ROUNDS = int(os.environ["BENCH_ROUNDS"])
+        except ValueError:
+            ROUNDS = 0
+        if ROUNDS < 2:
+            sys.exit("bench: BENCH_ROUNDS must be a number >= 2")
+    if ROUNDS < PROTOCOL_ROUNDS and not QUICK:
+        notes.append("%d rounds: fewer than the protocol's %d, not a recordable run" % (ROUNDS, PROTOCOL_ROUNDS))
 
     if not os.access(os.path.join(BUILD, "bench", "ckpt_bench"), os.X_OK):
         sys.exit("bench: %s/bench/ckpt_bench is missing: run `make bench`" % BUILD)
@@ -631,71 +1101,55 @@ def main():
     os.makedirs(os.path.join(run_dir, "data"))
     data = os.path.realpath(os.path.join(run_dir, "data"))
 
-    need = max(arena_for(s["bytes"], s["tensors"]) for s in SCENARIOS.values())
-    arena_max = (need // MIB + 64) * MIB
-    arena_total = max(arena_max, max(arena_for(s["bytes"], s["tensors"]) * s["ranks"]
-                                     for s in SCENARIOS.values())) + 256 * MIB
-    # Memory: one state and one arena at a time per scenario, plus the
-    # memcpy baseline's two buffers.
-    peak = max(2 * s["bytes"] * s["ranks"] + arena_for(s["bytes"], s["tensors"]) * s["ranks"]
-               for s in SCENARIOS.values())
-    avail = mem_available()
+    # Resources: every worker of the largest scenario at once (ckpt_bench:
+    # state, arena(s), the limits' memfd; torch.save: state; DCP: state and
+    # its shared-memory stager), and the largest checkpoint twice on disk.
+    def mem_need(s):
+        n = s["bytes"] * s["ranks"]
+        return n * (6 + (1 if s["kind"] == "ranks" else 0)) if s["kind"] != "two" else 2 * (s["bytes"] + s["second_bytes"])
+
+    peak = max(mem_need(SCENARIOS[n]) for n in names)
+    avail = meminfo("MemAvailable")
     if avail is not None and avail < peak:
         notes.append("only %.1f GiB of memory available, the largest scenario wants ~%.1f GiB"
                      % (avail / GIB, peak / GIB))
     free = shutil.disk_usage(data).free
-    disk_need = 3 * max(s["bytes"] * s["ranks"] for s in SCENARIOS.values())
+    disk_need = 3 * max(SCENARIOS[n]["bytes"] * SCENARIOS[n]["ranks"] for n in names)
     if free < disk_need:
         sys.exit("bench: %.1f GiB free in %s, need ~%.1f GiB" % (free / GIB, data, disk_need / GIB))
 
-    machine = {"cpus": os.cpu_count(), "mem_gib": mem_gib(), "kernel": platform.release(),
-               "fs": fs_type(data), "fio": fio_version(), "torch": None,
-               "python": platform.python_version()}
-    progress("%s run: %d cpus, %s GiB, kernel %s, %s on %s" % (
-        "QUICK" if QUICK else "full", machine["cpus"] or 0, machine["mem_gib"], machine["kernel"],
-        machine["fs"], data))
+    machine = {"cpus": cpus(), "cpus_online": os.cpu_count(), "mem_gib": round((meminfo("MemTotal") or 0) / GIB, 1),
+               "kernel": platform.release(), "fs": fs_type(data), "fio": tool_version(["fio", "--version"]),
+               "torch": None, "python": platform.python_version(),
+               "thp": read_text("/sys/kernel/mm/transparent_hugepage/enabled"),
+               "shmem_thp": read_text("/sys/kernel/mm/transparent_hugepage/shmem_enabled")}
+    progress("%s run, %d rounds: %s; %d cpus, %s GiB, kernel %s, %s on %s" % (
+        "QUICK" if QUICK else "full", ROUNDS, ", ".join(names), machine["cpus"], machine["mem_gib"],
+        machine["kernel"], machine["fs"], data))
 
-    py = bench_python(notes)
-    daemon = Daemon(run_dir, arena_max, arena_total)
-    daemon.data = data
+    py = None
+    if any(SCENARIOS[n]["kind"] != "two" for n in names) and not (SKIP_DCP and SKIP_TORCH):
+        py = bench_python(notes)
     scenarios = {}
-    rc_daemon = None
-    try:
-        progress("starting ckptd (%s)" % daemon.socket)
-        daemon.start()
-        for name, sc in SCENARIOS.items():
-            scenarios[name] = run_scenario(name, sc, daemon, py, failures)
-    except BenchError as e:
-        failures.append(str(e))
-        progress("FAILED: %s" % e)
-        notes.append("ckptd: %s" % e)
-    finally:
-        rc_daemon = daemon.stop()
-    for name, sc in SCENARIOS.items():
-        if name not in scenarios:
-            scenarios[name] = empty_result(name, sc)
-            scenarios[name]["notes"].append("not run: ckptd failed (see top-level notes)")
-            compute_ratios(scenarios[name])
-    if rc_daemon not in (None, 0):
-        notes.append("ckptd exited with status %d on SIGTERM: %s" % (rc_daemon, daemon.log_tail(3)))
+    for n in names:
+        scenarios.update(run_scenario(n, SCENARIOS[n], py, run_dir, data, failures))
 
     for r in scenarios.values():
-        for key in ("torch_save", "dcp_async"):
-            v = r["detail"].get(key, {}).get("torch")
-            if v and not machine["torch"]:
-                machine["torch"] = v
-    targets = check_targets(scenarios)
+        for peer in (r.get("detail", {}).get("peers") or {}).values():
+            if peer and peer.get("torch") and not machine["torch"]:
+                machine["torch"] = peer["torch"]
+    targets = report.check_targets(scenarios)
     if QUICK:
-        notes.append("QUICK run: smaller sizes, a smoke check; ratios are not the benchmark's")
+        notes.append("QUICK run: smaller sizes and 2 rounds, a smoke check; its ratios are not the benchmark's")
 
     result = {
+        "protocol": 2,
         "machine": machine,
         "quick": QUICK,
         "commit": git_commit(),
         "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "duration_s": round(time.monotonic() - T_START, 1),
-        "ckptd": {"arena_max": arena_max, "arena_total": arena_total, "commit_deadline": "10m",
-                  "exit_status": rc_daemon},
+        "rounds": ROUNDS,
         "scenarios": scenarios,
         "targets": targets,
         "notes": notes,
@@ -707,13 +1161,8 @@ def main():
         f.write("\n")
     os.replace(tmp, out_path)
 
-    print_table(scenarios)
-    print("targets%s:" % (" (QUICK sizes: indicative only)" if QUICK else ""))
-    for t in targets:
-        state = "n/a " if t["met"] is None else ("MET " if t["met"] else "MISS")
-        print("  %s  %-10s %-34s value %s" % (state, t["scenario"], t["target"], fmt(t["value"], 3)))
-    for n in notes:
-        print("note: " + n)
+    print()
+    print(report.text_table(result))
     shown = os.path.relpath(out_path, REPO)
     print("wrote %s (%.0f s)" % (out_path if shown.startswith("..") else shown, time.monotonic() - T_START))
     if failures:
@@ -727,8 +1176,10 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--markdown":
         with open(sys.argv[2]) as f:
-            print(markdown(json.load(f)))
+            print(report.markdown(json.load(f)))
         sys.exit(0)
     if len(sys.argv) != 1:
-        sys.exit("usage: BUILD=build QUICK= python3 bench/run.py  |  python3 bench/run.py --markdown RESULTS.json")
+        print("usage: BUILD=build QUICK= SCENARIOS= python3 bench/run.py\n"
+              "       python3 bench/run.py --markdown RESULTS.json", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main())

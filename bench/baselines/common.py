@@ -9,7 +9,6 @@ so run.py can read the argument helpers without torch.
 """
 import json
 import os
-import statistics
 import sys
 
 
@@ -68,15 +67,17 @@ def fsync_tree(path):
     fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
-def median_from_second(values):
-    """Median over runs 2..N (all of them when there is only one), as the C
-    bench reports its saves."""
-    vals = values[1:] if len(values) > 1 else values
-    return statistics.median(vals)
+def cpus():
+    """CPUs this process may run on (its affinity mask), as the library
+    counts them."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def emit(obj):
-    """The result: one JSON object, the last line of stdout."""
+    """One result: one JSON object on one line of stdout."""
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 

@@ -1,22 +1,32 @@
 # SPDX-License-Identifier: MIT
 """Baseline: PyTorch DCP torch.distributed.checkpoint.async_save.
 
-  python dcp_async.py --dir DIR --bytes B --tensors T [--saves N] [--procs K]
+  python dcp_async.py --dir DIR --bytes B --tensors T [--procs K]
 
-K processes (default 1) form a gloo group on loopback; each holds its own
-state of B bytes in T fp32 tensors (distinct keys per rank, so every rank
-writes its own) and they all save N times to DIR/dcp-PID-I, with the best
-settings the installed torch offers for host tensors (see best_settings()).
+A worker: K processes (default 1) form a gloo group on loopback, each holding
+its own state of B bytes in T fp32 tensors (distinct keys per rank, so every
+rank writes its own), with the best settings the installed torch offers for
+host tensors (see best_settings()).  Once every rank is ready it prints
+{"event": "ready", ...} and runs commands read from stdin, one per line,
+printing one JSON line for each:
+
+  save N   one async_save to DIR/dcp-PID-I by every rank, with
+           FileSystemWriter(thread_count=N, sync_files=True); the checkpoint
+           is removed before the result is printed
+  quit
+
 Per save and rank: the call, the staging future and the upload future, timed
-from the moment the ranks leave a barrier.  A save's figure is the slowest
-rank's, relative to the earliest start; medians over saves 2..N, so the first
-save's set-up (stager cache, checkpoint process start) is left out, as for
-ckptd.  Prints one JSON object with "call_ms", "staged_ms", "committed_ms".
+from the moment the ranks leave a barrier; a save's figures are the slowest
+rank's, relative to the earliest start: {"cmd": "save", "call_ms",
+"staged_ms", "committed_ms", "t_start", "t_end"} (time.monotonic()).  The
+process pool, the stager's cache and DCP's checkpoint process start with the
+first save: run.py treats the first save as warm-up.
 """
 import argparse
 import inspect
 import multiprocessing as mp
 import os
+import queue as queue_mod
 import shutil
 import sys
 import tempfile
@@ -112,9 +122,12 @@ def raise_fd_limit(torch, tensors):
     return ""
 
 
-def rank_main(rank, args, store_path, queue):
+def rank_main(rank, args, store_path, cmds, results):
+    """One rank: joins the group, builds its state, then saves on every
+    ("save", thread_count) from cmds until ("quit",)."""
     try:
-        common.setup_env(max(1, (os.cpu_count() or 1) // args.procs))
+        threads = max(1, common.cpus() // args.procs)
+        common.setup_env(threads)
         # Keep every socket of the group (and of DCP's checkpoint process)
         # on loopback.
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"
@@ -131,7 +144,7 @@ def rank_main(rank, args, store_path, queue):
             ape = None
 
         sharing_note = raise_fd_limit(torch, args.tensors) if args.executor == "process" else ""
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.procs))
+        torch.set_num_threads(threads)
         dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank,
                                 world_size=args.procs)
         pg = dist.group.WORLD
@@ -140,17 +153,20 @@ def rank_main(rank, args, store_path, queue):
         sd = common.make_state(args.bytes, args.tensors, prefix)
         if sharing_note:
             desc += ", " + sharing_note
-        if rank == 0:
-            queue.put(("info", rank, {"torch": torch.__version__, "settings": desc}))
+        results.put(("ready", rank, {"torch": torch.__version__, "settings": desc}))
 
-        for i in range(args.saves):
+        i = 0
+        while True:
+            cmd = cmds.get()
+            if cmd[0] != "save":
+                break
+            thread_count = cmd[1]
+            if i > 0:
+                common.mutate(sd, i)
             path = os.path.join(args.dir, "dcp-%d-%d" % (os.getppid(), i))
-            if rank == 0 and i > 0:
-                shutil.rmtree(os.path.join(args.dir, "dcp-%d-%d" % (os.getppid(), i - 1)),
-                              ignore_errors=True)
             dist.barrier()
             t0 = time.monotonic()
-            res = dcp.async_save(sd, checkpoint_id=path, storage_writer=writer(path, args.writer_threads),
+            res = dcp.async_save(sd, checkpoint_id=path, storage_writer=writer(path, thread_count),
                                  process_group=pg, **kwargs)
             t_call = time.monotonic()
             if hasattr(res, "staging_completion"):
@@ -162,12 +178,14 @@ def rank_main(rank, args, store_path, queue):
                 t_staged = t_call
                 res.result()
             t_done = time.monotonic()
-            queue.put(("save", rank, (i, t0, t_call, t_staged, t_done)))
-            common.mutate(sd, i)
-        dist.barrier()
-        if rank == 0:
-            shutil.rmtree(os.path.join(args.dir, "dcp-%d-%d" % (os.getppid(), args.saves - 1)),
-                          ignore_errors=True)
+            # Every rank is done before rank 0 removes the checkpoint, and
+            # rank 0 reports only once it is removed: nothing of this save
+            # is still being deleted while the next measurement runs.
+            dist.barrier()
+            if rank == 0:
+                shutil.rmtree(path, ignore_errors=True)
+            results.put(("save", rank, (t0, t_call, t_staged, t_done)))
+            i += 1
         if stager is not None:
             stager.close()
         # Stop DCP's checkpoint process the way its destructor does
@@ -176,12 +194,12 @@ def rank_main(rank, args, store_path, queue):
             proc, ape._CHECKPOINT_PROCESS = ape._CHECKPOINT_PROCESS, None
             proc.__del__()
         dist.destroy_process_group()
-        queue.put(("done", rank, None))
+        results.put(("done", rank, None))
     except BaseException as e:
-        queue.put(("error", rank, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc(limit=4))))
+        results.put(("error", rank, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc(limit=4))))
     # Flush the queue's feeder thread: _exit below would drop what it holds.
-    queue.close()
-    queue.join_thread()
+    results.close()
+    results.join_thread()
     sys.stdout.flush()
     sys.stderr.flush()
     # The checkpoint process DCP started is a child of this one; _exit
@@ -190,95 +208,110 @@ def rank_main(rank, args, store_path, queue):
     os._exit(0)
 
 
+class Group:
+    """The K rank processes, driven through one command queue each."""
+
+    def __init__(self, args):
+        self.args = args
+        # spawn, not fork: DCP's own checkpoint process and gloo want a
+        # clean interpreter, and the ranks must not share the parent's
+        # torch state.
+        ctx = mp.get_context("spawn")
+        self.results = ctx.Queue()
+        self.cmds = [ctx.Queue() for _ in range(args.procs)]
+        self.store_dir = tempfile.mkdtemp(prefix="dcp-store-", dir=args.dir)
+        store_path = os.path.join(self.store_dir, "store")
+        self.procs = [ctx.Process(target=rank_main, args=(r, args, store_path, self.cmds[r], self.results))
+                      for r in range(args.procs)]
+        for p in self.procs:
+            p.start()
+
+    def collect(self, kind):
+        """Every rank's payload of the next message, which must be `kind`."""
+        got = {}
+        deadline = time.monotonic() + self.args.timeout
+        while len(got) < self.args.procs:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SystemExit("dcp_async: timed out after %.0f s waiting for %s" % (self.args.timeout, kind))
+            try:
+                k, rank, payload = self.results.get(timeout=min(left, 5))
+            except queue_mod.Empty:
+                # Every message of a rank is queued before it exits; a rank
+                # gone with nothing more in the queue died unreported.
+                if any(p.exitcode is not None for p in self.procs) and self.results.empty():
+                    time.sleep(1)
+                    if self.results.empty():
+                        codes = [p.exitcode for p in self.procs]
+                        raise SystemExit("dcp_async: a rank died (exit codes %s)" % codes)
+                continue
+            if k == "error":
+                raise SystemExit("dcp_async rank %d failed: %s" % (rank, payload))
+            if k != kind:
+                raise SystemExit("dcp_async rank %d: %s, expected %s" % (rank, k, kind))
+            got[rank] = payload
+        return [got[r] for r in range(self.args.procs)]
+
+    def save(self, thread_count):
+        for q in self.cmds:
+            q.put(("save", thread_count))
+        recs = self.collect("save")
+        start = min(r[0] for r in recs)
+        return {"call_ms": (max(r[1] for r in recs) - start) * 1e3,
+                "staged_ms": (max(r[2] for r in recs) - start) * 1e3,
+                "committed_ms": (max(r[3] for r in recs) - start) * 1e3,
+                "t_start": start, "t_end": max(r[3] for r in recs)}
+
+    def close(self, clean):
+        if clean:
+            for q in self.cmds:
+                q.put(("quit",))
+            try:
+                self.collect("done")
+            except SystemExit as e:
+                common.log(str(e))
+        for p in self.procs:
+            p.join(timeout=30 if clean else 0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        shutil.rmtree(self.store_dir, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", required=True)
     ap.add_argument("--bytes", type=int, required=True)
     ap.add_argument("--tensors", type=int, required=True)
-    ap.add_argument("--saves", type=int, default=5)
     ap.add_argument("--procs", type=int, default=1)
-    ap.add_argument("--writer-threads", type=int, default=1)
     ap.add_argument("--executor", choices=("process", "thread"), default="process",
                     help="DCP's upload executor (process where this torch has it)")
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
 
-    # spawn, not fork: DCP's own checkpoint process and gloo want a clean
-    # interpreter, and the ranks must not share the parent's torch state.
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    store_dir = tempfile.mkdtemp(prefix="dcp-store-", dir=args.dir)
-    store_path = os.path.join(store_dir, "store")
-    procs = [ctx.Process(target=rank_main, args=(r, args, store_path, queue)) for r in range(args.procs)]
-    for p in procs:
-        p.start()
-    recs = {}
-    info = {}
-    done = 0
-    deadline = time.monotonic() + args.timeout
+    g = Group(args)
+    clean = False
     try:
-        while done < args.procs:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SystemExit("dcp_async: timed out after %.0f s" % args.timeout)
-            try:
-                kind, rank, payload = queue.get(timeout=min(left, 5))
-            except Exception:
-                # Every message of a rank is queued before it exits; a rank
-                # gone with nothing more in the queue died unreported.
-                if any(p.exitcode is not None for p in procs) and queue.empty():
-                    time.sleep(1)
-                    if queue.empty():
-                        codes = [p.exitcode for p in procs]
-                        raise SystemExit("dcp_async: a rank died (exit codes %s)" % codes)
+        info = g.collect("ready")[0]
+        common.log("torch %s: %s" % (info["torch"], info["settings"]))
+        common.emit({"event": "ready", "baseline": "dcp_async", "torch": info["torch"],
+                     "settings": info["settings"], "procs": args.procs, "executor": args.executor})
+        for line in sys.stdin:
+            cmd = line.split()
+            if not cmd:
                 continue
-            if kind == "error":
-                raise SystemExit("dcp_async rank %d failed: %s" % (rank, payload))
-            if kind == "info":
-                info = payload
-                common.log("torch %s: %s" % (payload["torch"], payload["settings"]))
-            elif kind == "save":
-                i, t0, tc, ts, td = payload
-                recs[(rank, i)] = (t0, tc, ts, td)
-                if len([k for k in recs if k[1] == i]) == args.procs:
-                    start = min(recs[(r, i)][0] for r in range(args.procs))
-                    end = max(recs[(r, i)][3] for r in range(args.procs))
-                    common.log("save %d/%d: %.3f s" % (i + 1, args.saves, end - start))
-            elif kind == "done":
-                done += 1
+            if cmd == ["quit"]:
+                break
+            if len(cmd) != 2 or cmd[0] != "save" or not cmd[1].isdigit() or int(cmd[1]) < 1:
+                common.emit({"error": "unknown command %r (save THREAD_COUNT, quit)" % line.strip()})
+                continue
+            r = g.save(int(cmd[1]))
+            r.update({"cmd": "save", "thread_count": int(cmd[1])})
+            common.emit(r)
+        clean = True
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        shutil.rmtree(store_dir, ignore_errors=True)
-
-    call, staged, committed = [], [], []
-    for i in range(args.saves):
-        start = min(recs[(r, i)][0] for r in range(args.procs))
-        call.append(max(recs[(r, i)][1] - start for r in range(args.procs)) * 1e3)
-        staged.append(max(recs[(r, i)][2] - start for r in range(args.procs)) * 1e3)
-        committed.append(max(recs[(r, i)][3] - start for r in range(args.procs)) * 1e3)
-    common.emit({
-        "baseline": "dcp_async",
-        "torch": info.get("torch"),
-        "settings": info.get("settings"),
-        "bytes": args.bytes,
-        "tensors": args.tensors,
-        "procs": args.procs,
-        "saves": args.saves,
-        "writer_threads": args.writer_threads,
-        "executor": args.executor,
-        "per_save_call_ms": [round(v, 3) for v in call],
-        "per_save_staged_ms": [round(v, 3) for v in staged],
-        "per_save_committed_ms": [round(v, 3) for v in committed],
-        "call_ms": common.median_from_second(call),
-        "staged_ms": common.median_from_second(staged),
-        "committed_ms": common.median_from_second(committed),
-        "first_committed_ms": committed[0],
-    })
+        g.close(clean)
 
 
 if __name__ == "__main__":
