@@ -229,8 +229,11 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.fail("no answer within %.0f s" % (deadline - self.t_asked))
-            r, _, _ = select.select([self.fd], [], [], min(left, 5))
+            r, _, _ = select.select([self.fd], [], [], min(left, 1))
             if not r:
+                # Its children may hold stdout open after it died.
+                if self.proc.poll() is not None:
+                    self.fail("exited with status %s: %s" % (self.proc.returncode, log_tail(self.log_path)))
                 continue
             chunk = os.read(self.fd, 65536)
             if not chunk:
@@ -286,11 +289,14 @@ class Worker:
         return obj
 
     def kill(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """SIGKILL to its process group: the worker and whatever it
+        started (DCP's ranks and checkpoint processes outlive their parent
+        otherwise).  The group keeps the worker's PID as its id while any
+        member lives, so this never reaches another process."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         self.proc.wait()
 
     def close(self, timeout=120):
@@ -496,24 +502,32 @@ def fio_write(directory, bytes_per_rank, ranks, depth):
             "--iodepth=%d" % depth, "--fixedbufs=1", "--registerfiles=1", "--fallocate=native",
             "--end_fsync=1", "--group_reporting", "--output-format=json"]
     clean()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=die_with_parent)
     try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=CMD_TIMEOUT, preexec_fn=die_with_parent)
-    except subprocess.TimeoutExpired:
-        raise BenchError("fio timed out after %d s" % CMD_TIMEOUT)
+        out, err = p.communicate(timeout=CMD_TIMEOUT)
+    except BaseException as e:
+        # fio's jobs are processes of its own group: stop them all.
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise BenchError("fio timed out after %d s" % CMD_TIMEOUT)
+        raise
     finally:
         clean()
-    out = p.stdout
     start = out.find("{")
     try:
         d = json.loads(out[start:]) if start >= 0 else None
     except ValueError:
         d = None
     if p.returncode != 0 or not d:
-        raise BenchError("fio failed (exit %d): %s" % (p.returncode, p.stderr.strip()[-300:]))
+        raise BenchError("fio failed (exit %d): %s" % (p.returncode, err.strip()[-300:]))
     job = d["jobs"][0]
     if job.get("error"):
-        raise BenchError("fio job error %s: %s" % (job["error"], p.stderr.strip()[-300:]))
+        raise BenchError("fio job error %s: %s" % (job["error"], err.strip()[-300:]))
     w = job["write"]
     want = bytes_per_rank * ranks
     if w["io_bytes"] != want or w["runtime"] <= 0:
@@ -889,10 +903,16 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
                                           "no bench Python environment" if not py else
                                           "the DCP worker did not run (see notes)" if not have_dcp
                                           else "no DCP measurement succeeded"))
-    for k, v in ratios.items():
-        if k in ("staging_vs_copy_limit", "commit_vs_disk_limit") and v["max"] is not None and v["max"] > 1.0:
-            notes.append("%s above 1.0 in some round (max %.2f): the limit was not the limit in that round "
-                         "(see detail.rounds)" % (k, v["max"]))
+    for k in ("staging_vs_copy_limit", "commit_vs_disk_limit"):
+        v = ratios[k]
+        above = sum(1 for x in per[k] if x is not None and x > 1.0)
+        if v["median"] is not None and v["median"] > 1.0:
+            notes.append("%s: median %.2f is above 1.0: ckptd beat the limit, so the limit is not the limit "
+                         "on this machine; suspect the limit first (BENCH.md)" % (k, v["median"]))
+        elif above:
+            notes.append("%s: above 1.0 in %d of %d rounds (max %.2f), median below: the machine's noise "
+                         "between the measurements of one round, or a limit that is sometimes weak "
+                         "(detail.rounds)" % (k, above, len(per[k]), v["max"]))
 
     d = dict(shared_detail)
     d["client"] = cname
@@ -1140,7 +1160,8 @@ def main():
                 machine["torch"] = peer["torch"]
     targets = report.check_targets(scenarios)
     if QUICK:
-        notes.append("QUICK run: smaller sizes and 2 rounds, a smoke check; its ratios are not the benchmark's")
+        notes.append("QUICK run: smaller sizes and %d rounds, a smoke check; its ratios are not the benchmark's"
+                     % ROUNDS)
 
     result = {
         "protocol": 2,
