@@ -588,28 +588,36 @@ static void stream_copy(char *dst, const char *src, size_t len)
 #define HAVE_STREAM 0
 #endif
 
+/* One copy: src to dst in pieces, claimed one at a time. */
 struct copy_job {
 	const char *src;
 	char *dst;
 	uint64_t bytes, piece;
 	bool stream;
 	atomic_uint_fast64_t next;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool go;
 };
 
-/* Like the client's copy threads: wait for the start, then claim the next
- * piece and copy it until none is left. */
-static void *copy_thread(void *arg)
+/*
+ * The copy limit's threads.  Like the client's copy threads they are started
+ * once (at set-up, not per measurement) and wait on a condition variable for
+ * work: threads created for each copy would first have to be spread over the
+ * CPUs by the scheduler, which measured a slower copy than the client's.
+ */
+struct copy_pool {
+	pthread_t tid[MAX_THREADS];
+	unsigned n;
+	pthread_mutex_t lock;
+	pthread_cond_t work_cv, done_cv;
+	uint64_t generation;  /* bumped for each job */
+	unsigned running;     /* threads still copying the current job */
+	bool quit;
+	struct copy_job *job;
+};
+
+static void copy_job_run(struct copy_job *j)
 {
-	struct copy_job *j = arg;
 	uint64_t n = (j->bytes + j->piece - 1) / j->piece;
 
-	pthread_mutex_lock(&j->lock);
-	while (!j->go)
-		pthread_cond_wait(&j->cond, &j->lock);
-	pthread_mutex_unlock(&j->lock);
 	for (;;) {
 		uint64_t k = atomic_fetch_add(&j->next, 1), off, len;
 
@@ -625,47 +633,96 @@ static void *copy_thread(void *arg)
 #endif
 		memcpy(j->dst + off, j->src + off, (size_t)len);
 	}
+}
+
+static void *copy_thread(void *arg)
+{
+	struct copy_pool *p = arg;
+	uint64_t seen = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->quit && p->generation == seen)
+			pthread_cond_wait(&p->work_cv, &p->lock);
+		if (p->quit)
+			break;
+		seen = p->generation;
+		pthread_mutex_unlock(&p->lock);
+		copy_job_run(p->job);
+		pthread_mutex_lock(&p->lock);
+		if (--p->running == 0)
+			pthread_cond_signal(&p->done_cv);
+	}
+	pthread_mutex_unlock(&p->lock);
 	return NULL;
 }
 
-/* Copies bytes from src to dst with `threads` threads in pieces of `piece`
- * bytes; t_start when the threads (all created) are released, t_end when
- * all are joined.  Returns 0 or -errno with rec->err set. */
-static int copy_limit(const char *src, char *dst, uint64_t bytes, uint64_t piece, unsigned threads,
-		      bool stream, struct rec *rec)
+/* Starts n threads.  Returns 0 or -errno (no thread left running). */
+static int copy_pool_start(struct copy_pool *p, unsigned n)
 {
-	struct copy_job j = { .src = src, .dst = dst, .bytes = bytes, .piece = piece,
-			      .stream = stream, .lock = PTHREAD_MUTEX_INITIALIZER,
-			      .cond = PTHREAD_COND_INITIALIZER };
-	pthread_t tid[MAX_THREADS];
-	unsigned started = 0;
 	int r = 0;
 
-	atomic_init(&j.next, 0);
-	if (threads < 1 || threads > MAX_THREADS || piece == 0) {
-		rec_err(rec, "copy limit: %u threads, piece %" PRIu64,
-			 threads, piece);
+	memset(p, 0, sizeof(*p));
+	if (n < 1 || n > MAX_THREADS)
+		return -EINVAL;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work_cv, NULL);
+	pthread_cond_init(&p->done_cv, NULL);
+	for (; p->n < n; p->n++) {
+		r = -pthread_create(&p->tid[p->n], NULL, copy_thread, p);
+		if (r < 0)
+			break;
+	}
+	if (r < 0) {
+		pthread_mutex_lock(&p->lock);
+		p->quit = true;
+		pthread_cond_broadcast(&p->work_cv);
+		pthread_mutex_unlock(&p->lock);
+		for (unsigned i = 0; i < p->n; i++)
+			pthread_join(p->tid[i], NULL);
+		p->n = 0;
+	}
+	return r;
+}
+
+static void copy_pool_stop(struct copy_pool *p)
+{
+	if (p->n == 0)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->quit = true;
+	pthread_cond_broadcast(&p->work_cv);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->n; i++)
+		pthread_join(p->tid[i], NULL);
+	p->n = 0;
+}
+
+/* Copies bytes from src to dst with the pool's threads in pieces of `piece`
+ * bytes; t_start when the threads are woken, t_end when the last is done.
+ * Returns 0 or -errno with rec->err set. */
+static int copy_limit(struct copy_pool *p, const char *src, char *dst, uint64_t bytes,
+		      uint64_t piece, bool stream, struct rec *rec)
+{
+	struct copy_job j = { .src = src, .dst = dst, .bytes = bytes, .piece = piece,
+			      .stream = stream };
+
+	if (p->n == 0 || piece == 0) {
+		rec_err(rec, "copy limit: %u threads, piece %" PRIu64, p->n, piece);
 		return -EINVAL;
 	}
-	for (; started < threads; started++) {
-		r = -pthread_create(&tid[started], NULL, copy_thread, &j);
-		if (r < 0) {
-			rec_err(rec, "pthread_create: %s", strerror(-r));
-			/* The threads already started find nothing to copy. */
-			atomic_store(&j.next, UINT64_MAX / 2);
-			break;
-		}
-	}
-	pthread_mutex_lock(&j.lock);
+	atomic_init(&j.next, 0);
+	pthread_mutex_lock(&p->lock);
+	p->job = &j;
+	p->running = p->n;
 	rec->t_start = now_ns();
-	j.go = true;
-	pthread_cond_broadcast(&j.cond);
-	pthread_mutex_unlock(&j.lock);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
+	p->generation++;
+	pthread_cond_broadcast(&p->work_cv);
+	while (p->running > 0)
+		pthread_cond_wait(&p->done_cv, &p->lock);
 	rec->t_end = now_ns();
-	if (r < 0)
-		return r;
+	p->job = NULL;
+	pthread_mutex_unlock(&p->lock);
 	/* A cheap check that the copy happened: the first bytes of every piece
 	 * and the very last one. */
 	for (uint64_t off = 0; off < bytes; off += piece) {
@@ -1000,6 +1057,7 @@ struct rank_client {
 	uint64_t slot_bytes;
 	unsigned copy_threads;
 	unsigned steps;
+	struct copy_pool pool; /* copy_threads threads for the copy limit */
 };
 
 /* One rank, in a child process.  Protocol with the parent: one REC_HELLO
@@ -1057,6 +1115,11 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 						   rec.expected_threads;
 			rc[i].slot_bytes = rec.slot_bytes;
 			rc[i].copy_threads = rec.copy_threads;
+			r = copy_pool_start(&rc[i].pool, rec.copy_threads);
+			rec.rc = r;
+			if (r < 0)
+				rec_err(&rec, "starting %u copy-limit threads: %s", rec.copy_threads,
+					strerror(-r));
 		}
 		if (!write_all(rec_fd, &rec, sizeof(rec)) || r < 0)
 			_exit(1);
@@ -1112,8 +1175,8 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 			cli->steps++;
 			break;
 		case CMD_COPY:
-			rec.rc = copy_limit((const char *)st.buf, lb.addr, st.bytes, cli->slot_bytes,
-					    cli->copy_threads, c.stream, &rec);
+			rec.rc = copy_limit(&cli->pool, (const char *)st.buf, lb.addr, st.bytes,
+					    cli->slot_bytes, c.stream, &rec);
 			break;
 		case CMD_WRITE:
 			rec.rc = disk_write(&lb, path, c.depth, &rec);
@@ -1124,8 +1187,10 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		if (!write_all(rec_fd, &rec, sizeof(rec)) || rec.rc < 0)
 			_exit(1);
 	}
-	for (unsigned i = 0; i < o->n_clients; i++)
+	for (unsigned i = 0; i < o->n_clients; i++) {
+		copy_pool_stop(&rc[i].pool);
 		ckpt_disconnect(rc[i].cl);
+	}
 	state_free(&st);
 	_exit(0);
 }

@@ -548,6 +548,7 @@ class Rounds:
         self.scenario = scenario
         self.items = items  # [(name, function, worker or None)]
         self.rounds = []
+        self.min_mem_available = meminfo("MemAvailable")
 
     def run(self, n, failures, notes):
         names = [i[0] for i in self.items]
@@ -564,6 +565,9 @@ class Rounds:
                     continue
                 try:
                     rec["figures"][name] = fn()
+                    avail = meminfo("MemAvailable")
+                    if avail is not None and (self.min_mem_available is None or avail < self.min_mem_available):
+                        self.min_mem_available = avail
                 except BenchError as e:
                     rec["errors"][name] = str(e)
                     msg = "%s round %d, %s: %s" % (self.scenario, r + 1, name, e)
@@ -777,6 +781,8 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
         rounds.run(ROUNDS, failures, notes)
         stall, status = loop_stall(daemon, notes)
         detail["max_loop_stall_ms_after_warmup"] = stall_before
+        detail["min_mem_available_gib"] = (round(rounds.min_mem_available / GIB, 2)
+                                           if rounds.min_mem_available is not None else None)
         detail["status_totals"] = (status or {}).get("totals")
     finally:
         for w in workers:
@@ -1031,6 +1037,8 @@ def two_jobs_scenario(name, sc, daemon, run_dir, failures):
         % (ALONE_SAVES, n_cpus, "" if stall is not None else " (stall unknown: taken as 0)"))
     r["notes"] = notes
     r["detail"] = {"warmup": warm, "first_job": rf, "second_job": rs,
+                   "min_mem_available_gib": (round(rounds.min_mem_available / GIB, 2)
+                                             if rounds.min_mem_available is not None else None),
                    "rounds": [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
                                "ratios": {"stall_vs_alone": p}} for rd, p in zip(rounds.rounds, per)]}
     return {name: r}
