@@ -600,8 +600,8 @@ struct copy_job {
 /*
  * The copy limit's threads.  Like the client's copy threads they are started
  * once (at set-up, not per measurement) and wait on a condition variable for
- * work: threads created for each copy would first have to be spread over the
- * CPUs by the scheduler, which measured a slower copy than the client's.
+ * work, so a measurement pays neither their creation nor their first
+ * placement on a CPU, which the client's copies do not pay either.
  */
 struct copy_pool {
 	pthread_t tid[MAX_THREADS];
