@@ -979,10 +979,19 @@ def two_jobs_scenario(name, sc, daemon, run_dir, failures):
             saves = []
             # The second job saves back to back (each to committed) from the
             # moment the first is staged until the first has committed.
-            while True:
-                saves.append(second.cmd("save default"))
-                if first.has_output() or len(saves) >= 100:
-                    break
+            try:
+                while True:
+                    saves.append(second.cmd("save default"))
+                    if first.has_output() or len(saves) >= 100:
+                        break
+            except BenchError:
+                # Collect the first job's result, so that its next command
+                # does not read this one's.
+                try:
+                    first.read()
+                except BenchError:
+                    pass
+                raise
             a = first.read()
             inside = [s for s in saves if a["t_staged_ns"] <= s["t_start_ns"] < a["t_committed_ns"]]
             if not inside:
