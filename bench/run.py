@@ -9,9 +9,9 @@ torch baselines run with the bench environment's python (scripts/pyenv.sh
 bench).  Every figure is measured in this run, on the same bytes and in the
 same directory; nothing is cached or hard-coded.
 
-Each scenario starts a private ckptd, then its workers (ckpt_bench, the
-torch.save and DCP workers), each of which builds its state, connects and
-warms up before round 1.  It then runs R rounds (5; QUICK: 2); a round runs
+Each scenario starts a private ckptd, then its workers (ckpt_bench and the
+peers' worker, bench/baselines/peers.py: torch.save and DCP), each of which
+builds its state, connects and warms up before round 1.  It then runs R rounds (5; QUICK: 2); a round runs
 every measurement once, in an order that rotates from round to round.
 Figures are medians over rounds; ratios are computed per round and reported
 as their median, min and max (and a ceiling where one is defined).
@@ -562,6 +562,8 @@ class Rounds:
             for name, fn, worker in order:
                 if worker is not None and worker.dead:
                     rec["errors"][name] = "skipped: %s died (%s)" % (worker.name, worker.dead.splitlines()[0])
+                    if name.startswith("ckptd"):
+                        failures.append("%s round %d, %s: %s" % (self.scenario, r + 1, name, rec["errors"][name]))
                     continue
                 try:
                     rec["figures"][name] = fn()
@@ -631,6 +633,23 @@ def best_of(rounds, items, key, higher=True):
 
 # ---- scenarios --------------------------------------------------------------
 
+def memory_plan(sc, clients, uring_depth):
+    """Bytes of memory the workers of a save scenario hold at once (from
+    what they allocate; the per-process figures were measured with the CUDA
+    build of torch from PyPI): ckpt_bench (per rank: the state, the limits'
+    memfd, one arena per client), the peers (per rank: the state and
+    torch's own memory; DCP adds its shared-memory stager and one
+    checkpoint process per rank) and fio (its buffers: depth x 8 MiB per
+    job, at twice the daemon's depth)."""
+    ranks, nbytes = sc["ranks"], sc["bytes"]
+    arena = arena_for(nbytes, sc["tensors"])
+    return {"ckpt_bench": ranks * (2 * nbytes + clients * arena) + 64 * MIB,
+            "peers": ranks * (nbytes + 200 * MIB) + 200 * MIB,
+            "dcp": ranks * (nbytes + 400 * MIB),
+            "fio": ranks * 2 * uring_depth * 8 * MIB,
+            "margin": GIB}
+
+
 def start_worker(name, argv, run_dir, env, notes):
     try:
         return Worker(name, argv, os.path.join(run_dir, name + ".log"), env=env)
@@ -689,36 +708,57 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
     if not isinstance(uring_depth, int) or uring_depth < 1:
         raise BenchError("cannot read the daemon's uring_depth from its status")
 
+    # What the workers will hold at once decides what can run: on a machine
+    # without that memory, the OOM killer would pick among every process,
+    # other users' included.
+    plan = memory_plan(sc, len(clients), uring_depth)
+    avail = meminfo("MemAvailable")
+    want_torch = bool(py) and not SKIP_TORCH
+    want_dcp = bool(py) and not SKIP_DCP
+    detail["memory_plan_gib"] = {k: round(v / GIB, 2) for k, v in plan.items()}
+    detail["mem_available_gib_at_start"] = round(avail / GIB, 2) if avail is not None else None
+    if avail is not None:
+        base = plan["ckpt_bench"] + plan["fio"] + plan["margin"]
+        if want_dcp and avail < base + plan["peers"] + plan["dcp"]:
+            want_dcp = False
+            notes.append("DCP left out: %.1f GiB of memory available, the scenario with DCP wants ~%.1f GiB"
+                         % (avail / GIB, (base + plan["peers"] + plan["dcp"]) / GIB))
+        if want_torch and avail < base + plan["peers"]:
+            want_torch = False
+            notes.append("torch.save left out: %.1f GiB of memory available, the scenario with it wants "
+                         "~%.1f GiB" % (avail / GIB, (base + plan["peers"]) / GIB))
+        if avail < base:
+            notes.append("only %.1f GiB of memory available, ckpt_bench and fio want ~%.1f GiB"
+                         % (avail / GIB, base / GIB))
+
     # Start-up (before round 1), all at once: the workers build their
     # states, connect, make their buffers and start their process pools.
-    progress("%s: starting ckpt_bench%s%s" % (name, "" if SKIP_TORCH or not py else ", torch.save",
-                                              "" if SKIP_DCP or not py else ", DCP"))
+    progress("%s: starting ckpt_bench%s%s" % (name, ", torch.save" if want_torch else "",
+                                              ", DCP" if want_dcp else ""))
     ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, ranks, clients,
                                                 arena_for(nbytes, tensors)), run_dir, env, notes)
-    torch_w = dcp_w = None
-    if py and not SKIP_TORCH:
-        torch_w = start_worker("torch_save", [py, os.path.join(REPO, "bench", "baselines", "torch_save.py"),
-                                              "--dir", daemon.data, "--bytes", str(nbytes), "--tensors",
-                                              str(tensors), "--procs", str(ranks)], run_dir, env, notes)
-    if py and not SKIP_DCP:
-        dcp_w = start_worker("dcp_async", [py, os.path.join(REPO, "bench", "baselines", "dcp_async.py"),
-                                           "--dir", daemon.data, "--bytes", str(nbytes), "--tensors",
-                                           str(tensors), "--procs", str(ranks)], run_dir, env, notes)
-    workers = [w for w in (ckpt, torch_w, dcp_w) if w]
+    peers = None
+    if want_torch or want_dcp:
+        peers = start_worker("peers", [py, os.path.join(REPO, "bench", "baselines", "peers.py"),
+                                       "--dir", daemon.data, "--bytes", str(nbytes), "--tensors",
+                                       str(tensors), "--procs", str(ranks)] + ([] if want_dcp else ["--no-dcp"]),
+                             run_dir, env, notes)
+    workers = [w for w in (ckpt, peers) if w]
     results = {}
     client_notes = {}
     try:
         ready = await_ready(ckpt, notes, "ckpt_bench")
         if ready is None:
             raise BenchError("ckpt_bench did not start: %s" % notes[-1])
-        torch_ready = await_ready(torch_w, notes, "torch.save worker")
-        dcp_ready = await_ready(dcp_w, notes, "DCP worker")
-        if torch_ready is None:
-            torch_w = None
-        if dcp_ready is None:
-            dcp_w = None
+        peers_ready = await_ready(peers, notes, "the torch.save/DCP worker")
+        if peers_ready is None:
+            want_torch = want_dcp = False
+        elif want_dcp and peers_ready.get("no_dcp"):
+            notes.append("DCP: %s" % peers_ready["no_dcp"])
+            want_dcp = False
+        have_torch, have_dcp = want_torch, want_dcp
         detail["ckpt_bench"] = ready
-        detail["peers"] = {"torch_save": torch_ready, "dcp_async": dcp_ready}
+        detail["peers"] = {"ready": peers_ready}
         detail["uring_depth"] = uring_depth
         for cname, c in ready["clients"].items():
             if c["copy_threads"] != c["expected_copy_threads"]:
@@ -740,17 +780,17 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
             warm["ckptd_one"] = ckpt.cmd("save default one")
         for method in ("memcpy", "stream"):
             ckpt.cmd("copy %s default" % method)
-        if torch_w:
+        if have_torch:
             try:
-                warm["torch"] = torch_w.cmd("save")
+                warm["torch"] = peers.cmd("torch_save")
             except BenchError as e:
                 notes.append("torch.save warm-up: %s" % e)
-        if dcp_w:
+        if have_dcp:
             # One warm-up per thread count: DCP's stager cache and its
             # checkpoint process settle over the first saves.
             for t in DCP_THREADS:
                 try:
-                    warm["dcp_t%d" % t] = dcp_w.cmd("save %d" % t)
+                    warm["dcp_t%d" % t] = peers.cmd("dcp %d" % t)
                 except BenchError as e:
                     notes.append("DCP warm-up: %s" % e)
                     break
@@ -771,11 +811,11 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
         for mult in (1, 2):
             items.append(("disk_fio_d%d" % (uring_depth * mult),
                           (lambda d=uring_depth * mult: fio_write(daemon.data, nbytes, ranks, d)), None))
-        if torch_w:
-            items.append(("torch", lambda: torch_w.cmd("save"), torch_w))
-        if dcp_w:
+        if have_torch:
+            items.append(("torch", lambda: peers.cmd("torch_save"), peers))
+        if have_dcp:
             for t in DCP_THREADS:
-                items.append(("dcp_t%d" % t, (lambda t=t: dcp_w.cmd("save %d" % t)), dcp_w))
+                items.append(("dcp_t%d" % t, (lambda t=t: peers.cmd("dcp %d" % t)), peers))
 
         rounds = Rounds(name, items)
         rounds.run(ROUNDS, failures, notes)
@@ -795,7 +835,7 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
         variants.append(("2threads", TWO_THREADS))
     for cname, sname in variants:
         vnotes = list(notes) + ([client_notes[cname]] if cname in client_notes else [])
-        r = analyse_save(sname, sc, rounds, warm, cname, ready, torch_w is not None, dcp_w is not None,
+        r = analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp,
                          vnotes, detail, uring_depth, stall, py)
         results[sname] = r
     if sc["kind"] == "ranks":
@@ -902,12 +942,12 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
     if r["torch_save_s"] is None:
         notes.append("torch_save_s: %s" % ("skipped (BENCH_SKIP_TORCH)" if SKIP_TORCH else
                                            "no bench Python environment" if not py else
-                                           "the torch.save worker did not run (see notes)" if not have_torch
+                                           "torch.save did not run (see notes)" if not have_torch
                                            else "no torch.save measurement succeeded"))
     if r["dcp_async_committed_ms"] is None:
         notes.append("dcp_async_*: %s" % ("skipped (BENCH_SKIP_DCP)" if SKIP_DCP else
                                           "no bench Python environment" if not py else
-                                          "the DCP worker did not run (see notes)" if not have_dcp
+                                          "DCP did not run (see notes)" if not have_dcp
                                           else "no DCP measurement succeeded"))
     for k in ("staging_vs_copy_limit", "commit_vs_disk_limit"):
         v = ratios[k]
@@ -1094,6 +1134,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
             r["notes"].append("ckptd was not running at the end: %s" % log_tail(daemon.log_path, 5))
         elif rc not in (0, None):
             r["notes"].append("ckptd exited with status %s on SIGTERM" % rc)
+    if not alive:
+        failures.append("%s: ckptd was not running at the end of the scenario (%s)" % (name, daemon.log_path))
     return res
 
 
@@ -1138,18 +1180,7 @@ def main():
     os.makedirs(os.path.join(run_dir, "data"))
     data = os.path.realpath(os.path.join(run_dir, "data"))
 
-    # Resources: every worker of the largest scenario at once (ckpt_bench:
-    # state, arena(s), the limits' memfd; torch.save: state; DCP: state and
-    # its shared-memory stager), and the largest checkpoint twice on disk.
-    def mem_need(s):
-        n = s["bytes"] * s["ranks"]
-        return n * (6 + (1 if s["kind"] == "ranks" else 0)) if s["kind"] != "two" else 2 * (s["bytes"] + s["second_bytes"])
-
-    peak = max(mem_need(SCENARIOS[n]) for n in names)
-    avail = meminfo("MemAvailable")
-    if avail is not None and avail < peak:
-        notes.append("only %.1f GiB of memory available, the largest scenario wants ~%.1f GiB"
-                     % (avail / GIB, peak / GIB))
+    # Memory is planned per scenario (memory_plan()), when it starts.
     free = shutil.disk_usage(data).free
     disk_need = 3 * max(SCENARIOS[n]["bytes"] * SCENARIOS[n]["ranks"] for n in names)
     if free < disk_need:

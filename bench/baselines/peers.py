@@ -1,26 +1,33 @@
 # SPDX-License-Identifier: MIT
-"""Baseline: PyTorch DCP torch.distributed.checkpoint.async_save.
+"""The peers: torch.save (+ fsync) and PyTorch DCP async_save, in one worker.
 
-  python dcp_async.py --dir DIR --bytes B --tensors T [--procs K]
+  python peers.py --dir DIR --bytes B --tensors T [--procs K] [--no-dcp]
 
-A worker: K processes (default 1) form a gloo group on loopback, each holding
-its own state of B bytes in T fp32 tensors (distinct keys per rank, so every
-rank writes its own), with the best settings the installed torch offers for
-host tensors (see best_settings()).  Once every rank is ready it prints
-{"event": "ready", ...} and runs commands read from stdin, one per line,
-printing one JSON line for each:
+K processes (default 1) form a gloo group on loopback, each holding its own
+state of B bytes in T fp32 tensors (the shapes bench/ckpt_bench.c saves;
+distinct keys per rank, so every rank writes its own).  Both peers save that
+same state: one set of processes instead of two keeps the memory of the
+8-rank scenario within what the test machines have.  Once every rank is
+ready it prints {"event": "ready", ...} and runs commands read from stdin,
+one per line, printing one JSON line for each:
 
-  save N   one async_save to DIR/dcp-PID-I by every rank, with
-           FileSystemWriter(thread_count=N, sync_files=True); the checkpoint
-           is removed before the result is printed
+  torch_save   every rank: torch.save of its state dict to
+               DIR/torch-save-PID-rRRR-I.pt, then fsync of the file and of
+               DIR; {"seconds"} from the earliest start to the last fsync
+  dcp N        one async_save by every rank to DIR/dcp-PID-I with the best
+               settings this torch offers for host tensors (best_settings())
+               and FileSystemWriter(thread_count=N, sync_files=True);
+               {"call_ms", "staged_ms", "committed_ms"}: until the call
+               returns, until its staging future, until its upload future
   quit
 
-Per save and rank: the call, the staging future and the upload future, timed
-from the moment the ranks leave a barrier; a save's figures are the slowest
-rank's, relative to the earliest start: {"cmd": "save", "call_ms",
-"staged_ms", "committed_ms", "t_start", "t_end"} (time.monotonic()).  The
-process pool, the stager's cache and DCP's checkpoint process start with the
-first save: run.py treats the first save as warm-up.
+Every measurement starts when the ranks leave a barrier; its figures are the
+slowest rank's, relative to the earliest start ("t_start"/"t_end":
+time.monotonic(), CLOCK_MONOTONIC like ckpt_bench's).  What a measurement
+wrote is removed before its result is printed.  DCP's checkpoint processes
+and the stager's cache start with the first async_save: run.py treats each
+peer's first save as warm-up.  Without DCP in this torch (or with --no-dcp),
+"dcp" is refused and the ready line says why.
 """
 import argparse
 import inspect
@@ -123,69 +130,93 @@ def raise_fd_limit(torch, tensors):
 
 
 def rank_main(rank, args, store_path, cmds, results):
-    """One rank: joins the group, builds its state, then saves on every
-    ("save", thread_count) from cmds until ("quit",)."""
+    """One rank: joins the group, builds its state, then runs every command
+    from cmds until ("quit",)."""
     try:
         threads = max(1, common.cpus() // args.procs)
         common.setup_env(threads)
-        # Keep every socket of the group (and of DCP's checkpoint process)
-        # on loopback.
-        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         import torch
         import torch.distributed as dist
-        import torch.distributed.checkpoint as dcp
 
-        try:
-            import torch.distributed.checkpoint._async_process_executor as ape
+        dcp = ape = stager = None
+        kwargs, desc, writer, no_dcp = {}, "", None, None
+        if args.no_dcp:
+            no_dcp = "left out (--no-dcp)"
+        else:
+            try:
+                import torch.distributed.checkpoint as dcp
 
-            if hasattr(ape, "_get_fq_hostname"):
-                ape._get_fq_hostname = lambda: "127.0.0.1"
-        except ImportError:
-            ape = None
+                if not hasattr(dcp, "async_save"):
+                    no_dcp = "torch %s has no torch.distributed.checkpoint.async_save" % str(torch.__version__)
+                    dcp = None
+            except ImportError as e:
+                no_dcp = "torch %s has no torch.distributed.checkpoint (%s)" % (str(torch.__version__), e)
+        if dcp is not None:
+            try:
+                import torch.distributed.checkpoint._async_process_executor as ape
 
-        sharing_note = raise_fd_limit(torch, args.tensors) if args.executor == "process" else ""
+                if hasattr(ape, "_get_fq_hostname"):
+                    ape._get_fq_hostname = lambda: "127.0.0.1"
+            except ImportError:
+                ape = None
+
+        sharing_note = raise_fd_limit(torch, args.tensors) if dcp is not None and args.executor == "process" else ""
         torch.set_num_threads(threads)
         dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank,
                                 world_size=args.procs)
         pg = dist.group.WORLD
-        kwargs, stager, desc, writer = best_settings(torch, dcp, args.executor)
+        if dcp is not None:
+            kwargs, stager, desc, writer = best_settings(torch, dcp, args.executor)
+            if sharing_note:
+                desc += ", " + sharing_note
         prefix = "rank%03d." % rank if args.procs > 1 else ""
         sd = common.make_state(args.bytes, args.tensors, prefix)
-        if sharing_note:
-            desc += ", " + sharing_note
-        results.put(("ready", rank, {"torch": torch.__version__, "settings": desc}))
+        # str(): torch.__version__ is a TorchVersion, and unpickling one
+        # would import torch into the parent (~300 MB of a CUDA build).
+        results.put(("ready", rank, {"torch": str(torch.__version__), "dcp_settings": desc or None,
+                                     "no_dcp": no_dcp, "threads": threads}))
 
-        i = 0
+        n = 0  # saves so far, of either kind: each gets its own paths
         while True:
             cmd = cmds.get()
-            if cmd[0] != "save":
+            if cmd[0] not in ("torch_save", "dcp"):
                 break
-            thread_count = cmd[1]
-            if i > 0:
-                common.mutate(sd, i)
-            path = os.path.join(args.dir, "dcp-%d-%d" % (os.getppid(), i))
-            dist.barrier()
-            t0 = time.monotonic()
-            res = dcp.async_save(sd, checkpoint_id=path, storage_writer=writer(path, thread_count),
-                                 process_group=pg, **kwargs)
-            t_call = time.monotonic()
-            if hasattr(res, "staging_completion"):
-                res.staging_completion.result()
-                t_staged = time.monotonic()
-                res.upload_completion.result()
+            if n > 0:
+                common.mutate(sd, n)
+            if cmd[0] == "torch_save":
+                path = os.path.join(args.dir, "torch-save-%d-r%03d-%d.pt" % (os.getppid(), rank, n))
+                dist.barrier()
+                t0 = time.monotonic()
+                torch.save(sd, path)
+                common.fsync_path(path)
+                common.fsync_path(args.dir)
+                t1 = time.monotonic()
+                dist.barrier()
+                os.unlink(path)
+                results.put(("torch_save", rank, (t0, t1)))
             else:
-                # A plain Future: staging finished inside the call.
-                t_staged = t_call
-                res.result()
-            t_done = time.monotonic()
-            # Every rank is done before rank 0 removes the checkpoint, and
-            # rank 0 reports only once it is removed: nothing of this save
-            # is still being deleted while the next measurement runs.
-            dist.barrier()
-            if rank == 0:
-                shutil.rmtree(path, ignore_errors=True)
-            results.put(("save", rank, (t0, t_call, t_staged, t_done)))
-            i += 1
+                path = os.path.join(args.dir, "dcp-%d-%d" % (os.getppid(), n))
+                dist.barrier()
+                t0 = time.monotonic()
+                res = dcp.async_save(sd, checkpoint_id=path, storage_writer=writer(path, cmd[1]),
+                                     process_group=pg, **kwargs)
+                t_call = time.monotonic()
+                if hasattr(res, "staging_completion"):
+                    res.staging_completion.result()
+                    t_staged = time.monotonic()
+                    res.upload_completion.result()
+                else:
+                    # A plain Future: staging finished inside the call.
+                    t_staged = t_call
+                    res.result()
+                t_done = time.monotonic()
+                # Every rank is done before rank 0 removes the checkpoint,
+                # and rank 0 reports only once it is removed.
+                dist.barrier()
+                if rank == 0:
+                    shutil.rmtree(path, ignore_errors=True)
+                results.put(("dcp", rank, (t0, t_call, t_staged, t_done)))
+            n += 1
         if stager is not None:
             stager.close()
         # Stop DCP's checkpoint process the way its destructor does
@@ -213,10 +244,13 @@ class Group:
 
     def __init__(self, args):
         self.args = args
-        # spawn, not fork: DCP's own checkpoint process and gloo want a
-        # clean interpreter, and the ranks must not share the parent's
-        # torch state.
-        ctx = mp.get_context("spawn")
+        # Not fork: DCP's own checkpoint process and gloo want a clean
+        # interpreter.  A fork server that has imported torch (and nothing
+        # else) gives each rank one: the ranks then share torch's pages
+        # instead of ~350 MB each of their own (a CUDA build of torch),
+        # which the 8-rank scenario needs to fit in memory.
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed"])
         self.results = ctx.Queue()
         self.cmds = [ctx.Queue() for _ in range(args.procs)]
         self.store_dir = tempfile.mkdtemp(prefix="dcp-store-", dir=args.dir)
@@ -252,10 +286,17 @@ class Group:
             got[rank] = payload
         return [got[r] for r in range(self.args.procs)]
 
-    def save(self, thread_count):
+    def torch_save(self):
         for q in self.cmds:
-            q.put(("save", thread_count))
-        recs = self.collect("save")
+            q.put(("torch_save",))
+        recs = self.collect("torch_save")
+        start, end = min(r[0] for r in recs), max(r[1] for r in recs)
+        return {"seconds": end - start, "t_start": start, "t_end": end}
+
+    def dcp(self, thread_count):
+        for q in self.cmds:
+            q.put(("dcp", thread_count))
+        recs = self.collect("dcp")
         start = min(r[0] for r in recs)
         return {"call_ms": (max(r[1] for r in recs) - start) * 1e3,
                 "staged_ms": (max(r[2] for r in recs) - start) * 1e3,
@@ -284,30 +325,44 @@ def main():
     ap.add_argument("--bytes", type=int, required=True)
     ap.add_argument("--tensors", type=int, required=True)
     ap.add_argument("--procs", type=int, default=1)
+    ap.add_argument("--no-dcp", action="store_true", help="torch.save only")
     ap.add_argument("--executor", choices=("process", "thread"), default="process",
                     help="DCP's upload executor (process where this torch has it)")
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
+    # Before the fork server starts: it and every rank inherit this
+    # environment (CPU only, thread counts, loopback for gloo and for DCP's
+    # checkpoint processes).
+    common.setup_env(max(1, common.cpus() // args.procs))
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 
     g = Group(args)
     clean = False
     try:
         info = g.collect("ready")[0]
-        common.log("torch %s: %s" % (info["torch"], info["settings"]))
-        common.emit({"event": "ready", "baseline": "dcp_async", "torch": info["torch"],
-                     "settings": info["settings"], "procs": args.procs, "executor": args.executor})
+        common.log("torch %s: DCP %s" % (info["torch"], info["dcp_settings"] or info["no_dcp"]))
+        common.emit({"event": "ready", "torch": info["torch"], "dcp_settings": info["dcp_settings"],
+                     "no_dcp": info["no_dcp"], "procs": args.procs, "threads_per_proc": info["threads"],
+                     "executor": args.executor})
         for line in sys.stdin:
             cmd = line.split()
             if not cmd:
                 continue
             if cmd == ["quit"]:
                 break
-            if len(cmd) != 2 or cmd[0] != "save" or not cmd[1].isdigit() or int(cmd[1]) < 1:
-                common.emit({"error": "unknown command %r (save THREAD_COUNT, quit)" % line.strip()})
+            if cmd == ["torch_save"]:
+                r = g.torch_save()
+            elif len(cmd) == 2 and cmd[0] == "dcp" and cmd[1].isdigit() and int(cmd[1]) >= 1:
+                if info["no_dcp"]:
+                    common.emit({"error": "DCP: %s" % info["no_dcp"]})
+                    continue
+                r = g.dcp(int(cmd[1]))
+                r["thread_count"] = int(cmd[1])
+            else:
+                common.emit({"error": "unknown command %r (torch_save, dcp THREAD_COUNT, quit)" % line.strip()})
                 continue
-            r = g.save(int(cmd[1]))
-            r.update({"cmd": "save", "thread_count": int(cmd[1])})
+            r["cmd"] = cmd[0]
             common.emit(r)
         clean = True
     finally:
