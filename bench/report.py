@@ -60,7 +60,8 @@ def check_targets(scenarios):
         if t["value"] is not None:
             t["met"] = _cmp(t["value"], op, bound)
         else:
-            t["why_null"] = "; ".join(s.get("notes", [])[:3]) or "not measured"
+            notes = s.get("notes", [])
+            t["why_null"] = "; ".join([n for n in notes if key in n] or notes[:1]) or "not measured"
         out.append(t)
     return out
 
