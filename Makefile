@@ -13,7 +13,7 @@ TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 SYSCONFDIR  ?= /etc
 DESTDIR  ?=
 SANITIZE ?=
-VERSION  := 0.1.0
+VERSION  := 0.2.0
 
 ifeq ($(SANITIZE),)
 BUILD    ?= build

@@ -333,6 +333,7 @@ static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct
 		uint64_t gshape[1] = { s->elems[t] * s->world };
 		uint64_t offs[1] = { s->elems[t] * s->rank };
 		struct ckpt_tensor ten = {
+			CKPT_TENSOR_INIT,
 			.name = s->names[t],
 			.dtype = CKPT_F32,
 			.ndim = 1,
@@ -380,6 +381,7 @@ static int do_connect(const struct opts *o, const char *job, unsigned rank, unsi
 		      struct ckpt_client **ret_cl, struct save_rec *rec)
 {
 	struct ckpt_connect_opts co = {
+		CKPT_CONNECT_OPTS_INIT,
 		.socket_path = o->socket_path,
 		.job = job,
 		.rank = rank,

@@ -194,7 +194,7 @@ int main(int argc, char **argv)
 	char loader[4096];
 
 	struct ckpt_connect_opts co = {
-		.socket_path = socket_path, .job = job, .rank = 0, .world = 1,
+		CKPT_CONNECT_OPTS_INIT, .socket_path = socket_path, .job = job, .rank = 0, .world = 1,
 		.arena_bytes = 0,
 	};
 	struct ckpt_client *client;
@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 			die("save_begin", r, ckpt_last_error());
 		for (int i = 0; i < N_TENSORS; i++) {
 			struct ckpt_tensor t = {
-				.name = names[i], .dtype = CKPT_F32, .ndim = 2,
+				CKPT_TENSOR_INIT, .name = names[i], .dtype = CKPT_F32, .ndim = 2,
 				.shape = shapes[i], .data = tensors[i],
 			};
 			r = ckpt_save_add_tensor(rec->save, &t);
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
 		enum ckpt_dtype dt;
 		unsigned ndim;
 		uint64_t shape[CKPT_MAX_NDIM];
-		r = ckpt_reader_tensor_info(rd, names[i], &dt, &ndim, shape);
+		r = ckpt_reader_tensor_info(rd, names[i], CKPT_MAX_NDIM, &dt, &ndim, shape);
 		if (r < 0)
 			die("tensor_info", r, ckpt_last_error());
 		if (dt != CKPT_F32 || ndim != 2 || shape[0] != shapes[i][0] ||

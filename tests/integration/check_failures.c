@@ -225,7 +225,7 @@ static int rank_main(void *arg, int rep, int go)
 	}
 	for (i = 0; i < n; i++) {
 		struct ckpt_tensor tn = {
-			.name = name, .dtype = CKPT_F32, .ndim = 1, .shape = shape,
+			CKPT_TENSOR_INIT, .name = name, .dtype = CKPT_F32, .ndim = 1, .shape = shape,
 			.data = buf + (a->distinct ? i * tb : 0),
 		};
 
@@ -306,7 +306,8 @@ START_TEST(test_no_daemon)
 	/* socket_path NULL: $CKPTD_SOCKET is used, and named in the error. */
 	setenv("CKPTD_SOCKET", missing, 1);
 	{
-		struct ckpt_connect_opts o = { .socket_path = NULL, .job = "job6", .rank = 0,
+		struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT, .socket_path = NULL,
+					       .job = "job6", .rank = 0,
 					       .world = 1, .arena_bytes = 16 * MiB };
 
 		rc = ckpt_connect(&o, &c);

@@ -117,7 +117,7 @@ static int rank_main(void *arg, int rep, int go)
 	}
 	for (unsigned i = 0; i < n; i++) {
 		struct ckpt_tensor tn = {
-			.name = it[i].name, .dtype = it[i].dt, .ndim = it[i].ndim,
+			CKPT_TENSOR_INIT, .name = it[i].name, .dtype = it[i].dt, .ndim = it[i].ndim,
 			.shape = it[i].shape, .data = bufs[i], .device = CKPT_DEVICE_HOST,
 			.global_shape = it[i].sharded ? it[i].gshape : NULL,
 			.offsets = it[i].sharded ? it[i].offs : NULL,

@@ -985,6 +985,7 @@ int td_connect_rc(const char *sock, const char *job, uint32_t rank, uint32_t wor
 		  uint64_t arena_bytes, struct ckpt_client **ret)
 {
 	struct ckpt_connect_opts o = {
+		CKPT_CONNECT_OPTS_INIT,
 		.socket_path = sock,
 		.job = job,
 		.rank = rank,
@@ -1011,6 +1012,7 @@ void td_add(struct ckpt_save *s, const char *name, enum ckpt_dtype dt, unsigned 
 	    const uint64_t *shape, const void *data)
 {
 	struct ckpt_tensor tn = {
+		CKPT_TENSOR_INIT,
 		.name = name,
 		.dtype = dt,
 		.ndim = ndim,
@@ -1075,7 +1077,7 @@ bool td_verify_tensor(struct ckpt_reader *r, const char *tname, enum ckpt_dtype 
 	int64_t bad;
 	int rc;
 
-	rc = ckpt_reader_tensor_info(r, tname, &gdt, &gndim, gshape);
+	rc = ckpt_reader_tensor_info(r, tname, CKPT_MAX_NDIM, &gdt, &gndim, gshape);
 	if (rc < 0) {
 		fprintf(stderr, "tensor_info(%s) = %d (%s): %s\n", tname, rc, strerror(-rc),
 			ckpt_last_error());

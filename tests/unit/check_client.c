@@ -49,6 +49,7 @@ static void env_dir(struct env *e)
 static struct ckpt_connect_opts opts_for(const struct env *e, uint64_t arena)
 {
 	return (struct ckpt_connect_opts){
+		CKPT_CONNECT_OPTS_INIT,
 		.socket_path = e->sock,
 		.job = JOB,
 		.rank = 0,
@@ -219,7 +220,7 @@ START_TEST(test_connect_bad_opts)
 {
 	struct ckpt_client *c = (void *)1;
 	struct ckpt_connect_opts good = {
-		.socket_path = "/nonexistent/ckptd.sock", .job = JOB, .rank = 0, .world = 1,
+		CKPT_CONNECT_OPTS_INIT, .socket_path = "/nonexistent/ckptd.sock", .job = JOB, .rank = 0, .world = 1,
 	};
 	struct ckpt_connect_opts o;
 
@@ -292,7 +293,7 @@ START_TEST(test_add_validation)
 	float data[12] = { 0 };
 	uint64_t shape[2] = { 3, 4 }, gshape[2] = { 6, 4 }, offs[2] = { 3, 0 };
 	struct ckpt_tensor t = {
-		.name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = shape, .data = data,
+		CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = shape, .data = data,
 	};
 	struct ckpt_tensor bad;
 
@@ -385,7 +386,25 @@ START_TEST(test_add_validation)
 	}
 	ck_assert_int_eq(ckpt_save_set_metric(s, "one-too-many", 1), -E2BIG);
 
-	struct ckpt_future *st, *cm;
+	/* Every call above that failed spoilt the save: the first one (the
+	 * duplicate 'w') is what commit reports, and nothing is sent. */
+	struct ckpt_future *st = (void *)1, *cm = (void *)1;
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EEXIST);
+	ck_assert_ptr_eq(st, (void *)1);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "is incomplete"));
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(),
+				     "ckpt_save_add_tensor: name 'w' is already in this save"));
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EEXIST);
+	ckpt_save_free(s);
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 0);
+
+	/* A whole save commits; after commit every call is -EBUSY, which does
+	 * not touch the save in flight. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-1", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "blob", data, 5), 0);
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "k", "v"), 0);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "loss", 1.5), 0);
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EBUSY);
 	t.name = "late";
@@ -435,13 +454,13 @@ START_TEST(test_save_image)
 	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-7", 7, &s), 0);
 	struct ckpt_tensor ts[] = {
-		{ .name = "layer.0.weight", .dtype = CKPT_F32, .ndim = 2, .shape = sw, .data = w },
-		{ .name = "steps", .dtype = CKPT_I64, .ndim = 1, .shape = ss, .data = steps },
-		{ .name = "half \"quoted\"", .dtype = CKPT_BF16, .ndim = 3, .shape = sh, .data = half },
-		{ .name = "scalar", .dtype = CKPT_F64, .ndim = 0, .data = &scalar },
-		{ .name = "sharded", .dtype = CKPT_F32, .ndim = 2, .shape = sc, .data = chunk,
+		{ CKPT_TENSOR_INIT, .name = "layer.0.weight", .dtype = CKPT_F32, .ndim = 2, .shape = sw, .data = w },
+		{ CKPT_TENSOR_INIT, .name = "steps", .dtype = CKPT_I64, .ndim = 1, .shape = ss, .data = steps },
+		{ CKPT_TENSOR_INIT, .name = "half \"quoted\"", .dtype = CKPT_BF16, .ndim = 3, .shape = sh, .data = half },
+		{ CKPT_TENSOR_INIT, .name = "scalar", .dtype = CKPT_F64, .ndim = 0, .data = &scalar },
+		{ CKPT_TENSOR_INIT, .name = "sharded", .dtype = CKPT_F32, .ndim = 2, .shape = sc, .data = chunk,
 		  .global_shape = gsc, .offsets = osc },
-		{ .name = "dp-copy", .dtype = CKPT_F32, .ndim = 1, .shape = sr, .data = replica,
+		{ CKPT_TENSOR_INIT, .name = "dp-copy", .dtype = CKPT_F32, .ndim = 1, .shape = sr, .data = replica,
 		  .replica = 2 },
 	};
 	for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
@@ -503,7 +522,7 @@ START_TEST(test_backpressure)
 		bufs[i] = malloc(len);
 		fill_pattern(bufs[i], len, 100 + i);
 		snprintf(names[i], sizeof(names[i]), "t%d", i);
-		struct ckpt_tensor t = { .name = names[i], .dtype = CKPT_F32, .ndim = 1,
+		struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = names[i], .dtype = CKPT_F32, .ndim = 1,
 					 .shape = &shapes[i], .data = bufs[i] };
 		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
 		ex[i] = (struct expect){ names[i], "F32", 1, { shapes[i] }, bufs[i], len };
@@ -662,7 +681,7 @@ START_TEST(test_commit_fast)
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "fast", 1, &s), 0);
 	for (int i = 0; i < N; i++) {
 		snprintf(names[i], sizeof(names[i]), "p%d", i);
-		struct ckpt_tensor t = { .name = names[i], .dtype = CKPT_F32, .ndim = 1,
+		struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = names[i], .dtype = CKPT_F32, .ndim = 1,
 					 .shape = &shape, .data = buf + (size_t)i * shape };
 		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
 	}
@@ -693,6 +712,20 @@ START_TEST(test_commit_fast)
 }
 END_TEST
 
+/* Adds n one-element U32 tensors "model.layers.<i>.scale". */
+static void add_scales(struct ckpt_save *s, const uint32_t *vals, int n)
+{
+	uint64_t one = 1;
+	char name[32];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "model.layers.%d.scale", i);
+		struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = name, .dtype = CKPT_U32,
+					 .ndim = 1, .shape = &one, .data = &vals[i] };
+		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	}
+}
+
 /* 10,000 tiny tensors: adding is fast and the file is right. */
 START_TEST(test_many_tensors)
 {
@@ -705,21 +738,25 @@ START_TEST(test_many_tensors)
 	char name[32];
 
 	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
+	for (int i = 0; i < N; i++)
+		vals[i] = 0xabc00000u + (uint32_t)i;
+
+	/* A duplicate among 10,000 names is found, and the save it spoilt is
+	 * refused at commit. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "many", 1, &s), 0);
+	add_scales(s, vals, N);
+	snprintf(name, sizeof(name), "model.layers.%d.scale", 1234);
+	struct ckpt_tensor dup = { CKPT_TENSOR_INIT, .name = name, .dtype = CKPT_U32, .ndim = 1,
+				   .shape = &one, .data = vals };
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &dup), -EEXIST);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EEXIST);
+	ckpt_save_free(s);
+
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "many", 1, &s), 0);
 	double t0 = now_ms();
-	for (int i = 0; i < N; i++) {
-		vals[i] = 0xabc00000u + (uint32_t)i;
-		snprintf(name, sizeof(name), "model.layers.%d.scale", i);
-		struct ckpt_tensor t = { .name = name, .dtype = CKPT_U32, .ndim = 1,
-					 .shape = &one, .data = &vals[i] };
-		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
-	}
+	add_scales(s, vals, N);
 	double dt = now_ms() - t0;
 	ck_assert_msg(dt < 500.0, "10,000 adds took %.1f ms", dt);
-	snprintf(name, sizeof(name), "model.layers.%d.scale", 1234);
-	struct ckpt_tensor dup = { .name = name, .dtype = CKPT_U32, .ndim = 1, .shape = &one,
-				   .data = vals };
-	ck_assert_int_eq(ckpt_save_add_tensor(s, &dup), -EEXIST);
 
 	t0 = now_ms();
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
@@ -860,14 +897,14 @@ START_TEST(test_reader)
 
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-9", 9, &s0), 0);
 	ck_assert_int_eq(ckpt_save_begin(c1, ROOT, "step-9", 9, &s1), 0);
-	struct ckpt_tensor t0 = { .name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = half,
+	struct ckpt_tensor t0 = { CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = half,
 				  .data = left, .global_shape = g, .offsets = o0 };
 	struct ckpt_tensor t1 = t0;
 	t1.data = right;
 	t1.offsets = o1;
 	ck_assert_int_eq(ckpt_save_add_tensor(s0, &t0), 0);
 	ck_assert_int_eq(ckpt_save_add_tensor(s1, &t1), 0);
-	struct ckpt_tensor r0 = { .name = "rows", .dtype = CKPT_F32, .ndim = 2, .shape = rshape,
+	struct ckpt_tensor r0 = { CKPT_TENSOR_INIT, .name = "rows", .dtype = CKPT_F32, .ndim = 2, .shape = rshape,
 				  .data = rows[0], .global_shape = g, .offsets = o0 };
 	struct ckpt_tensor r1 = r0;
 	r1.data = rows[2];
@@ -898,12 +935,12 @@ START_TEST(test_reader)
 	enum ckpt_dtype dt;
 	unsigned ndim;
 	uint64_t shape[CKPT_MAX_NDIM];
-	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", &dt, &ndim, shape), 0);
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", CKPT_MAX_NDIM, &dt, &ndim, shape), 0);
 	ck_assert_int_eq(dt, CKPT_F32);
 	ck_assert_uint_eq(ndim, 2);
 	ck_assert_uint_eq(shape[0], 4);
 	ck_assert_uint_eq(shape[1], 6);
-	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "nope", &dt, &ndim, shape), -ENOENT);
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "nope", CKPT_MAX_NDIM, &dt, &ndim, shape), -ENOENT);
 
 	float got[4][6];
 	memset(got, 0, sizeof(got));
