@@ -27,10 +27,12 @@
 
 #include "client/internal.h"
 
-/* Deadline in ns (0: none). */
+/* Deadline in ns (0: none).  Beyond a year is none: no overflow. */
 static uint64_t deadline_after(int64_t timeout_ms)
 {
-	return timeout_ms < 0 ? 0 : cli_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	if (timeout_ms < 0 || timeout_ms > 365ll * 86400 * 1000)
+		return 0;
+	return cli_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
 /* Sets `opt` (SO_SNDTIMEO or SO_RCVTIMEO) to the time left.  Returns 0, or

@@ -103,26 +103,28 @@ static void set_state_locked(struct ckpt_client *c, struct ckpt_save *s, enum sa
 	bool drop = false;
 
 	assert(allowed[from] & BIT(to));
-	if (to == SAVE_STAGED || (to == SAVE_FINISHED && from != SAVE_STAGED)) {
+	/* Log first: a caller that saw a future complete finds its line. */
+	bool staging_ends = to == SAVE_STAGED || (to == SAVE_FINISHED && from != SAVE_STAGED);
+	if (staging_ends) {
 		s->t_staged_ns = cli_now_ns();
-		future_complete(&s->staged, to == SAVE_STAGED ? 0 : staged_err, msg);
 		if (to == SAVE_STAGED || staged_err == 0)
 			cli_log(CKPT_LOG_DEBUG, "save '%s' (token %u, attempt %u): %llu bytes "
 				"staged in %.1f ms", s->layout.name, s->token, s->attempt,
 				(unsigned long long)s->layout.file_size,
 				ms_since(s->t_commit_ns));
 	}
-	if (to == SAVE_FINISHED) {
+	if (to == SAVE_FINISHED && commit_err)
+		cli_log(CKPT_LOG_ERROR, "save '%s' (token %u, attempt %u) failed after %.1f ms: %s",
+			s->layout.name, s->token, s->attempt, ms_since(s->t_commit_ns),
+			msg ? msg : strerror(-commit_err));
+	else if (to == SAVE_FINISHED)
+		cli_log(CKPT_LOG_DEBUG, "save '%s' (token %u, attempt %u): committed in %.1f ms "
+			"(%.1f ms after staged)", s->layout.name, s->token, s->attempt,
+			ms_since(s->t_commit_ns), ms_since(s->t_staged_ns));
+	if (staging_ends)
+		future_complete(&s->staged, to == SAVE_STAGED ? 0 : staged_err, msg);
+	if (to == SAVE_FINISHED)
 		future_complete(&s->committed, commit_err, msg);
-		if (commit_err)
-			cli_log(CKPT_LOG_ERROR, "save '%s' (token %u, attempt %u) failed after "
-				"%.1f ms: %s", s->layout.name, s->token, s->attempt,
-				ms_since(s->t_commit_ns), msg ? msg : strerror(-commit_err));
-		else
-			cli_log(CKPT_LOG_DEBUG, "save '%s' (token %u, attempt %u): committed in "
-				"%.1f ms (%.1f ms after staged)", s->layout.name, s->token,
-				s->attempt, ms_since(s->t_commit_ns), ms_since(s->t_staged_ns));
-	}
 	atomic_store_explicit(&s->state, to, memory_order_relaxed);
 
 	if (!awaits_done(from) && awaits_done(to)) {

@@ -123,19 +123,24 @@ if command -v c++ >/dev/null; then
 fi
 
 # The program needs the installed libckpt.so.0 and binds to LIBCKPT_0.2.
-readelf -d "$tmp/prog" | grep -q 'NEEDED.*\[libckpt\.so\.0\]' ||
-	fail "the program does not need libckpt.so.0: $(readelf -d "$tmp/prog" | grep NEEDED)"
-readelf -d "$dest/usr/local/lib/libckpt.so.$version" | grep -q 'SONAME.*\[libckpt\.so\.0\]' ||
-	fail "libckpt.so.$version has no soname libckpt.so.0"
-objdump -T "$tmp/prog" | grep -Eq '\(LIBCKPT_0\.2\) +ckpt_version$' ||
-	fail "ckpt_version is not bound to LIBCKPT_0.2: $(objdump -T "$tmp/prog" | grep ckpt_)"
+# (Outputs are captured first: with pipefail, grep -q closing the pipe early
+# would fail the writer.)
+dyn=$(readelf -d "$tmp/prog")
+grep -q 'NEEDED.*\[libckpt\.so\.0\]' <<<"$dyn" ||
+	fail "the program does not need libckpt.so.0: $(grep NEEDED <<<"$dyn")"
+dyn=$(readelf -d "$dest/usr/local/lib/libckpt.so.$version")
+grep -q 'SONAME.*\[libckpt\.so\.0\]' <<<"$dyn" || fail "libckpt.so.$version has no soname libckpt.so.0"
+syms=$(objdump -T "$tmp/prog")
+grep -Eq '\(LIBCKPT_0\.2\) +ckpt_version$' <<<"$syms" ||
+	fail "ckpt_version is not bound to LIBCKPT_0.2: $(grep ckpt_ <<<"$syms")"
 
 out=$(LD_LIBRARY_PATH=$dest/usr/local/lib "$tmp/prog" "$tmp/nobody.sock") ||
 	fail "the program failed: $out"
 [ "$out" = "ckpt_version $version" ] ||
 	fail "the program printed '$out', want 'ckpt_version $version' (the .pc version)"
 # It really ran the installed copy.
-LD_LIBRARY_PATH=$dest/usr/local/lib LD_DEBUG=libs "$tmp/prog" "$tmp/nobody.sock" 2>&1 |
-	grep -q "calling init: $dest/usr/local/lib/libckpt.so.0" ||
+LD_LIBRARY_PATH=$dest/usr/local/lib LD_DEBUG=libs "$tmp/prog" "$tmp/nobody.sock" \
+	>"$tmp/ld.log" 2>&1 || fail "the program failed under LD_DEBUG: $(tail -n 5 "$tmp/ld.log")"
+grep -q "calling init: $dest/usr/local/lib/libckpt.so.0" "$tmp/ld.log" ||
 	fail "the program did not load $dest/usr/local/lib/libckpt.so.0"
 echo "ok: $out"

@@ -144,9 +144,9 @@ static char *fake_getenv(const char *name)
 
 #define ENV(...) ((const char *const[]){ __VA_ARGS__, NULL })
 /* 130 characters: more than CKPT_MAX_RUN_LEN. */
-#define LONG130                                                                                    \
-	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"     \
-	"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define LONG130                                                                           \
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"                   \
+	"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
 static const struct {
 	const char *opt;
