@@ -53,10 +53,14 @@ unsigned env_copy_threads_default(unsigned cpus, const char *local_world_size, c
 		errno = 0;
 		unsigned long v = strtoul(local_world_size, &end, 10);
 		if (errno || !isdigit((unsigned char)*local_world_size) || *end || v < 1 ||
-		    v > CKPT_MAX_WORLD)
+		    v > CKPT_MAX_WORLD) {
 			note = " (LOCAL_WORLD_SIZE is not a number in 1..65536: ignored)";
-		else
+			cli_log(CKPT_LOG_WARNING, "$LOCAL_WORLD_SIZE '%.40s' is not a number in "
+				"1..%u: copy threads count this process as the only rank on "
+				"the node", local_world_size, CKPT_MAX_WORLD);
+		} else {
 			local = v;
+		}
 	}
 	if (cpus == 0)
 		cpus = 1;
