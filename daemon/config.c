@@ -41,6 +41,13 @@ int config_defaults(struct config *c)
 	c->commit_deadline_ms = 10ull * 60 * 1000;
 	c->max_clients = 256;
 	c->o_direct = true;
+	c->state_dir = strdup("/var/lib/ckptd/state");
+	c->handshake_timeout_ms = 10000;
+	c->max_clients_per_uid = 64;
+	if (!c->state_dir) {
+		free(sock);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -50,6 +57,8 @@ void config_free(struct config *c)
 		return;
 	free(c->socket_path);
 	c->socket_path = NULL;
+	free(c->state_dir);
+	c->state_dir = NULL;
 	for (size_t i = 0; i < c->n_roots; i++) {
 		free(c->roots[i]);
 		c->roots[i] = NULL;
@@ -286,6 +295,40 @@ int config_set(struct config *c, const char *key, const char *value, char *err, 
 			return -EINVAL;
 		}
 		c->max_clients = (unsigned)v;
+		return 0;
+	}
+
+	if (strcmp(key, "state_dir") == 0) {
+		char *copy;
+		if (value[0] != '/') {
+			snprintf(err, errlen, "state_dir: '%s' is not an absolute path", value);
+			return -EINVAL;
+		}
+		copy = strdup(value);
+		if (!copy)
+			return -ENOMEM;
+		free(c->state_dir);
+		c->state_dir = copy;
+		return 0;
+	}
+
+	if (strcmp(key, "handshake_timeout") == 0) {
+		if (config_parse_duration_ms(value, &v) < 0 || v < 100 || v > 600000) {
+			snprintf(err, errlen, "handshake_timeout: '%s' is not a duration in 100ms..10m",
+				 value);
+			return -EINVAL;
+		}
+		c->handshake_timeout_ms = v;
+		return 0;
+	}
+
+	if (strcmp(key, "max_clients_per_uid") == 0) {
+		if (parse_uint_range(value, 1, 65536, &v) < 0) {
+			snprintf(err, errlen, "max_clients_per_uid: '%s' is not a number in 1..65536",
+				 value);
+			return -EINVAL;
+		}
+		c->max_clients_per_uid = (unsigned)v;
 		return 0;
 	}
 

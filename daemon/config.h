@@ -39,6 +39,9 @@ struct config {
 	uint64_t commit_deadline_ms;
 	unsigned max_clients;
 	bool o_direct;
+	char *state_dir;               /* the daemon's registry (registry.h) */
+	uint64_t handshake_timeout_ms; /* HELLO must arrive within this */
+	unsigned max_clients_per_uid;  /* connections of one uid at once */
 };
 
 /* Sets every default (no roots).  Returns 0 or -ENOMEM. */

@@ -15,6 +15,7 @@ cat > "$DEMO/ckptd.conf" <<CONF
 # ckptd configuration written by scripts/demo.sh
 socket = $SOCK
 root = $ROOT
+state_dir = $(pwd)/$DEMO/state
 arena_max = 512M
 commit_deadline = 2m
 CONF

@@ -24,6 +24,7 @@
 
 #include "ckpt.h"
 #include "shm/proto.h"
+#include "store/store.h"
 #include "tests/lib/testd.h"
 
 #define MiB (1024ull * 1024ull)
@@ -354,7 +355,7 @@ START_TEST(test_client_killed_mid_staging)
 	/* The save failed: nothing committed, the work dir goes away, the
 	 * client and its arena are gone, and the daemon still serves. */
 	td_path(p, sizeof(p), "%s/killed", t.root);
-	ck_assert_msg(td_wait_count(t.root, ".partial", 0, 15000),
+	ck_assert_msg(td_wait_count(t.root, STORE_WORK_PREFIX, 0, 15000),
 		      "the .partial dir of the killed client is still in %s after 15 s", t.root);
 	ck_assert_msg(!td_exists(p), "%s exists: a save whose client died mid-staging committed",
 		      p);
@@ -400,7 +401,7 @@ START_TEST(test_client_killed_after_staged)
 	td_path(p, sizeof(p), "%s/orphan/manifest.json", t.root);
 	ck_assert_msg(td_wait_exists(p, true, 60000),
 		      "%s did not appear within 60 s after the client died after staged", p);
-	ck_assert_msg(td_wait_count(t.root, ".partial", 0, 10000), "a .partial dir is left");
+	ck_assert_msg(td_wait_count(t.root, STORE_WORK_PREFIX, 0, 10000), "a .partial dir is left");
 	td_path(p, sizeof(p), "%s/orphan", t.root);
 	rc = ckpt_reader_open(p, &r);
 	ck_assert_msg(rc == 0, "reader_open(%s) = %d: %s", p, rc, ckpt_last_error());
@@ -870,7 +871,7 @@ START_TEST(test_name_exists)
 	ckpt_save_free(s);
 	ckpt_disconnect(c);
 
-	ck_assert_msg(td_wait_count(t.root, ".partial", 0, 10000), "a .partial dir is left");
+	ck_assert_msg(td_wait_count(t.root, STORE_WORK_PREFIX, 0, 10000), "a .partial dir is left");
 	td_path(p, sizeof(p), "%s/dup", t.root);
 	ck_assert_int_eq(ckpt_reader_open(p, &r), 0);
 	ck_assert_uint_eq(ckpt_reader_step(r), 1);
@@ -936,7 +937,7 @@ START_TEST(test_rank_disconnects)
 	}
 	td_path(p, sizeof(p), "%s/lost", t.root);
 	ck_assert_msg(!td_exists(p), "%s exists although rank 2 died", p);
-	ck_assert_msg(td_wait_count(t.root, ".partial", 0, 15000),
+	ck_assert_msg(td_wait_count(t.root, STORE_WORK_PREFIX, 0, 15000),
 		      "the .partial dir of the failed save is still there after 15 s");
 	assert_status_idle(&t, "job13", 15000);
 	td_fini(&t);
@@ -979,7 +980,7 @@ START_TEST(test_rank_missing_deadline)
 
 	td_path(p, sizeof(p), "%s/half", t.root);
 	ck_assert_msg(!td_exists(p), "%s exists", p);
-	ck_assert_msg(td_wait_count(t.root, ".partial", 0, 10000),
+	ck_assert_msg(td_wait_count(t.root, STORE_WORK_PREFIX, 0, 10000),
 		      "the .partial dir of the timed-out save is still there");
 	td_fini(&t);
 }
@@ -1293,7 +1294,7 @@ START_TEST(test_write_errors)
 	ck_assert_msg(st == 0 && cm == 0, "a save under the limit: %d %d %s", st, cm, msg);
 	ckpt_disconnect(c);
 
-	ck_assert_msg(td_wait_count(t.root, ".partial", 0, 10000), "a .partial dir is left");
+	ck_assert_msg(td_wait_count(t.root, STORE_WORK_PREFIX, 0, 10000), "a .partial dir is left");
 	td_path(p, sizeof(p), "%s/ok-2", t.root);
 	ck_assert_msg(!td_exists(p), "a refused save is visible");
 	td_path(p, sizeof(p), "%s/ok-3", t.root);
