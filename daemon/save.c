@@ -41,10 +41,13 @@ struct sjob {
 	struct creds daemon_creds;
 	bool coordinator, delivered, created;
 	uint32_t n_present;
+	char nonce[STORE_ID_LEN + 1];
 	struct index_local *local;
 	size_t n_local;
-	uint32_t *ranks;
+	uint32_t *ranks;         /* local ranks, sorted (count, cleanup) */
 	size_t n_ranks;
+	struct rank **rk;        /* poll: local ranks (read-only), n_ranks */
+	char (*to)[STORE_ID_LEN + 1]; /* poll: their addressees, updated */
 	char msg[PROTO_MSG_LEN];
 	/* outputs */
 	struct store_shard *out_shard;
@@ -83,6 +86,7 @@ static struct sjob *sjob_new(struct save *s, struct rank *r, void (*run)(struct 
 	j->delivered = s->delivered;
 	j->created = s->created;
 	j->n_present = s->n_present;
+	memcpy(j->nonce, s->nonce, sizeof(j->nonce));
 	return j;
 }
 
@@ -90,6 +94,8 @@ static void sjob_free(struct sjob *j)
 {
 	free(j->local);
 	free(j->ranks);
+	free(j->rk);
+	free(j->to);
 	free(j);
 }
 
@@ -360,6 +366,11 @@ static void shard_run(struct work *w)
 
 	w->res = j->store->shard_create(j->att, j->r->rank, j->r->layout.file_size,
 					j->cfg->o_direct, &j->out_shard, w->err, sizeof(w->err));
+	/* Rank 0's daemon coordinates: it claims the area once its shard is
+	 * its own (the exclusive create decides between two claimants). */
+	if (w->res == 0 && j->r->rank == 0)
+		w->res = j->store->attempt_claim(j->att, &j->self, j->nonce, w->err,
+						 sizeof(w->err));
 }
 
 static void extent_done(struct wtarget *t, uint64_t bytes, int res);
@@ -371,8 +382,10 @@ static void shard_done(struct work *w)
 	struct save *s = r->save;
 
 	r->job_busy = false;
-	if (w->res == 0)
+	if (j->out_shard)
 		r->shard = j->out_shard;
+	if (w->res == 0 && r->rank == 0)
+		memcpy(s->nonce, j->nonce, sizeof(s->nonce));
 	if (w->res < 0 && r->state == RANK_OPENING && !save_final(s)) {
 		/* This rank never started: refuse it, and fail the save for the
 		 * ranks that did (their files must not be committed). */
@@ -409,24 +422,40 @@ static void shard_submit(struct rank *r)
 	workers_submit(&r->save->srv->work, &j->w);
 }
 
+/* Builds rank r's index addressed to `to` and publishes it. */
+static int publish(struct sjob *j, const struct rank *r, const char *to, char *err, size_t errlen)
+{
+	struct index_origin o = { j->id, j->self.id, j->self.instance, to };
+	char *text = NULL;
+	int res;
+
+	/* The rank's layout and checksums no longer change. */
+	res = index_build_origin(&r->layout, r->crcs, j->key.job, r->rank, j->key.world, &o,
+				 &text);
+	if (res < 0) {
+		snprintf(err, errlen, "building the index of rank %u: %s", r->rank, strerror(-res));
+		return res;
+	}
+	res = j->store->rank_publish(j->att, r->rank, text, err, errlen);
+	free(text);
+	return res;
+}
+
 static void finish_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
-	struct rank *r = j->r;
-	struct index_origin o = { j->id, j->self.id, j->self.instance };
-	char *text = NULL;
 
-	/* The rank's layout and checksums no longer change. */
-	w->res = index_build_origin(&r->layout, r->crcs, j->key.job, r->rank, j->key.world, &o,
-				    &text);
-	if (w->res < 0) {
-		snprintf(w->err, sizeof(w->err), "building the index of rank %u: %s", r->rank,
-			 strerror(-w->res));
+	w->res = j->store->shard_finish(j->shard, j->r->layout.file_size, w->err, sizeof(w->err));
+	if (w->res < 0)
 		return;
+	/* The coordinator addresses its own ranks to its claim; other daemons
+	 * to the claim they find (none yet: "", re-addressed when polling). */
+	if (!j->coordinator || !j->nonce[0]) {
+		j->nonce[0] = '\0';
+		if (!j->coordinator && j->store->attempt_addressee(j->att, j->nonce) < 0)
+			j->nonce[0] = '\0';
 	}
-	w->res = j->store->shard_finish(j->shard, r->layout.file_size, text, w->err,
-					sizeof(w->err));
-	free(text);
+	w->res = publish(j, j->r, j->nonce, w->err, sizeof(w->err));
 }
 
 static void save_progress(struct save *s);
@@ -442,6 +471,7 @@ static void finish_done(struct work *w)
 		rank_fail(r, w->res, "%s", w->err);
 	else if (r->state == RANK_FINISHING) {
 		r->state = RANK_DURABLE;
+		memcpy(r->to, j->nonce, sizeof(r->to));
 		s->srv->store->shard_close(r->shard);
 		r->shard = NULL;
 		log_debug("save '%s/%s': rank %u durable: staged after %.1f ms, written +%.1f ms, "
@@ -511,10 +541,12 @@ static bool local_ranks_durable(const struct save *s)
 static void commit_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
-	struct store_merge m = { &j->key, j->id, &j->self, j->local, j->n_local, time(NULL) };
+	struct store_merge m = { &j->key, j->id, j->nonce, &j->self, j->local, j->n_local,
+				 time(NULL) };
 	int r;
 
-	r = j->store->attempt_count(j->att, j->key.world, &j->n_present);
+	r = j->store->attempt_count(j->att, j->key.world, j->nonce, j->ranks, j->n_ranks,
+				    &j->n_present);
 	if (r < 0) {
 		w->res = r;
 		snprintf(w->err, sizeof(w->err), "looking for the ranks' indexes: %s", strerror(-r));
@@ -567,6 +599,12 @@ static void commit_done(struct work *w)
 	sjob_free(j);
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static void commit_submit(struct save *s)
 {
 	struct sjob *j = sjob_new(s, NULL, commit_run, commit_done, &s->creds);
@@ -578,7 +616,8 @@ static void commit_submit(struct save *s)
 	list_for_each(p, &s->ranks)
 		n++;
 	j->local = calloc(n ? n : 1, sizeof(*j->local));
-	if (!j->local) {
+	j->ranks = calloc(n ? n : 1, sizeof(*j->ranks));
+	if (!j->local || !j->ranks) {
 		sjob_free(j);
 		return;
 	}
@@ -588,7 +627,9 @@ static void commit_submit(struct save *s)
 		/* Read-only on the worker: a durable rank's layout and CRCs
 		 * do not change, and the rank outlives the job. */
 		j->local[j->n_local++] = (struct index_local){ r->rank, &r->layout, r->crcs };
+		j->ranks[j->n_ranks++] = r->rank;
 	}
+	qsort(j->ranks, j->n_ranks, sizeof(*j->ranks), cmp_u32);
 	s->state = SAVE_COMMITTING;
 	s->job_busy = true;
 	workers_submit(&s->srv->work, &j->w);
@@ -597,7 +638,21 @@ static void commit_submit(struct save *s)
 static void poll_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
+	char nonce[STORE_ID_LEN + 1];
 
+	/* Deliver to the current claim: a coordinator that claimed after our
+	 * ranks were durable (or claimed again) gets them re-addressed. */
+	if (j->store->attempt_addressee(j->att, nonce) == 0) {
+		for (size_t i = 0; i < j->n_ranks; i++) {
+			if (!strcmp(j->to[i], nonce))
+				continue;
+			if (publish(j, j->rk[i], nonce, w->err, sizeof(w->err)) < 0) {
+				j->poll = -EIO;
+				return;
+			}
+			memcpy(j->to[i], nonce, sizeof(nonce));
+		}
+	}
 	j->poll = j->store->attempt_poll(j->att, j->id, w->err, sizeof(w->err));
 	if (j->poll == 1 && j->created)
 		registry_note(j, false);
@@ -610,6 +665,8 @@ static void poll_done(struct work *w)
 	struct list *p;
 
 	s->job_busy = false;
+	for (size_t i = 0; i < j->n_ranks; i++)
+		memcpy(j->rk[i]->to, j->to[i], sizeof(j->to[i]));
 	if (j->poll < 0) {
 		save_fail(s, j->poll, "%s", w->err);
 	} else if (j->poll == 1 && !save_final(s)) {
@@ -621,6 +678,32 @@ static void poll_done(struct work *w)
 			rank_tell(list_entry(p, struct rank, slink));
 	}
 	sjob_free(j);
+}
+
+static void poll_submit(struct save *s)
+{
+	struct sjob *j = sjob_new(s, NULL, poll_run, poll_done, &s->creds);
+	struct list *p;
+	size_t n = 0;
+
+	if (!j)
+		return;
+	list_for_each(p, &s->ranks)
+		n++;
+	j->rk = calloc(n ? n : 1, sizeof(*j->rk));
+	j->to = calloc(n ? n : 1, sizeof(*j->to));
+	if (!j->rk || !j->to) {
+		sjob_free(j);
+		return;
+	}
+	list_for_each(p, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		j->rk[j->n_ranks] = r;
+		memcpy(j->to[j->n_ranks++], r->to, sizeof(r->to));
+	}
+	s->job_busy = true;
+	workers_submit(&s->srv->work, &j->w);
 }
 
 /* Something changed: move the save on if it can. */
@@ -676,8 +759,15 @@ static void save_kick(struct save *s)
 		sjob_free(j);
 		return;
 	}
+	j->delivered = false;
 	list_for_each(p, &s->ranks)
-		j->ranks[j->n_ranks++] = list_entry(p, struct rank, slink)->rank;
+	{
+		const struct rank *r = list_entry(p, struct rank, slink);
+		j->ranks[j->n_ranks++] = r->rank;
+		/* Addressed to a claim: the coordinator may use it at any
+		 * moment, so nothing more is written into the area. */
+		j->delivered |= r->to[0] != '\0';
+	}
 	snprintf(j->msg, sizeof(j->msg), "%s", s->msg);
 	s->cleaned = true;
 	s->job_busy = true;
@@ -914,19 +1004,16 @@ void saves_tick(struct server *srv)
 			int64_t grace = (int64_t)srv->cfg.commit_deadline_ms;
 			deadline += grace < 60000 ? grace : 60000;
 		}
+		/* The deadline first: past it, no new commit or poll starts. */
+		if ((s->state == SAVE_ACTIVE || s->state == SAVE_OPENING) && now > deadline)
+			save_deadline(s);
 		if (s->state == SAVE_ACTIVE && !s->job_busy && s->delivered) {
 			if (s->coordinator) {
 				commit_submit(s);
 			} else {
-				struct sjob *j = sjob_new(s, NULL, poll_run, poll_done, &s->creds);
-				if (j) {
-					s->job_busy = true;
-					workers_submit(&srv->work, &j->w);
-				}
+				poll_submit(s);
 			}
 		}
-		if ((s->state == SAVE_ACTIVE || s->state == SAVE_OPENING) && now > deadline)
-			save_deadline(s);
 		save_kick(s);
 	}
 }
@@ -978,6 +1065,8 @@ void saves_reap(struct server *srv)
 		if (!save_final(s))
 			continue;
 		save_kick(s);
+		if (s->job_busy)
+			continue; /* a job of the save may read its ranks */
 		list_for_each_safe(q, u, &s->ranks)
 			rank_free(list_entry(q, struct rank, slink));
 		if (!list_empty(&s->ranks) || s->job_busy ||

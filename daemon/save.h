@@ -68,7 +68,7 @@ struct rank {
 	bool job_busy;             /* job in flight */
 	struct work job;
 	char job_err[PROTO_MSG_LEN];
-	char *index_text;          /* built for the finish job */
+	char to[STORE_ID_LEN + 1]; /* the claim its index is addressed to */
 	int64_t t_begin, t_staged, t_written;
 	struct list slink;         /* in save.ranks */
 	struct list clink;         /* in conn.ranks */
@@ -86,6 +86,7 @@ struct save {
 	bool created;              /* this daemon made the work area */
 	bool coordinator;          /* rank 0 writes through this daemon */
 	bool delivered;            /* every local rank durable (indexes out) */
+	char nonce[STORE_ID_LEN + 1]; /* coordinator: its claim of the area */
 	bool cleaned;              /* the failure cleanup ran */
 	uint32_t n_present;        /* coordinator: ranks delivered so far */
 	int64_t started_ms, deadline_ms;

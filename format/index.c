@@ -29,7 +29,6 @@
 #include "format/nameset.h"
 
 /* Cap on one index file: ~200 bytes an item plus 11 a CRC. */
-#define INDEX_MAX_BYTES (1ull << 30)
 /* Indexes are parsed by up to this many threads at once. */
 #define MERGE_MAX_THREADS 16
 
@@ -78,7 +77,8 @@ int index_build_origin(const struct layout *l, const uint32_t *crcs, const char 
 		jbuf_str(&b, o->writer_id);
 		jbuf_lit(&b, ",\"instance\":");
 		jbuf_str(&b, o->instance);
-		jbuf_ch(&b, '}');
+		jbuf_lit(&b, "},\"to\":");
+		jbuf_str(&b, o->to ? o->to : "");
 	}
 	jbuf_lit(&b, ",\"file\":");
 	jbuf_str(&b, file);
@@ -405,7 +405,8 @@ static int load_part(struct merge *m, uint32_t r, char *err, size_t errlen)
 		const char *wid = json_string_value(json_object_get(w, "id"));
 		const char *inst = json_string_value(json_object_get(w, "instance"));
 
-		if ((ret = check_str(root, "attempt", m->origin->attempt, r, err, errlen)))
+		if ((ret = check_str(root, "attempt", m->origin->attempt, r, err, errlen)) ||
+		    (ret = check_str(root, "to", m->origin->to, r, err, errlen)))
 			goto out;
 		if (!wid || !inst) {
 			ret = bad("rank %u: index names no writer", r);

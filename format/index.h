@@ -9,7 +9,7 @@
  *
  * Index (format "ckpt-index-1"):
  *   {"format":"ckpt-index-1", "job":J, "name":N, "step":S, "rank":r,
- *    "world":W, "attempt":ID, "writer":{"id":D,"instance":I},
+ *    "world":W, "attempt":ID, "writer":{"id":D,"instance":I}, "to":NONCE,
  *    "file":"rank-00003.safetensors", "file_size":F,
  *    "crc_block":1048576, "meta":{...}, "metrics":{...},
  *    "items":[{"name","kind":"tensor"|"blob","dtype","shape","global_shape",
@@ -39,6 +39,7 @@
 #define INDEX_FORMAT    "ckpt-index-1"
 #define MANIFEST_FORMAT "ckpt-1"
 #define MANIFEST_FILE   "manifest.json"
+#define INDEX_MAX_BYTES (1ull << 30)  /* cap on one rank index we read */
 
 /* "rank-00003.safetensors" / "rank-00003.index.json" into buf (>= 32 bytes). */
 void index_shard_name(uint32_t rank, char *buf, size_t len);
@@ -51,6 +52,8 @@ struct index_origin {
 	const char *attempt;   /* the attempt id */
 	const char *writer_id; /* the writing daemon's stable id */
 	const char *instance;  /* and its life */
+	const char *to;        /* the coordinator claim it is addressed to
+	                        * (store.h); "" when there was none yet */
 };
 
 /*
@@ -92,8 +95,8 @@ int index_merge(int dirfd, const char *job, const char *name, uint32_t world, in
 		const struct index_local *local, size_t n_local, char **ret_text, char *err,
 		size_t errlen);
 /* The same for one attempt: every index read from dirfd must name
- * origin->attempt and must not come from origin->writer_id with another
- * instance; the manifest records "attempt". */
+ * origin->attempt, be addressed to origin->to, and must not come from
+ * origin->writer_id with another instance; the manifest records "attempt". */
 int index_merge_origin(int dirfd, const char *job, const char *name, uint32_t world,
 		       int64_t time_utc, const struct index_origin *origin,
 		       const struct index_local *local, size_t n_local, char **ret_text,

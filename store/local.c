@@ -6,7 +6,9 @@
  *
  *   <root>/.ckpt-work-<id>/attempt.json        the attempt's key, who made it
  *   <root>/.ckpt-work-<id>/rank-NNNNN.safetensors
- *   <root>/.ckpt-work-<id>/rank-NNNNN.index.json  written last for a rank
+ *   <root>/.ckpt-work-<id>/coordinator.json    rank 0's daemon's claim (nonce)
+ *   <root>/.ckpt-work-<id>/rank-NNNNN.index.json  written last for a rank,
+ *                                              addressed to the claim
  *   <root>/.ckpt-work-<id>/failed              a daemon failed the attempt
  *   <root>/<name>/                             the work area, once committed
  *
@@ -34,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -44,6 +47,7 @@
 
 #define FIXED_MAX (1ull << 30)
 #define FAILED_MARKER "failed"
+#define CLAIM_FILE "coordinator.json"
 #define ATTEMPT_MAX_BYTES (64u << 10)
 #define MANIFEST_MAX_BYTES (1ull << 30)
 #define JOIN_WAIT_MS 2000 /* for attempt.json of a work area being made */
@@ -556,11 +560,9 @@ static int local_shard_create(struct store_attempt *a, uint32_t rank, uint64_t s
 	return 0;
 }
 
-static int local_shard_finish(struct store_shard *s, uint64_t size, const char *index_text,
-			      char *err, size_t errlen)
+static int local_shard_finish(struct store_shard *s, uint64_t size, char *err, size_t errlen)
 {
 	struct store_attempt *a = s->att;
-	char name[64];
 	int r;
 
 	/* The last extent was padded for O_DIRECT: cut the file to its real
@@ -571,11 +573,74 @@ static int local_shard_finish(struct store_shard *s, uint64_t size, const char *
 			 a->root, a->work, strerror(errno));
 		return r;
 	}
-	index_index_name(s->rank, name, sizeof(name));
+	return 0;
+}
+
+static int local_rank_publish(struct store_attempt *a, uint32_t rank, const char *index_text,
+			      char *err, size_t errlen)
+{
+	char name[64];
+	int r;
+
+	index_index_name(rank, name, sizeof(name));
 	r = fs_write_file_at(a->workfd, name, index_text, strlen(index_text), 1);
 	if (r < 0)
 		snprintf(err, errlen, "writing '%s/%s/%s': %s", a->root, a->work, name,
 			 strerror(-r));
+	return r;
+}
+
+static int local_attempt_claim(struct store_attempt *a, const struct store_writer *self,
+			       char ret[STORE_ID_LEN + 1], char *err, size_t errlen)
+{
+	unsigned char rnd[16];
+	char nonce[STORE_ID_LEN + 1];
+	json_t *j;
+	char *text;
+	int r;
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		snprintf(err, errlen, "getrandom: %s", strerror(errno));
+		return -EIO;
+	}
+	for (int i = 0; i < 16; i++)
+		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
+	j = json_pack("{s:s, s:s, s:s, s:I}", "nonce", nonce, "daemon", self->id, "instance",
+		      self->instance, "time", (json_int_t)time(NULL));
+	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!text)
+		return -ENOMEM;
+	/* Atomic: an earlier claim (a crashed coordinator's) is replaced
+	 * whole, and with it every delivery addressed to it. */
+	r = fs_write_file_at(a->workfd, CLAIM_FILE, text, strlen(text), 1);
+	free(text);
+	if (r < 0) {
+		snprintf(err, errlen, "claiming '%s/%s': %s", a->root, a->work, strerror(-r));
+		return r;
+	}
+	memcpy(ret, nonce, sizeof(nonce));
+	return 0;
+}
+
+static int local_attempt_addressee(struct store_attempt *a, char ret[STORE_ID_LEN + 1])
+{
+	const char *nonce;
+	char *text;
+	size_t len;
+	json_t *j;
+	int r;
+
+	r = fs_read_file_at(a->workfd, CLAIM_FILE, ATTEMPT_MAX_BYTES, &text, &len);
+	if (r < 0)
+		return r;
+	j = json_loadb(text, len, 0, NULL);
+	free(text);
+	nonce = json_string_value(json_object_get(j, "nonce"));
+	r = nonce && strlen(nonce) == STORE_ID_LEN ? 0 : -EBADMSG;
+	if (r == 0)
+		memcpy(ret, nonce, STORE_ID_LEN + 1);
+	json_decref(j);
 	return r;
 }
 
@@ -588,17 +653,51 @@ static void local_shard_close(struct store_shard *s)
 	free(s);
 }
 
-static int local_attempt_count(struct store_attempt *a, uint32_t world, uint32_t *io_n)
+static bool in_sorted(const uint32_t *v, size_t n, uint32_t x)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (v[mid] == x)
+			return true;
+		if (v[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+static int local_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
+			       const uint32_t *local, size_t n_local, uint32_t *io_n)
 {
 	char name[64];
 
 	while (*io_n < world) {
-		index_index_name(*io_n, name, sizeof(name));
-		if (faccessat(a->workfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno == ENOENT)
-				break;
-			return -errno;
+		char *text;
+		size_t len;
+		json_t *j;
+		bool ok;
+		int r;
+
+		if (in_sorted(local, n_local, *io_n)) {
+			(*io_n)++;
+			continue;
 		}
+		index_index_name(*io_n, name, sizeof(name));
+		r = fs_read_file_at(a->workfd, name, INDEX_MAX_BYTES, &text, &len);
+		if (r == -ENOENT)
+			break;
+		if (r < 0)
+			return r;
+		/* Only an index addressed to this claim counts. */
+		j = json_loadb(text, len, 0, NULL);
+		free(text);
+		ok = str_is(j, "to", nonce);
+		json_decref(j);
+		if (!ok)
+			break;
 		(*io_n)++;
 	}
 	return 0;
@@ -610,7 +709,7 @@ static int local_attempt_commit(struct store_attempt *a, const struct store_merg
 	char *manifest = NULL;
 	int r;
 
-	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance };
+	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance, m->nonce };
 
 	r = index_merge_origin(a->workfd, m->key->job, m->key->name, m->key->world, m->time_utc,
 			       &o, m->local, m->n_local, &manifest, err, errlen);
@@ -785,6 +884,9 @@ const struct store_ops store_local = {
 	.shard_create = local_shard_create,
 	.shard_write = local_shard_write,
 	.shard_finish = local_shard_finish,
+	.rank_publish = local_rank_publish,
+	.attempt_claim = local_attempt_claim,
+	.attempt_addressee = local_attempt_addressee,
 	.shard_close = local_shard_close,
 	.attempt_count = local_attempt_count,
 	.attempt_commit = local_attempt_commit,

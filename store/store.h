@@ -22,6 +22,14 @@
  * never one made by an earlier life of itself.  Nothing in it is read by an
  * attempt with another key.  The commit makes the work area the checkpoint,
  * atomically, after which nothing writes into it.
+ *
+ * Addressing.  The daemon of rank 0 (the coordinator) claims the work area
+ * with a fresh random nonce (coordinator.json); every other daemon addresses
+ * each rank index it delivers to the nonce it finds there ("to"), and
+ * re-addresses it if a new claim appears.  The coordinator merges only
+ * indexes addressed to its own claim.  So an index that an earlier life of
+ * any daemon left in a work area of the same key -- a crashed attempt's --
+ * can never be merged: its addressee is gone for good.
  */
 #ifndef CKPT_STORE_STORE_H
 #define CKPT_STORE_STORE_H
@@ -83,6 +91,7 @@ typedef void (*store_io_cb)(void *ud, int res);
 struct store_merge {
 	const struct store_key *key;
 	const char *attempt_id;
+	const char *nonce;          /* the coordinator's claim */
 	const struct store_writer *self;
 	const struct index_local *local;
 	size_t n_local;
@@ -127,15 +136,24 @@ struct store_ops {
 	 * until cb runs).  cb runs from arena_reap, exactly once. */
 	void (*shard_write)(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
 			    uint64_t file_off, uint64_t len, store_io_cb cb, void *ud);
-	/* [worker] Makes the shard durable at its final size and publishes the
-	 * rank's index next to it (the rank has "delivered"). */
-	int (*shard_finish)(struct store_shard *s, uint64_t size, const char *index_text,
+	/* [worker] Makes the shard durable at its final size. */
+	int (*shard_finish)(struct store_shard *s, uint64_t size, char *err, size_t errlen);
+	/* [worker] Publishes (or replaces) rank's index in the work area. */
+	int (*rank_publish)(struct store_attempt *a, uint32_t rank, const char *index_text,
 			    char *err, size_t errlen);
+	/* [worker] The coordinator claims the work area: a fresh nonce into
+	 * ret (32 hex digits).  Returns 0 or -errno. */
+	int (*attempt_claim)(struct store_attempt *a, const struct store_writer *self,
+			     char ret[STORE_ID_LEN + 1], char *err, size_t errlen);
+	/* [worker] The nonce of the current claim, or -ENOENT if none yet. */
+	int (*attempt_addressee)(struct store_attempt *a, char ret[STORE_ID_LEN + 1]);
 	/* [any] Accepts NULL. */
 	void (*shard_close)(struct store_shard *s);
-	/* [worker] How many ranks, counting up from *io_n, have delivered.
-	 * Returns 0 or -errno. */
-	int (*attempt_count)(struct store_attempt *a, uint32_t world, uint32_t *io_n);
+	/* [worker] How many ranks, counting up from *io_n, have delivered an
+	 * index addressed to `nonce` (ranks listed in local[n_local], sorted,
+	 * count as delivered: the caller has them).  Returns 0 or -errno. */
+	int (*attempt_count)(struct store_attempt *a, uint32_t world, const char *nonce,
+			     const uint32_t *local, size_t n_local, uint32_t *io_n);
 	/* [worker] Merges the delivered indexes (and m->local) into the
 	 * manifest and commits it: after a successful return the checkpoint is
 	 * visible and complete, and nothing writes into it again. */

@@ -986,79 +986,7 @@ START_TEST(test_rank_missing_deadline)
 }
 END_TEST
 
-/* ---- 15. leftovers of a crash --------------------------------------------------------- */
-
-static void age(const char *path, int seconds)
-{
-	struct timespec ts[2];
-
-	clock_gettime(CLOCK_REALTIME, &ts[0]);
-	ts[0].tv_sec -= seconds;
-	ts[1] = ts[0];
-	ck_assert_msg(utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW) == 0, "utimensat %s: %s",
-		      path, strerror(errno));
-}
-
-static void make_leftover(const char *root, const char *name, int age_s)
-{
-	char p[TD_PATH], q[TD_PATH];
-
-	td_path(p, sizeof(p), "%s/%s", root, name);
-	ck_assert_int_eq(mkdir(p, 0755), 0);
-	td_path(q, sizeof(q), "%s/rank-00000.safetensors", p);
-	ck_assert_int_eq(td_write_file(q, "half a shard"), 0);
-	age(q, age_s);
-	td_path(q, sizeof(q), "%s/sub", p);
-	ck_assert_int_eq(mkdir(q, 0755), 0);
-	td_path(q, sizeof(q), "%s/sub/file", p);
-	ck_assert_int_eq(td_write_file(q, "x"), 0);
-	age(q, age_s);
-	td_path(q, sizeof(q), "%s/sub", p);
-	age(q, age_s);
-	age(p, age_s);
-}
-
-START_TEST(test_leftover_partial)
-{
-	struct testd t;
-	char p[TD_PATH];
-
-	td_init(&t, "leftover_partial");
-	make_leftover(t.root, ".partial-old-job", 3600);
-	make_leftover(t.root, ".partial-fresh-job", 0);
-	/* an old committed checkpoint and an old plain dir are not leftovers */
-	make_leftover(t.root, "old-ckpt", 7200);
-	td_path(p, sizeof(p), "%s/old-ckpt/manifest.json", t.root);
-	ck_assert_int_eq(td_write_file(p, "{}"), 0);
-
-	ck_assert_int_eq(td_daemon_start(&t, 0, "commit_deadline = 10m\n"), 0);
-	td_path(p, sizeof(p), "%s/.partial-old-job", t.root);
-	ck_assert_msg(td_wait_exists(p, false, 10000),
-		      "%s (mtime 1 h ago) was not removed at start-up", p);
-	td_path(p, sizeof(p), "%s/.partial-fresh-job", t.root);
-	ck_assert_msg(td_exists(p), "%s (fresh) was removed: it may belong to a live save", p);
-	td_path(p, sizeof(p), "%s/old-ckpt/manifest.json", t.root);
-	ck_assert_msg(td_exists(p), "a committed checkpoint was touched by the sweep");
-	td_fini(&t);
-}
-END_TEST
-
-START_TEST(test_periodic_sweep)
-{
-	struct testd t;
-	char p[TD_PATH];
-
-	td_init(&t, "periodic_sweep");
-	ck_assert_int_eq(td_daemon_start(&t, 0, "commit_deadline = 1s\n"), 0);
-	/* Appears after start-up, already older than the deadline. */
-	make_leftover(t.root, ".partial-late-job", 600);
-	td_path(p, sizeof(p), "%s/.partial-late-job", t.root);
-	/* The daemon sweeps every min(commit_deadline, 60 s). */
-	ck_assert_msg(td_wait_exists(p, false, 10000),
-		      "%s (older than commit_deadline 1s) was not swept within 10 s", p);
-	td_fini(&t);
-}
-END_TEST
+/* (15. leftovers of a crash: in check_adversarial.c, deep_leftovers) */
 
 /* ---- the daemon dies mid-save ---------------------------------------------------- */
 
@@ -1323,8 +1251,6 @@ static Suite *failures_suite(void)
 	td_case(s, "name_exists", test_name_exists, 60, 0, 1);
 	td_case(s, "rank_disconnects", test_rank_disconnects, 120, 0, 1);
 	td_case(s, "rank_missing_deadline", test_rank_missing_deadline, 60, 0, 1);
-	td_case(s, "leftover_partial", test_leftover_partial, 60, 0, 1);
-	td_case(s, "periodic_sweep", test_periodic_sweep, 60, 0, 1);
 	td_case(s, "graceful_stop", test_graceful_stop, 90, 0, 1);
 	td_case(s, "daemon_dies", test_daemon_dies, 90, 0, 1);
 	td_case(s, "write_errors", test_write_errors, 120, 0, 1);
