@@ -154,18 +154,23 @@ static int remove_area(json_t *j, const char *id)
 		r = errno == ENOENT ? 0 : -errno;
 		goto out_root;
 	}
-	/* Only the area this entry is about: its attempt.json names the id. */
+	/* Only the area this entry is about: its attempt.json names the id and
+	 * the life of the daemon that noted it (a new life may have replaced
+	 * the area under the same name for a new attempt with the same key). */
 	r = fs_read_file_at(wfd, STORE_ATTEMPT_FILE, 64u << 10, &text, &len);
 	close(wfd);
 	if (r == 0) {
 		json_t *a = json_loadb(text, len, 0, NULL);
 		const char *aid = json_string_value(json_object_get(a, "id"));
-		bool match = aid && strcmp(aid, id) == 0;
+		const char *ainst = json_string_value(
+			json_object_get(json_object_get(a, "daemon"), "instance"));
+		const char *inst = json_string_value(json_object_get(j, "instance"));
+		bool match = aid && strcmp(aid, id) == 0 && ainst && inst && !strcmp(ainst, inst);
 		json_decref(a);
 		free(text);
 		if (!match) {
-			log_warn("sweep: '%s/%s' is not the work area noted (its attempt.json "
-				 "differs): left alone", root, work);
+			log_info("sweep: '%s/%s' is not the work area noted (another save or "
+				 "a later life made it): left alone", root, work);
 			r = 0;
 			goto out_root;
 		}
