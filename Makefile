@@ -51,8 +51,8 @@ endif
 CORE_SRCS   := $(sort $(wildcard shm/*.c format/*.c store/*.c))
 CLIENT_SRCS := $(sort $(wildcard client/*.c))
 DAEMON_MAIN := daemon/main.c
-CTL_MAIN    := daemon/ckptctl.c
-DAEMON_SRCS := $(filter-out $(DAEMON_MAIN) $(CTL_MAIN),$(sort $(wildcard daemon/*.c)))
+CTL_MAIN    := ctl/ckptctl.c
+DAEMON_SRCS := $(filter-out $(DAEMON_MAIN),$(sort $(wildcard daemon/*.c)))
 UNIT_SRCS   := $(sort $(wildcard tests/unit/check_*.c))
 INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c))
 TESTLIB_SRCS := $(sort $(wildcard tests/lib/*.c))
