@@ -230,8 +230,7 @@ install: all $(BUILD)/systemd/ckptd.service
 
 # Leaves $(SYSCONFDIR)/ckptd/ckptd.conf: it may hold the admin's edits.
 uninstall:
-	rm -f $(DESTDIR)$(LIBDIR)/libckpt.so $(DESTDIR)$(LIBDIR)/libckpt.so.0 \
-		$(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.a \
+	rm -f $(DESTDIR)$(LIBDIR)/libckpt.so* $(DESTDIR)$(LIBDIR)/libckpt.a \
 		$(DESTDIR)$(INCDIR)/ckpt.h $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc \
 		$(DESTDIR)$(BINDIR)/ckptd $(DESTDIR)$(BINDIR)/ckptctl \
 		$(DESTDIR)$(UNITDIR)/ckptd.service $(DESTDIR)$(UNITDIR)/ckptd.socket \
