@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -38,22 +37,6 @@
 #define STOP_GRACE_MS 30000
 #define WORKERS 4
 #define ARENA_WORKERS 4
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: ckptd [-c CONFIG] [-s SOCKET] [-r ROOT]... [-o KEY=VALUE]... [-v]\n"
-		"             [--check-config] [--version]\n"
-		"\n"
-		"  -c, --config PATH    configuration file (default %s; a missing default\n"
-		"                       file is fine when the flags give a root)\n"
-		"  -s, --socket PATH    listening socket (config key 'socket')\n"
-		"  -r, --root DIR       allow checkpoints under DIR (repeatable; key 'root')\n"
-		"  -o KEY=VALUE         set any config key (repeatable)\n"
-		"  -v, --verbose        debug logging\n"
-		"      --check-config   validate the configuration and exit\n",
-		CONFIG_DEFAULT_PATH);
-}
 
 static int listen_socket(struct server *srv)
 {
@@ -441,96 +424,35 @@ static void teardown(struct server *srv)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "root", required_argument, NULL, 'r' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "check-config", no_argument, NULL, 'C' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
 	struct server srv = { .lfd = -1, .epfd = -1, .sigfd = -1, .tfd = -1 };
-	const char *config_path = NULL;
-	char *sets[256];
-	size_t n_sets = 0;
-	bool check_only = false;
+	struct config_args args;
+	bool check_only;
 	char err[1024];
-	int c, r;
+	int r;
 
-	while ((c = getopt_long(argc, argv, "c:s:r:o:vh", opts, NULL)) != -1) {
-		switch (c) {
-		case 'c':
-			config_path = optarg;
-			break;
-		case 's':
-		case 'r':
-		case 'o': {
-			size_t len = strlen(optarg) + 8;
-			if (n_sets == 256) {
-				fprintf(stderr, "ckptd: too many -o/-s/-r options\n");
-				return 2;
-			}
-			sets[n_sets] = malloc(len);
-			if (!sets[n_sets])
-				return 1;
-			snprintf(sets[n_sets++], len, "%s%s", c == 's' ? "socket=" :
-							      c == 'r' ? "root=" : "",
-				 optarg);
-			break;
-		}
-		case 'v':
-			log_set_level(LOG_DEBUG);
-			break;
-		case 'C':
-			check_only = true;
-			break;
-		case 'V':
+	r = config_args_parse(&args, argc, argv, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "ckptd: %s\n", r == -ENOMEM ? strerror(ENOMEM) : err);
+		if (r != -ENOMEM)
+			config_usage(stderr);
+		return r == -ENOMEM ? 1 : 2;
+	}
+	if (args.help || args.version) {
+		if (args.help)
+			config_usage(stdout);
+		else
 			printf("ckptd %s\n", CKPT_VERSION);
-			return 0;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+		config_args_free(&args);
+		return 0;
 	}
-	if (optind != argc) {
-		fprintf(stderr, "ckptd: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-
-	if (config_defaults(&srv.cfg) < 0)
-		return 1;
-	r = config_load(&srv.cfg, config_path ? config_path : CONFIG_DEFAULT_PATH, err,
-			sizeof(err));
-	if (r == -ENOENT && !config_path) {
-		r = 0; /* no default file: flags alone may configure us */
-	} else if (r < 0) {
-		if (r == -ENOENT)
-			snprintf(err, sizeof(err), "%s: %s", config_path, strerror(ENOENT));
+	if (args.verbose)
+		log_set_level(LOG_DEBUG);
+	check_only = args.check_only;
+	r = config_from_args(&srv.cfg, &args, err, sizeof(err));
+	config_args_free(&args);
+	if (r < 0) {
 		fprintf(stderr, "ckptd: invalid configuration: %s\n", err);
-		return EX_CONFIG_;
-	}
-	for (size_t i = 0; i < n_sets; i++) {
-		char *eq = strchr(sets[i], '=');
-		if (!eq) {
-			fprintf(stderr, "ckptd: -o '%s': expected KEY=VALUE\n", sets[i]);
-			return 2;
-		}
-		*eq = '\0';
-		if (config_set(&srv.cfg, sets[i], eq + 1, err, sizeof(err)) < 0) {
-			fprintf(stderr, "ckptd: invalid option: %s\n", err);
-			return EX_CONFIG_;
-		}
-		free(sets[i]);
-	}
-	if (config_validate(&srv.cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "ckptd: invalid configuration: %s\n", err);
-		return EX_CONFIG_;
+		return r == -ENOMEM ? 1 : EX_CONFIG_;
 	}
 	if (check_only) {
 		printf("configuration is valid\n");
