@@ -205,11 +205,11 @@ static void user_dir(const char *path, uid_t uid, mode_t mode)
 	ck_assert_int_eq(chmod(path, mode), 0);
 }
 
-static bool need_root(void)
+static bool need_root(const char *name)
 {
 	if (geteuid() == 0)
 		return true;
-	printf("SKIP: this test acts as other users and needs root\n");
+	td_skip(name, "this test acts as other users and needs root");
 	return false;
 }
 
@@ -273,7 +273,7 @@ START_TEST(test_squatted_work_area)
 			.bytes = 3 * MiB };
 	char area[TD_PATH], p[TD_PATH], msg[512];
 
-	if (!need_root())
+	if (!need_root("squatted_work_area"))
 		return;
 	no_run_id();
 	td_init(&t, "squatted_work_area");
@@ -430,7 +430,7 @@ START_TEST(test_job_owner_persists)
 	char root[TD_PATH], p[TD_PATH], msg[512];
 	json_t *st;
 
-	if (!need_root())
+	if (!need_root("job_owner_persists"))
 		return;
 	td_init(&t, "job_owner_persists");
 	open_up(&t);
@@ -487,7 +487,7 @@ START_TEST(test_client_rights)
 	char priv[TD_PATH], mine[TD_PATH], p[TD_PATH], msg[512];
 	struct stat sb;
 
-	if (!need_root())
+	if (!need_root("client_rights"))
 		return;
 	td_init(&t, "client_rights");
 	open_up(&t);
@@ -580,7 +580,7 @@ START_TEST(test_idle_connections)
 	int idle[3], extra, rc;
 	char msg[512], root[TD_PATH];
 
-	if (!need_root())
+	if (!need_root("idle_connections"))
 		return;
 	td_init(&t, "idle_connections");
 	open_up(&t);

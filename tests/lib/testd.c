@@ -192,6 +192,18 @@ static int mkdir_p(const char *path, mode_t mode)
 
 /* ---- files ----------------------------------------------------------------- */
 
+void td_skip(const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("SKIP: [%s] ", name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
 int td_rm_rf(const char *path)
 {
 	return fs_rm_rf_at(AT_FDCWD, path);
