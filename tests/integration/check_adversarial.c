@@ -18,6 +18,8 @@
  *                            and a refused client is told why
  *   deep_leftovers           work areas of a crashed daemon are removed
  *                            wherever they are below a root
+ *   unread_answers           a client that reads none of its answers is
+ *                            neither dropped nor able to block the daemon
  *
  * Tests that act as other users fork children that drop to uids
  * TD_UID_A/TD_UID_B (the suite runs as root, like CI); without root they
@@ -626,6 +628,76 @@ START_TEST(test_idle_connections)
 }
 END_TEST
 
+/* ---- 7. a client that does not read its messages ------------------------------- */
+
+/*
+ * A client that sends many requests and reads none of the answers fills
+ * the daemon's socket buffer.  The daemon must neither block nor drop it
+ * for that (answers wait in a bounded queue), and other clients go on.
+ */
+START_TEST(test_unread_answers)
+{
+	struct testd t;
+	struct proto_hello h;
+	struct proto_save_begin b;
+	union {
+		char buf[PROTO_MSG_MAX];
+		struct proto_hello_ok ok;
+		struct proto_save_result res;
+	} u;
+	char err[256];
+	int fd, n_sent = 600, got = 0;
+	ssize_t n;
+
+	td_init(&t, "unread_answers");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\n"), 0);
+	fd = raw_connect(td_sock(&t, 0));
+	proto_init(&h.h, PROTO_HELLO, sizeof(h));
+	h.role = PROTO_ROLE_CLIENT;
+	h.world = 1;
+	h.umask = 022;
+	h.arena_bytes = 16 * MiB;
+	snprintf(h.job, sizeof(h.job), "deaf");
+	ck_assert_int_eq(proto_send(fd, &h, sizeof(h), -1), 0);
+	{
+		int afd = -1;
+		n = proto_recv(fd, u.buf, &afd);
+		ck_assert_int_eq(proto_check(u.buf, (size_t)n, err, sizeof(err)), PROTO_HELLO_OK);
+		close(afd);
+	}
+	/* Each SAVE_BEGIN points at a descriptor of zeros: refused at once
+	 * with a SAVE_ACK of 528 bytes, several hundred of which fill a Unix
+	 * socket's default send buffer. */
+	for (int i = 1; i <= n_sent; i++) {
+		proto_init(&b.h, PROTO_SAVE_BEGIN, sizeof(b));
+		b.token = (uint32_t)i;
+		b.desc_off = 0;
+		b.desc_len = 4096;
+		ck_assert_int_eq(proto_send(fd, &b, sizeof(b), -1), 0);
+	}
+	/* Meanwhile another client is served. */
+	{
+		char *out = NULL;
+		int st = td_ckptctl(&out, "-s", td_sock(&t, 0), "status", NULL);
+		ck_assert_msg(st == 0, "status while a client does not read: %s", out ? out : "");
+		free(out);
+	}
+	/* Every answer arrives, in order, on a connection still open. */
+	struct timeval tv = { 10, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	while (got < n_sent) {
+		n = proto_recv(fd, u.buf, NULL);
+		ck_assert_msg(n > 0, "connection ended after %d of %d answers (%zd)", got, n_sent, n);
+		ck_assert_int_eq(proto_check(u.buf, (size_t)n, err, sizeof(err)), PROTO_SAVE_ACK);
+		ck_assert_uint_eq(u.res.token, (uint32_t)(got + 1));
+		ck_assert_int_lt(u.res.err, 0);
+		got++;
+	}
+	close(fd);
+	td_fini(&t);
+}
+END_TEST
+
 /* ---- 6. leftovers of a crash, wherever they are ----------------------------------- */
 
 START_TEST(test_deep_leftovers)
@@ -683,5 +755,6 @@ int main(void)
 	td_case(s, "client_rights", test_client_rights, 120, 0, 1);
 	td_case(s, "idle_connections", test_idle_connections, 120, 0, 1);
 	td_case(s, "deep_leftovers", test_deep_leftovers, 180, 0, 2);
+	td_case(s, "unread_answers", test_unread_answers, 120, 0, 1);
 	return td_main(s, "check_adversarial");
 }
