@@ -27,7 +27,7 @@ else
 	echo "note: $built not built; verifying with a stand-in binary"
 fi
 
-sed "s|@BINDIR@|$tmp/bin|g" systemd/ckptd.service.in >"$tmp/units/ckptd.service"
+sed -e "s|@BINDIR@|$tmp/bin|g" -e "s|@SYSCONFDIR@|/etc|g" systemd/ckptd.service.in >"$tmp/units/ckptd.service"
 cp systemd/ckptd.socket "$tmp/units/ckptd.socket"
 if grep -n '@[A-Z_]*@' "$tmp/units/ckptd.service"; then
 	echo "FAIL: unsubstituted placeholder left in ckptd.service"
