@@ -730,11 +730,11 @@ static void free_run(struct work *w)
 	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, free_job));
 
 	/* Unpinning and unmapping gigabytes takes a while: not on the loop. */
-	c->srv->store->arena_detach(c->io);
-	if (c->arena)
-		munmap(c->arena, c->arena_bytes);
-	if (c->arena_fd >= 0)
-		close(c->arena_fd);
+	c->srv->store->arena_detach(c->free_io);
+	if (c->free_arena)
+		munmap(c->free_arena, c->arena_bytes);
+	if (c->free_fd >= 0)
+		close(c->free_fd);
 }
 
 static void free_done(struct work *w)
@@ -767,6 +767,12 @@ void conns_reap(struct server *srv)
 			writer_free(&c->w);
 		c->writer_ok = false;
 		c->freeing = true;
+		c->free_io = c->io;
+		c->free_arena = c->arena;
+		c->free_fd = c->arena_fd;
+		c->io = NULL;
+		c->arena = NULL;
+		c->arena_fd = -1;
 		c->free_job = (struct work){ .run = free_run, .done = free_done };
 		workers_submit(&srv->work, &c->free_job);
 	}

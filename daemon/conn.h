@@ -76,6 +76,9 @@ struct conn {
 	struct list link;       /* in server.conns */
 	bool freeing;           /* the free job is in flight */
 	struct work free_job;
+	struct store_arena *free_io; /* what the free job releases (moved */
+	uint8_t *free_arena;         /* out of io/arena, which the loop may */
+	int free_fd;                 /* still read while it runs) */
 };
 
 /* Accepts what the listening socket has (bounded).  Returns 0 or -errno. */
