@@ -641,6 +641,7 @@ void conn_event(struct conn *c, uint32_t events)
 				conn_close(c, "connection error");
 			return;
 		}
+		c->last_msg_ms = now_ms();
 		type = proto_check(u.buf, (size_t)n, err, sizeof(err));
 		if (type < 0) {
 			drop(c, "%s", err);
@@ -706,6 +707,11 @@ void conns_tick(struct server *srv)
 	{
 		struct conn *c = list_entry(p, struct conn, link);
 
+		if (c->state == CONN_CONTROL &&
+		    now - c->last_msg_ms > (int64_t)srv->cfg.handshake_timeout_ms) {
+			conn_close(c, "control connection idle");
+			continue;
+		}
 		if (c->state == CONN_NEW &&
 		    now - c->accepted_ms > (int64_t)srv->cfg.handshake_timeout_ms) {
 			char msg[128];
