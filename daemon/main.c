@@ -169,6 +169,7 @@ static int setup(struct server *srv)
 	signal(SIGXFSZ, SIG_IGN);
 
 	srv->store = &store_local;
+	creds_init();
 	creds_self(&srv->creds);
 	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
 	if (r < 0) {
