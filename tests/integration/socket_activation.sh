@@ -5,8 +5,10 @@
 # blocking socket used to stall the loop in its second accept4, so not even
 # the first one was answered), SIGTERM must stop the daemon with status 0,
 # and the socket file, which belongs to the activator, must still be there
-# afterwards (ckptd.socket goes on listening on it).  Then a datagram socket
-# handed over instead must be refused at start-up with exit status 1.
+# afterwards (ckptd.socket goes on listening on it).  The same as a plain
+# user holding only CAP_SETUID and CAP_SETGID, as ckptd.service runs it.
+# Then a datagram socket handed over instead must be refused at start-up
+# with exit status 1.
 # Every process started here is stopped by PID on every path.
 # Exit 77 (skip) where systemd-socket-activate is missing.
 set -euo pipefail
@@ -59,12 +61,21 @@ root = $tmp/root
 o_direct = no
 EOF
 
-# start_activated ACTIVATOR_OPTION...: systemd-socket-activate listens on
-# $sock and execs ckptd on the first connection, in its own process: $pid
-# is then the daemon's.  Returns once the socket exists.
+# start_activated ACTIVATOR_OPTION... [-- WRAPPER...]: systemd-socket-activate
+# listens on $sock and, on the first connection, execs WRAPPER... ckptd
+# (each wrapper execs the next): $pid is then the daemon's.  Returns once
+# the socket exists.
 start_activated() {
-	systemd-socket-activate "$@" -l "$sock" "$ckptd" -c "$tmp/ckptd.conf" \
-		>"$tmp/log" 2>&1 </dev/null &
+	local opts=() wrap=()
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		opts+=("$1")
+		shift
+	done
+	[ $# -gt 0 ] && shift
+	wrap=("$@")
+	rm -f "$sock"
+	systemd-socket-activate "${opts[@]}" -l "$sock" ${wrap[@]+"${wrap[@]}"} \
+		"$ckptd" -c "$tmp/ckptd.conf" >"$tmp/log" 2>&1 </dev/null &
 	pid=$!
 	for _ in $(seq 100); do
 		[ -S "$sock" ] && return 0
@@ -79,7 +90,7 @@ wait_exit() {
 	local state
 	for _ in $(seq $(($1 * 10))); do
 		# A dead child stays a zombie ("Z") until waited for.
-		state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null || echo gone)
+		state=$(sed 's/.*) //; s/ .*//' "/proc/$pid/stat" 2>/dev/null || echo gone)
 		if [ "$state" = Z ] || [ "$state" = gone ]; then
 			rc=0
 			wait "$pid" || rc=$?
@@ -102,7 +113,7 @@ for i in 1 2; do
 	[ "$rc" = 0 ] || fail "status #$i exited $rc: $out"
 	# The activator execs ckptd in place: the pid answering is the one
 	# signalled below.
-	grep -Eq "\"pid\": *$pid[,}[:space:]]" <<<"$out" ||
+	grep -Eq "\"pid\": *${pid}[,}[:space:]]" <<<"$out" ||
 		fail "status #$i does not come from pid $pid: $out"
 done
 grep -q 'using the socket passed by systemd' "$tmp/log" ||
@@ -119,9 +130,37 @@ if grep -q '^<3>' "$tmp/log"; then
 fi
 echo "listening socket: two status answered, SIGTERM exit 0, socket kept"
 
+# ---- as ckptd.service runs it: not root, CAP_SETUID/CAP_SETGID only ----
+# setpriv stands in for User=, AmbientCapabilities=, CapabilityBoundingSet=,
+# NoNewPrivileges= and UMask= of the unit (systemd itself cannot be run
+# here); the socket still comes from the activator, made by root.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
+	uid=$((40000 + $$ % 20000)) # a uid with no files anywhere else
+	chmod 0755 "$tmp"
+	chmod 1777 "$tmp/root"
+	chmod 0644 "$tmp/ckptd.conf"
+	start_activated --seqpacket -- \
+		setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+		--inh-caps=-all,+setuid,+setgid --ambient-caps=-all,+setuid,+setgid \
+		--bounding-set=-all,+setuid,+setgid --no-new-privs \
+		sh -c 'umask 077 && exec "$@"' sh
+	rc=0
+	out=$(timeout -k 2 "$ANSWER_S" "$ctl" -s "$sock" status --json 2>&1) || rc=$?
+	[ "$rc" = 0 ] || fail "status to the unprivileged ckptd exited $rc: $out"
+	grep -q "^Uid:[[:space:]]*${uid}[[:space:]]" "/proc/$pid/status" ||
+		fail "pid $pid does not run as uid $uid"
+	grep -q '^CapEff:[[:space:]]*00000000000000c0$' "/proc/$pid/status" ||
+		fail "pid $pid has other capabilities than CAP_SETUID and CAP_SETGID"
+	kill -TERM "$pid"
+	wait_exit "$EXIT_S"
+	[ "$rc" = 0 ] || fail "the unprivileged ckptd exited $rc after SIGTERM, want 0"
+	echo "as a plain user with CAP_SETUID/CAP_SETGID: status answered, SIGTERM exit 0"
+else
+	echo "note: unprivileged sub-check not run: needs root and setpriv (util-linux)"
+fi
+
 # ---- the wrong kind of socket: ckptd must refuse it, not serve it ----
 if command -v logger >/dev/null 2>&1; then
-	rm -f "$sock"
 	start_activated --datagram
 	# The first datagram is what makes the activator exec ckptd.
 	logger -d -u "$sock" 'wake up' || fail "could not send a datagram to '$sock'"
