@@ -164,18 +164,21 @@ mode=$(head -n 1 "$filter")
 [ "$mode" = allow ] || fail "SystemCallFilter= is not an allow list (it is '$mode')"
 allowed() { tail -n +2 "$filter" | grep -qx "$1"; }
 
-# What ckptd calls (seen with strace on a save, a status and a stop), what
-# the per-client file identity needs (setfsuid, setfsgid, setgroups; umask
-# after unshare(CLONE_FS)) and what libcurl needs for S3 (connect, poll,
-# sendto/recvfrom for DNS, socketpair for its resolver thread).
-need='accept4 bind chmod clone clone3 close connect epoll_create1 epoll_ctl
+# What ckptd calls (seen with strace on saves, a status and a stop, run as a
+# plain user with CAP_SETUID/CAP_SETGID), what the per-client file identity
+# needs (setfsuid, setfsgid, setgroups; umask after unshare(CLONE_FS)) and
+# what libcurl needs for S3 (connect, poll, sendto/recvfrom for DNS,
+# socketpair for its resolver thread).
+need='accept4 bind chmod clone clone3 close connect dup epoll_create1 epoll_ctl
 epoll_pwait epoll_wait eventfd2 exit exit_group fallocate fcntl fdatasync
-fstat fsync ftruncate futex getdents64 getpeername getrandom getsockname
-getsockopt io_uring_enter io_uring_register io_uring_setup listen lseek madvise
-memfd_create mkdirat mmap mprotect munmap newfstatat openat poll ppoll pread64
-prlimit64 pwrite64 read recvfrom recvmsg renameat renameat2 rt_sigprocmask
-sendmsg sendto setfsgid setfsuid setgroups setsockopt shutdown signalfd4 socket
-socketpair statx timerfd_create timerfd_settime umask unlinkat unshare write'
+flock fstat fsync ftruncate futex getdents64 getegid geteuid getgroups
+getpeername getrandom getsockname getsockopt io_uring_enter
+io_uring_register io_uring_setup listen lseek madvise memfd_create mkdir
+mkdirat mmap mprotect munmap newfstatat openat poll ppoll pread64
+prlimit64 pwrite64 read recvfrom recvmsg renameat renameat2
+rt_sigprocmask sendmsg sendto setfsgid setfsuid setgroups setsockopt
+shutdown signalfd4 socket socketpair statx timerfd_create timerfd_settime
+umask unlink unlinkat unshare write'
 # Changing the real/effective ids, ownership or capabilities, and the rest of
 # what a confined file writer never does.
 deny='setuid setreuid setresuid setgid setregid setresgid chown fchown fchownat
