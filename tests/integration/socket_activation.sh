@@ -58,6 +58,7 @@ mkdir "$tmp/root"
 cat >"$tmp/ckptd.conf" <<EOF
 socket = $sock
 root = $tmp/root
+state_dir = $tmp/state
 o_direct = no
 EOF
 
@@ -138,6 +139,11 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
 	uid=$((40000 + $$ % 20000)) # a uid with no files anywhere else
 	chmod 0755 "$tmp"
 	chmod 1777 "$tmp/root"
+	# Its own state directory, as StateDirectory= would give it.
+	mkdir -p "$tmp/ustate"
+	chown "$uid:$uid" "$tmp/ustate"
+	chmod 0700 "$tmp/ustate"
+	sed -i "s|^state_dir = .*|state_dir = $tmp/ustate|" "$tmp/ckptd.conf"
 	chmod 0644 "$tmp/ckptd.conf"
 	start_activated --seqpacket -- \
 		setpriv --reuid="$uid" --regid="$uid" --clear-groups \
