@@ -208,6 +208,23 @@ static int setup(struct server *srv)
 	srv->store = &store_local;
 	creds_init();
 	creds_self(&srv->creds);
+	/* The default state directory is the system's; a daemon run by a plain
+	 * user (a developer's ckptd -r DIR -s SOCK) keeps its state in that
+	 * user's own state directory unless told otherwise. */
+	if (geteuid() != 0 && !strcmp(srv->cfg.state_dir, CONFIG_DEFAULT_STATE_DIR)) {
+		const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+		char path[PATH_MAX];
+		int n = xdg && xdg[0] == '/' ? snprintf(path, sizeof(path), "%s/ckptd", xdg) :
+			home && home[0] == '/' ?
+						      snprintf(path, sizeof(path), "%s/.local/state/ckptd", home) :
+						      -1;
+		char *copy = n > 0 && n < (int)sizeof(path) ? strdup(path) : NULL;
+		if (copy) {
+			free(srv->cfg.state_dir);
+			srv->cfg.state_dir = copy;
+			log_info("not root: keeping state in '%s' (set state_dir to choose)", copy);
+		}
+	}
 	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
 	if (r < 0) {
 		log_err("%s", err);
