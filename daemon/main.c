@@ -208,10 +208,13 @@ static int setup(struct server *srv)
 	srv->store = &store_local;
 	creds_init();
 	creds_self(&srv->creds);
-	/* The default state directory is the system's; a daemon run by a plain
-	 * user (a developer's ckptd -r DIR -s SOCK) keeps its state in that
-	 * user's own state directory unless told otherwise. */
-	if (geteuid() != 0 && !strcmp(srv->cfg.state_dir, CONFIG_DEFAULT_STATE_DIR)) {
+	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
+	/* The default state directory is the system's (under systemd the unit
+	 * makes it for the ckptd user).  A daemon run by a plain user without
+	 * one (a developer's ckptd -r DIR -s SOCK) keeps its state in that
+	 * user's own state directory instead. */
+	if ((r == -EACCES || r == -EROFS || r == -EPERM) && geteuid() != 0 &&
+	    !strcmp(srv->cfg.state_dir, CONFIG_DEFAULT_STATE_DIR)) {
 		const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
 		char path[PATH_MAX];
 		int n = xdg && xdg[0] == '/' ? snprintf(path, sizeof(path), "%s/ckptd", xdg) :
@@ -222,10 +225,11 @@ static int setup(struct server *srv)
 		if (copy) {
 			free(srv->cfg.state_dir);
 			srv->cfg.state_dir = copy;
-			log_info("not root: keeping state in '%s' (set state_dir to choose)", copy);
+			log_info("%s; keeping state in '%s' instead (set state_dir to choose)", err,
+				 copy);
+			r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
 		}
 	}
-	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
 	if (r < 0) {
 		log_err("%s", err);
 		return r;
