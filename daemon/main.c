@@ -139,18 +139,6 @@ bound:
 	return fd;
 }
 
-int64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t now_ms(void)
-{
-	return now_us() / 1000;
-}
-
 static int add_ev(struct server *srv, int fd, struct ev *ev, enum ev_kind kind, void *ptr)
 {
 	struct epoll_event ee = { .events = EPOLLIN, .data.ptr = ev };
