@@ -14,6 +14,7 @@ BINDIR   ?= $(PREFIX)/bin
 INCDIR   ?= $(PREFIX)/include
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 ifeq ($(PREFIX),/usr)
 SYSCONFDIR  ?= /etc
 else
@@ -212,7 +213,7 @@ bench:
 
 install: all $(BUILD)/systemd/ckptd.service
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCDIR) \
-		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(SYSUSERSDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/ckptd
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION)
 	ln -sf libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.so.0
@@ -225,6 +226,7 @@ install: all $(BUILD)/systemd/ckptd.service
 	install -m 0644 $(BUILD)/systemd/ckptd.service $(DESTDIR)$(UNITDIR)/ckptd.service
 	install -m 0644 systemd/ckptd.socket $(DESTDIR)$(UNITDIR)/ckptd.socket
 	install -m 0644 systemd/ckptd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/ckptd.conf
+	install -m 0644 systemd/ckptd.sysusers $(DESTDIR)$(SYSUSERSDIR)/ckptd.conf
 	test -e $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.conf || \
 		install -m 0644 systemd/ckptd.conf.example $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.conf
 
@@ -234,7 +236,7 @@ uninstall:
 		$(DESTDIR)$(INCDIR)/ckpt.h $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc \
 		$(DESTDIR)$(BINDIR)/ckptd $(DESTDIR)$(BINDIR)/ckptctl \
 		$(DESTDIR)$(UNITDIR)/ckptd.service $(DESTDIR)$(UNITDIR)/ckptd.socket \
-		$(DESTDIR)$(TMPFILESDIR)/ckptd.conf
+		$(DESTDIR)$(TMPFILESDIR)/ckptd.conf $(DESTDIR)$(SYSUSERSDIR)/ckptd.conf
 
 clean:
 	rm -rf build

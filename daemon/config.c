@@ -51,7 +51,7 @@ const struct config_key config_keys[] = {
 	    "its permissions (octal)"),
 	KEY("root", CONFIG_ROOT, 1, PATH_MAX - 1, roots, NULL,
 	    "allowed checkpoint root (repeatable)"),
-	KEY("state_dir", CONFIG_PATH, 1, PATH_MAX - 1, state_dir, "/var/lib/ckptd/state",
+	KEY("state_dir", CONFIG_PATH, 1, PATH_MAX - 1, state_dir, CONFIG_DEFAULT_STATE_DIR,
 	    "registry of work directories"),
 	/* At least one CRC block: the smallest slot. */
 	KEY("arena_max", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_max, "4G",

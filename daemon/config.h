@@ -42,6 +42,9 @@
 #include <stdio.h>
 
 #define CONFIG_MAX_ROOTS 64
+/* state_dir unless configured (a daemon not run by root uses the user's own
+ * state directory instead, see main.c). */
+#define CONFIG_DEFAULT_STATE_DIR "/var/lib/ckptd/state"
 
 /* The config file ckptd and ckptctl read when no -c is given: SYSCONFDIR/
  * ckptd/ckptd.conf of the build (the Makefile passes CKPTD_CONFIG_PATH to

@@ -641,6 +641,7 @@ void conn_event(struct conn *c, uint32_t events)
 				conn_close(c, "connection error");
 			return;
 		}
+		c->last_msg_ms = now_ms();
 		type = proto_check(u.buf, (size_t)n, err, sizeof(err));
 		if (type < 0) {
 			drop(c, "%s", err);
@@ -706,6 +707,11 @@ void conns_tick(struct server *srv)
 	{
 		struct conn *c = list_entry(p, struct conn, link);
 
+		if (c->state == CONN_CONTROL &&
+		    now - c->last_msg_ms > (int64_t)srv->cfg.handshake_timeout_ms) {
+			conn_close(c, "control connection idle");
+			continue;
+		}
 		if (c->state == CONN_NEW &&
 		    now - c->accepted_ms > (int64_t)srv->cfg.handshake_timeout_ms) {
 			char msg[128];
@@ -730,11 +736,11 @@ static void free_run(struct work *w)
 	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, free_job));
 
 	/* Unpinning and unmapping gigabytes takes a while: not on the loop. */
-	c->srv->store->arena_detach(c->io);
-	if (c->arena)
-		munmap(c->arena, c->arena_bytes);
-	if (c->arena_fd >= 0)
-		close(c->arena_fd);
+	c->srv->store->arena_detach(c->free_io);
+	if (c->free_arena)
+		munmap(c->free_arena, c->arena_bytes);
+	if (c->free_fd >= 0)
+		close(c->free_fd);
 }
 
 static void free_done(struct work *w)
@@ -767,6 +773,12 @@ void conns_reap(struct server *srv)
 			writer_free(&c->w);
 		c->writer_ok = false;
 		c->freeing = true;
+		c->free_io = c->io;
+		c->free_arena = c->arena;
+		c->free_fd = c->arena_fd;
+		c->io = NULL;
+		c->arena = NULL;
+		c->arena_fd = -1;
 		c->free_job = (struct work){ .run = free_run, .done = free_done };
 		workers_submit(&srv->work, &c->free_job);
 	}

@@ -10,7 +10,8 @@
  *
  * A peer that breaks the protocol is dropped with a logged reason and an
  * ERROR message; nothing it sends can harm the daemon or other clients.  A
- * connection that says nothing within handshake_timeout is closed; each uid
+ * connection that says nothing within handshake_timeout is closed (so is a
+ * control connection, ckptctl's, idle that long); each uid
  * may hold max_clients_per_uid connections.  A job belongs to the uid of
  * its first client for as long as any of its connections or saves lives.
  *
@@ -52,6 +53,7 @@ struct conn {
 	pid_t pid;
 	struct creds creds;
 	int64_t accepted_ms;
+	int64_t last_msg_ms;    /* control connections idle out after this */
 	bool want_out;          /* EPOLLOUT armed */
 	struct outmsg *outq;    /* ring of queued messages */
 	uint32_t out_head, out_n, out_cap;
@@ -76,6 +78,9 @@ struct conn {
 	struct list link;       /* in server.conns */
 	bool freeing;           /* the free job is in flight */
 	struct work free_job;
+	struct store_arena *free_io; /* what the free job releases (moved */
+	uint8_t *free_arena;         /* out of io/arena, which the loop may */
+	int free_fd;                 /* still read while it runs) */
 };
 
 /* Accepts what the listening socket has (bounded).  Returns 0 or -errno. */

@@ -45,16 +45,29 @@ int creds_from_peer(int sock, struct creds *ret, pid_t *ret_pid)
 	return 0;
 }
 
-void creds_self(struct creds *ret)
+/* The daemon's own credentials, read once at start-up: a worker's
+ * getgroups() would return whatever groups it acts with at that moment. */
+static struct creds self;
+static bool self_known;
+
+void creds_init(void)
 {
 	int n;
 
-	memset(ret, 0, sizeof(*ret));
-	ret->uid = geteuid();
-	ret->gid = getegid();
-	ret->umask = 022;
-	n = getgroups(CREDS_MAX_GROUPS, ret->groups);
-	ret->n_groups = n > 0 ? (uint32_t)n : 0;
+	memset(&self, 0, sizeof(self));
+	self.uid = geteuid();
+	self.gid = getegid();
+	self.umask = 022;
+	n = getgroups(CREDS_MAX_GROUPS, self.groups);
+	self.n_groups = n > 0 ? (uint32_t)n : 0;
+	self_known = true;
+}
+
+void creds_self(struct creds *ret)
+{
+	if (!self_known)
+		creds_init();
+	*ret = self;
 }
 
 int creds_thread_init(void)
@@ -73,11 +86,12 @@ int creds_apply(const struct creds *c, char *err, size_t errlen)
 
 	umask(c->umask & 0777);
 	if (creds_is_self(c)) {
-		/* Back to ourselves (also after acting as someone else). */
-		struct creds self;
-		creds_self(&self);
-		if (euid == 0)
-			syscall(SYS_setgroups, (size_t)self.n_groups, self.groups);
+		/* Back to ourselves, groups included (also when the daemon is
+		 * not root: it switched with CAP_SETGID and returns with it).
+		 * A daemon without CAP_SETGID never switched: nothing to undo. */
+		if (!self_known)
+			creds_init();
+		(void)syscall(SYS_setgroups, (size_t)self.n_groups, self.groups);
 		setfsgid(c->gid);
 		setfsuid(c->uid);
 		return 0;

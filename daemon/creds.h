@@ -44,7 +44,11 @@ struct creds {
  */
 int creds_from_peer(int sock, struct creds *ret, pid_t *ret_pid);
 
-/* The daemon's own credentials (the ids worker threads return to). */
+/* Records the daemon's own credentials; call once at start-up, before any
+ * thread switches.  (creds_self calls it if nobody did.) */
+void creds_init(void);
+
+/* The daemon's own credentials (what worker threads return to). */
 void creds_self(struct creds *ret);
 
 /* Makes this thread's umask its own (call once at the start of a worker). */

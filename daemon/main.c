@@ -42,19 +42,58 @@ static int listen_socket(struct server *srv)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	const char *path = srv->cfg.socket_path;
-	int n = sd_listen_fds(1);
-	int fd;
+	/* Keep $LISTEN_FDS (0: do not unset): teardown asks sd_listen_fds()
+	 * again to learn that the socket file is systemd's and must not be
+	 * unlinked.  No child can mistake it for its own: ckptd execs nothing,
+	 * and $LISTEN_PID names this process only. */
+	int n = sd_listen_fds(0);
+	int fd, r;
 
+	if (n < 0) {
+		log_err("the sockets passed by systemd are unusable: %s", strerror(-n));
+		return n;
+	}
 	if (n > 1) {
 		log_err("systemd passed %d sockets; expected one", n);
 		return -EINVAL;
 	}
 	if (n == 1) {
+		struct sockaddr_un bound = { 0 };
+		socklen_t len = sizeof(bound);
+		int flags;
+
+		/* sd_listen_fds() has set FD_CLOEXEC; the socket must also be a
+		 * listening SOCK_SEQPACKET one (a ListenStream= unit would pass
+		 * a stream socket, and Accept=yes a connected one). */
 		fd = SD_LISTEN_FDS_START;
-		if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0) {
-			log_err("the socket systemd passed is not a listening SOCK_SEQPACKET Unix socket");
-			return -EINVAL;
+		r = sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0);
+		if (r <= 0) {
+			log_err("the socket systemd passed (fd %d) is not a listening SOCK_SEQPACKET "
+				"Unix socket%s%s",
+				fd, r < 0 ? ": " : "", r < 0 ? strerror(-r) : "");
+			return r < 0 ? r : -EINVAL;
 		}
+		/* Socket activation promises nothing about O_NONBLOCK (a
+		 * socket from systemd-socket-activate is blocking), and the
+		 * loop accepts until EAGAIN: on a blocking socket the accept4
+		 * after the last pending connection would wait for the next
+		 * one, with signals and every client stopped behind it.  The
+		 * flag belongs to the open file, shared with the copy the
+		 * activator keeps; it only polls that copy, so no harm. */
+		flags = fcntl(fd, F_GETFL);
+		if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+			r = -errno;
+			log_err("making the socket passed by systemd non-blocking: %s", strerror(-r));
+			return r;
+		}
+		/* Clients find the daemon through the configuration's `socket`:
+		 * say so when systemd's socket is elsewhere. */
+		if (getsockname(fd, (struct sockaddr *)&bound, &len) == 0 &&
+		    len > sizeof(sa_family_t) && bound.sun_path[0] != '\0' &&
+		    strncmp(bound.sun_path, path, sizeof(bound.sun_path)) != 0)
+			log_warn("the socket passed by systemd is '%.*s' but the configuration's "
+				 "socket is '%s', where clients will look for it",
+				 (int)sizeof(bound.sun_path), bound.sun_path, path);
 		log_info("using the socket passed by systemd");
 		return fd;
 	}
@@ -85,33 +124,19 @@ static int listen_socket(struct server *srv)
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 			goto bound;
 	}
-	{
-		int r = -errno;
-		log_err("cannot bind '%s': %s", path, strerror(errno));
-		close(fd);
-		return r;
-	}
+	r = -errno;
+	log_err("cannot bind '%s': %s", path, strerror(-r));
+	close(fd);
+	return r;
 bound:
 	if (chmod(path, srv->cfg.socket_mode) < 0)
 		log_warn("chmod '%s': %s", path, strerror(errno));
 	if (listen(fd, 128) < 0) {
-		int r = -errno;
+		r = -errno;
 		close(fd);
 		return r;
 	}
 	return fd;
-}
-
-int64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t now_ms(void)
-{
-	return now_us() / 1000;
 }
 
 static int add_ev(struct server *srv, int fd, struct ev *ev, enum ev_kind kind, void *ptr)
@@ -169,8 +194,30 @@ static int setup(struct server *srv)
 	signal(SIGXFSZ, SIG_IGN);
 
 	srv->store = &store_local;
+	creds_init();
 	creds_self(&srv->creds);
 	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
+	/* The default state directory is the system's (under systemd the unit
+	 * makes it for the ckptd user).  A daemon run by a plain user without
+	 * one (a developer's ckptd -r DIR -s SOCK) keeps its state in that
+	 * user's own state directory instead. */
+	if ((r == -EACCES || r == -EROFS || r == -EPERM) && geteuid() != 0 &&
+	    !strcmp(srv->cfg.state_dir, CONFIG_DEFAULT_STATE_DIR)) {
+		const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+		char path[PATH_MAX];
+		int n = xdg && xdg[0] == '/' ? snprintf(path, sizeof(path), "%s/ckptd", xdg) :
+			home && home[0] == '/' ?
+						      snprintf(path, sizeof(path), "%s/.local/state/ckptd", home) :
+						      -1;
+		char *copy = n > 0 && n < (int)sizeof(path) ? strdup(path) : NULL;
+		if (copy) {
+			free(srv->cfg.state_dir);
+			srv->cfg.state_dir = copy;
+			log_info("%s; keeping state in '%s' instead (set state_dir to choose)", err,
+				 copy);
+			r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
+		}
+	}
 	if (r < 0) {
 		log_err("%s", err);
 		return r;

@@ -614,7 +614,13 @@ static void commit_submit(struct save *s)
 	if (!j)
 		return; /* retried at the next tick */
 	list_for_each(p, &s->ranks)
+	{
+		if (list_entry(p, struct rank, slink)->state != RANK_DURABLE) {
+			sjob_free(j);
+			return;
+		}
 		n++;
+	}
 	j->local = calloc(n ? n : 1, sizeof(*j->local));
 	j->ranks = calloc(n ? n : 1, sizeof(*j->ranks));
 	if (!j->local || !j->ranks) {
@@ -689,7 +695,14 @@ static void poll_submit(struct save *s)
 	if (!j)
 		return;
 	list_for_each(p, &s->ranks)
+	{
+		/* Only durable ranks are ever addressed (published). */
+		if (list_entry(p, struct rank, slink)->state != RANK_DURABLE) {
+			sjob_free(j);
+			return;
+		}
 		n++;
+	}
 	j->rk = calloc(n ? n : 1, sizeof(*j->rk));
 	j->to = calloc(n ? n : 1, sizeof(*j->to));
 	if (!j->rk || !j->to) {
@@ -890,6 +903,7 @@ int save_begin(struct server *srv, struct conn *c, uint32_t token, uint32_t atte
 	memset(l, 0, sizeof(*l));
 	list_add_tail(&s->ranks, &r->slink);
 	list_add_tail(&c->ranks, &r->clink);
+	s->delivered = false; /* not every local rank is durable any more */
 	if (r->rank == 0)
 		s->coordinator = true;
 	s->bytes += r->layout.file_size;
@@ -1007,7 +1021,10 @@ void saves_tick(struct server *srv)
 		/* The deadline first: past it, no new commit or poll starts. */
 		if ((s->state == SAVE_ACTIVE || s->state == SAVE_OPENING) && now > deadline)
 			save_deadline(s);
-		if (s->state == SAVE_ACTIVE && !s->job_busy && s->delivered) {
+		/* Every local rank must be durable now: a rank that joined
+		 * after the others were must not be merged or published
+		 * before its own bytes are (a torn checkpoint otherwise). */
+		if (s->state == SAVE_ACTIVE && !s->job_busy && local_ranks_durable(s)) {
 			if (s->coordinator) {
 				commit_submit(s);
 			} else {

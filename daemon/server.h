@@ -55,6 +55,7 @@ struct server {
 	int64_t max_stall_us;       /* longest round of the loop */
 };
 
+/* CLOCK_MONOTONIC in milliseconds / microseconds (clock.c). */
 int64_t now_ms(void);
 int64_t now_us(void);
 

@@ -132,6 +132,7 @@ struct manifest_file {
 struct manifest {
 	char name[CKPT_MAX_NAME_LEN + 1];
 	char job[CKPT_MAX_JOB_LEN + 1];
+	char attempt[33];     /* the attempt id that committed it, or "" */
 	uint64_t step;
 	uint32_t world;
 	char time[40];

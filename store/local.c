@@ -754,10 +754,16 @@ static int local_attempt_poll(struct store_attempt *a, const char *id, char *err
 	snprintf(path, sizeof(path), "%s/%s", a->name, MANIFEST_FILE);
 	r = fs_read_file_at(a->rootfd, path, MANIFEST_MAX_BYTES, &text, &len);
 	if (r == 0) {
-		json_t *m = json_loadb(text, len, 0, NULL);
-		bool ours = str_is(m, "attempt", id);
-		json_decref(m);
+		struct manifest m;
+		char why[256];
+		bool ours;
+
+		memset(&m, 0, sizeof(m));
+		r = manifest_parse(text, len, &m, why, sizeof(why));
 		free(text);
+		ours = r == 0 && strcmp(m.attempt, id) == 0;
+		if (r == 0)
+			manifest_free(&m);
 		if (ours)
 			return 1;
 		snprintf(err, errlen, "checkpoint '%s/%s' was committed by another save", a->root,

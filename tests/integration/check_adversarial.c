@@ -9,6 +9,7 @@
  *   squatted_work_area       another user made the attempt's work area first
  *   retry_never_adopts       a retry after a crash never uses the crashed
  *                            attempt's rank files (one daemon, then two)
+ *   no_commit_before_every_rank  a rank frozen mid-staging holds the commit
  *   job_owner_persists       another uid cannot join (and fail) a job whose
  *                            client left after staged; status shows a user
  *                            only their own saves
@@ -32,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -381,6 +383,89 @@ START_TEST(test_retry_never_adopts)
 	td_path(p, sizeof(p), "%s/ck", t.root);
 	verify_rank_tensor(p, 0, r0.bytes, 20);
 	verify_rank_tensor(p, 1, r1.bytes, 21);
+	td_fini(&t);
+}
+END_TEST
+
+/* ---- 2b. nothing commits before every rank's bytes are there ------------------------ */
+
+/* The status JSON's save `name`: rank `rank`'s staged bytes (-1: absent). */
+static int64_t staged_of(struct testd *t, const char *name, uint32_t rank)
+{
+	char *out = NULL;
+	int64_t v = -1;
+	json_t *st, *saves;
+
+	if (td_ckptctl(&out, "-s", td_sock(t, 0), "status", "--json", NULL) != 0) {
+		free(out);
+		return -1;
+	}
+	st = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+	free(out);
+	saves = json_object_get(st, "saves");
+	for (size_t i = 0; i < json_array_size(saves); i++) {
+		json_t *sv = json_array_get(saves, i), *ranks = json_object_get(sv, "ranks");
+		if (strcmp(json_string_value(json_object_get(sv, "name")) ?: "", name))
+			continue;
+		for (size_t k = 0; k < json_array_size(ranks); k++) {
+			json_t *r = json_array_get(ranks, k);
+			if (json_integer_value(json_object_get(r, "rank")) == rank)
+				v = json_integer_value(json_object_get(r, "staged"));
+		}
+	}
+	json_decref(st);
+	return v;
+}
+
+/*
+ * World 2 on one daemon: rank 0 is durable at once; rank 1 joins later and
+ * is frozen (SIGSTOP) in the middle of staging.  However long it stays
+ * frozen, nothing may commit with rank 1's bytes half there; once it goes
+ * on, the checkpoint holds all of both ranks.
+ */
+START_TEST(test_no_commit_before_every_rank)
+{
+	struct testd t;
+	struct td_child c0, c1;
+	struct rk r0 = { .job = "late", .name = "both", .rank = 0, .world = 2, .step = 4,
+			 .umask = -1, .seed = 71, .bytes = 2 * MiB, .hold = true };
+	struct rk r1 = r0;
+	char p[TD_PATH], msg[512];
+	int64_t staged = -1, end;
+
+	td_init(&t, "no_commit_before_every_rank");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\ncommit_deadline = 2m\n"), 0);
+	r0.sock = r1.sock = td_sock(&t, 0);
+	r0.root = r1.root = t.root;
+	r1.rank = 1;
+	r1.seed = 72;
+	r1.bytes = 768 * MiB;
+	rk_start(&c0, &r0);
+	ck_assert_int_eq(rk_expect(&c0, "staged", 60000, msg, sizeof(msg)), 0);
+	td_sleep_ms(300); /* rank 0 durable; its daemon waits for rank 1 */
+	rk_start(&c1, &r1);
+	for (end = td_now_ms() + 60000; td_now_ms() < end; td_sleep_ms(10)) {
+		staged = staged_of(&t, "both", 1);
+		if (staged > 0)
+			break;
+	}
+	ck_assert_int_eq(kill(c1.pid, SIGSTOP), 0);
+	staged = staged_of(&t, "both", 1);
+	ck_assert_msg(staged > 0 && (uint64_t)staged < r1.bytes,
+		      "test premise: rank 1 frozen mid-staging (staged %lld)", (long long)staged);
+	td_sleep_ms(1500); /* many ticks of the daemon */
+	td_path(p, sizeof(p), "%s/both", t.root);
+	ck_assert_msg(!td_exists(p), "committed while rank 1 had staged %lld of %llu bytes",
+		      (long long)staged, (unsigned long long)r1.bytes);
+	ck_assert_int_eq(kill(c1.pid, SIGCONT), 0);
+	ck_assert_msg(rk_expect(&c1, "committed", 120000, msg, sizeof(msg)) == 0, "rank 1: %s", msg);
+	ck_assert_msg(rk_expect(&c0, "committed", 120000, msg, sizeof(msg)) == 0, "rank 0: %s", msg);
+	td_child_go(&c0);
+	td_child_go(&c1);
+	td_child_wait(&c0, 30000);
+	td_child_wait(&c1, 30000);
+	verify_rank_tensor(p, 0, r0.bytes, 71);
+	verify_rank_tensor(p, 1, r1.bytes, 72);
 	td_fini(&t);
 }
 END_TEST
@@ -751,6 +836,7 @@ int main(void)
 	td_case(s, "two_jobs_similar_names", test_two_jobs_similar_names, 180, 0, 1);
 	td_case(s, "squatted_work_area", test_squatted_work_area, 120, 0, 1);
 	td_case(s, "retry_never_adopts", test_retry_never_adopts, 240, 0, 2);
+	td_case(s, "no_commit_before_every_rank", test_no_commit_before_every_rank, 240, 0, 1);
 	td_case(s, "job_owner_persists", test_job_owner_persists, 180, 0, 1);
 	td_case(s, "client_rights", test_client_rights, 120, 0, 1);
 	td_case(s, "idle_connections", test_idle_connections, 120, 0, 1);

@@ -48,9 +48,9 @@ mkdir -p "$tmp/root" "$tmp/other"
 # The example's root is replaced by -r, not added to.
 expect 0 '^configuration is valid$' -- "$ckptd" --check-config -c "$example" -r "$tmp/root" \
 	-s "$tmp/s.sock"
-if [ ! -d /var/lib/ckptd ]; then
+if [ ! -d /var/lib/ckptd/checkpoints ]; then
 	line=$(grep -n '^root = ' "$example" | cut -d: -f1)
-	expect 78 "invalid configuration: $example:$line: root '/var/lib/ckptd': No such file" -- \
+	expect 78 "invalid configuration: $example:$line: root '/var/lib/ckptd/checkpoints': No such file" -- \
 		"$ckptd" --check-config -c "$example" -s "$tmp/s.sock"
 fi
 
