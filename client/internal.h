@@ -43,6 +43,7 @@
 
 #include "ckpt.h"
 #include "format/layout.h"
+#include "format/nameset.h"
 #include "shm/arena.h"
 #include "shm/proto.h"
 
@@ -246,8 +247,7 @@ struct ckpt_save {
 	struct layout layout;
 	struct save_src *src;   /* layout.n_items entries */
 	size_t cap_src;
-	uint32_t *set;          /* open-addressed name set: item index + 1 */
-	size_t set_cap;         /* power of two, or 0 */
+	struct nameset names;   /* item names -> index (format/nameset) */
 
 	struct ckpt_future staged;
 	struct ckpt_future committed;

@@ -48,6 +48,7 @@
 #include "format/desc.h"
 #include "format/errmsg.h"
 #include "format/names.h"
+#include "format/nameset.h"
 #include "format/safetensors.h"
 
 /* ---- the state machine ---- */
@@ -316,7 +317,7 @@ static void save_destroy(struct ckpt_save *s)
 {
 	layout_free(&s->layout);
 	free(s->src);
-	free(s->set);
+	nameset_free(&s->names);
 	free(s->hdr);
 	future_destroy(&s->staged);
 	future_destroy(&s->committed);
@@ -533,32 +534,9 @@ int ckpt_save_set_metric(struct ckpt_save *save, const char *key, double value)
 
 /* ---- items ---- */
 
-static uint64_t name_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ull;
-	}
-	return h ^ (h >> 29);
-}
-
-/* Returns the slot of `name` in the set: where it is, or the empty slot
- * where it would go.  The set is never full (load <= 1/2). */
-static size_t set_slot(const struct ckpt_save *s, const char *name)
-{
-	size_t mask = s->set_cap - 1;
-	size_t i = (size_t)name_hash(name) & mask;
-
-	while (s->set[i] && strcmp(s->layout.items[s->set[i] - 1].name, name) != 0)
-		i = (i + 1) & mask;
-	return i;
-}
-
 static bool set_contains(const struct ckpt_save *s, const char *name)
 {
-	return s->set_cap && s->set[set_slot(s, name)] != 0;
+	return nameset_get(&s->names, name) >= 0;
 }
 
 /* Makes room for one more entry (and one more src entry). */
@@ -574,20 +552,9 @@ static int set_reserve(struct ckpt_save *s)
 		s->src = src;
 		s->cap_src = cap;
 	}
-	if ((n + 1) * 2 > s->set_cap) {
-		size_t cap = s->set_cap ? s->set_cap * 2 : 128;
-		uint32_t *old = s->set;
-		size_t old_cap = s->set_cap;
-		uint32_t *set = calloc(cap, sizeof(*set));
-		if (!set)
-			return -ENOMEM;
-		s->set = set;
-		s->set_cap = cap;
-		for (size_t i = 0; i < old_cap; i++)
-			if (old[i])
-				s->set[set_slot(s, s->layout.items[old[i] - 1].name)] = old[i];
-		free(old);
-	}
+	/* Doubling, so adding n names costs O(n) in all. */
+	if (n + 1 > s->names.max)
+		return nameset_reserve(&s->names, n + 1 < 64 ? 64 : 2 * (n + 1));
 	return 0;
 }
 
@@ -622,7 +589,9 @@ static int add_item(struct ckpt_save *s, const char *fn, enum item_kind kind, co
 	}
 	s->src[idx].data = data;
 	s->src[idx].engine = engine;
-	s->set[set_slot(s, s->layout.items[idx].name)] = (uint32_t)idx + 1;
+	/* The set borrows the layout's copy of the name, which lives as long
+	 * as the save. */
+	nameset_put(&s->names, s->layout.items[idx].name, (uint32_t)idx);
 	return 0;
 }
 

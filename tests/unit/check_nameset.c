@@ -141,6 +141,33 @@ START_TEST(test_free)
 }
 END_TEST
 
+/* A zeroed set grows by reserve and keeps every entry through each rehash;
+ * get never adds. */
+START_TEST(test_reserve_get)
+{
+	static char names[3000][16];
+	struct nameset s = { 0 };
+
+	ck_assert_int_eq(nameset_get(&s, "absent"), -1);
+	for (uint32_t i = 0; i < 3000; i++) {
+		snprintf(names[i], sizeof(names[i]), "n%u", i);
+		if (i + 1 > s.max)
+			ck_assert_int_eq(nameset_reserve(&s, 2 * (i + 1)), 0);
+		ck_assert_int_eq(nameset_get(&s, names[i]), -1);
+		ck_assert_int_eq(nameset_put(&s, names[i], i), -1);
+	}
+	ck_assert_uint_eq(s.count, 3000);
+	for (uint32_t i = 0; i < 3000; i++)
+		ck_assert_int_eq(nameset_get(&s, names[i]), (int64_t)i);
+	ck_assert_int_eq(nameset_get(&s, "n3000"), -1);
+	ck_assert_uint_eq(s.count, 3000);
+	/* A smaller reserve changes nothing. */
+	ck_assert_int_eq(nameset_reserve(&s, 10), 0);
+	ck_assert_int_eq(nameset_get(&s, "n17"), 17);
+	nameset_free(&s);
+}
+END_TEST
+
 static Suite *nameset_suite(void)
 {
 	Suite *s = suite_create("nameset");
@@ -152,6 +179,7 @@ static Suite *nameset_suite(void)
 	tcase_add_loop_test(tc, test_many, 0, N(sizes));
 	tcase_add_test(tc, test_over_max);
 	tcase_add_test(tc, test_free);
+	tcase_add_test(tc, test_reserve_get);
 	suite_add_tcase(s, tc);
 	return s;
 }
