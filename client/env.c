@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
+#include "format/names.h"
 
 /* ---- CPUs and copy threads ---- */
 
@@ -137,12 +138,6 @@ int env_umask(unsigned *ret_umask)
 
 /* ---- run id ---- */
 
-static bool run_char_ok(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       c == '.' || c == '_' || c == '-';
-}
-
 /* Makes `raw` a valid run id in out: outside characters become '_'; a value
  * too long keeps its start and ends in "-" and a hash of the whole, so that
  * two long ids differing only at the end stay different. */
@@ -158,12 +153,12 @@ static void run_sanitise(const char *raw, char out[CKPT_MAX_RUN_LEN + 1])
 		}
 		size_t keep = CKPT_MAX_RUN_LEN - 9;
 		for (size_t i = 0; i < keep; i++)
-			out[i] = run_char_ok(raw[i]) ? raw[i] : '_';
+			out[i] = name_portable_char(raw[i]) ? raw[i] : '_';
 		snprintf(out + keep, CKPT_MAX_RUN_LEN + 1 - keep, "-%08x", h);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		out[i] = run_char_ok(raw[i]) ? raw[i] : '_';
+		out[i] = name_portable_char(raw[i]) ? raw[i] : '_';
 	out[n] = '\0';
 }
 
@@ -180,19 +175,9 @@ int env_run_id(const char *opt_run, env_get_fn get, char ret_run[CKPT_MAX_RUN_LE
 	const char *v, *count;
 
 	if (opt_run) {
-		size_t n = strnlen(opt_run, CKPT_MAX_RUN_LEN + 1);
-		if (n > CKPT_MAX_RUN_LEN) {
-			snprintf(err, errlen, "run id is longer than %d bytes", CKPT_MAX_RUN_LEN);
+		if (!name_run_ok(opt_run, err, errlen))
 			return -EINVAL;
-		}
-		for (size_t i = 0; i < n; i++) {
-			if (!run_char_ok(opt_run[i])) {
-				snprintf(err, errlen, "run id has a character outside "
-					 "[A-Za-z0-9._-] at byte %zu", i);
-				return -EINVAL;
-			}
-		}
-		memcpy(ret_run, opt_run, n + 1);
+		memcpy(ret_run, opt_run, strlen(opt_run) + 1);
 		*ret_source = "options";
 		return 0;
 	}

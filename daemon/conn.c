@@ -405,12 +405,8 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 
 	if (!name_job_ok(m->job, err, errlen))
 		return -EINVAL;
-	if (m->run[0] && !name_job_ok(m->run, err, errlen)) {
-		char why[256];
-		snprintf(why, sizeof(why), "run id: %s", err);
-		snprintf(err, errlen, "%s", why);
+	if (!name_run_ok(m->run, err, errlen))
 		return -EINVAL;
-	}
 	if (m->world == 0 || m->world > CKPT_MAX_WORLD || m->rank >= m->world) {
 		snprintf(err, errlen, "rank %u of world %u is not valid", m->rank, m->world);
 		return -EINVAL;
