@@ -528,14 +528,25 @@ static void extent_done(struct wtarget *t, uint64_t bytes, int res)
 
 /* ---- commit ------------------------------------------------------------------ */
 
-static bool local_ranks_durable(const struct save *s)
+/* How many local ranks the save has if every one of them is durable, else
+ * 0: a rank not durable yet must never be merged or published. */
+static size_t durable_ranks(const struct save *s)
 {
 	const struct list *p;
+	size_t n = 0;
 
 	list_for_each(p, &s->ranks)
+	{
 		if (list_entry(p, struct rank, slink)->state != RANK_DURABLE)
-			return false;
-	return !list_empty(&s->ranks);
+			return 0;
+		n++;
+	}
+	return n;
+}
+
+static bool local_ranks_durable(const struct save *s)
+{
+	return durable_ranks(s) > 0;
 }
 
 static void commit_run(struct work *w)
@@ -613,13 +624,10 @@ static void commit_submit(struct save *s)
 
 	if (!j)
 		return; /* retried at the next tick */
-	list_for_each(p, &s->ranks)
-	{
-		if (list_entry(p, struct rank, slink)->state != RANK_DURABLE) {
-			sjob_free(j);
-			return;
-		}
-		n++;
+	n = durable_ranks(s);
+	if (!n) {
+		sjob_free(j);
+		return;
 	}
 	j->local = calloc(n ? n : 1, sizeof(*j->local));
 	j->ranks = calloc(n ? n : 1, sizeof(*j->ranks));
@@ -694,14 +702,11 @@ static void poll_submit(struct save *s)
 
 	if (!j)
 		return;
-	list_for_each(p, &s->ranks)
-	{
-		/* Only durable ranks are ever addressed (published). */
-		if (list_entry(p, struct rank, slink)->state != RANK_DURABLE) {
-			sjob_free(j);
-			return;
-		}
-		n++;
+	/* Only durable ranks are ever addressed (published). */
+	n = durable_ranks(s);
+	if (!n) {
+		sjob_free(j);
+		return;
 	}
 	j->rk = calloc(n ? n : 1, sizeof(*j->rk));
 	j->to = calloc(n ? n : 1, sizeof(*j->to));

@@ -313,6 +313,18 @@ struct store_attempt {
 	char name[CKPT_MAX_NAME_LEN + 1];
 };
 
+static void local_attempt_close(struct store_attempt *a)
+{
+	if (!a)
+		return;
+	if (a->workfd >= 0)
+		close(a->workfd);
+	if (a->rootfd >= 0)
+		close(a->rootfd);
+	free(a->root);
+	free(a);
+}
+
 static json_t *attempt_json(const struct store_key *k, const char *id,
 			    const struct store_writer *self)
 {
@@ -484,25 +496,8 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 	return 0;
 
 fail:
-	if (a->workfd >= 0)
-		close(a->workfd);
-	if (a->rootfd >= 0)
-		close(a->rootfd);
-	free(a->root);
-	free(a);
+	local_attempt_close(a);
 	return r;
-}
-
-static void local_attempt_close(struct store_attempt *a)
-{
-	if (!a)
-		return;
-	if (a->workfd >= 0)
-		close(a->workfd);
-	if (a->rootfd >= 0)
-		close(a->rootfd);
-	free(a->root);
-	free(a);
 }
 
 static int local_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size, bool direct,
