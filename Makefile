@@ -3,6 +3,10 @@
 # Quiet by default; `make V=1` prints the commands.  Objects go under
 # $(BUILD) (build/, or build/san-<list> with SANITIZE=...).
 
+# Every install path lies under $(DESTDIR)$(PREFIX) unless set by hand;
+# SYSCONFDIR is $(PREFIX)/etc, and /etc only for PREFIX=/usr.  ckptd reads
+# $(SYSCONFDIR)/ckptd/ckptd.conf when given no -c, so build and install with
+# the same PREFIX/SYSCONFDIR (changing them rebuilds what depends on them).
 CC       ?= cc
 PREFIX   ?= /usr/local
 LIBDIR   ?= $(PREFIX)/lib
@@ -10,10 +14,15 @@ BINDIR   ?= $(PREFIX)/bin
 INCDIR   ?= $(PREFIX)/include
 UNITDIR  ?= $(PREFIX)/lib/systemd/system
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+ifeq ($(PREFIX),/usr)
 SYSCONFDIR  ?= /etc
+else
+SYSCONFDIR  ?= $(PREFIX)/etc
+endif
 DESTDIR  ?=
 SANITIZE ?=
-VERSION  := 0.1.0
+VERSION  := 0.2.0
 
 ifeq ($(SANITIZE),)
 BUILD    ?= build
@@ -51,8 +60,8 @@ endif
 CORE_SRCS   := $(sort $(wildcard shm/*.c format/*.c store/*.c))
 CLIENT_SRCS := $(sort $(wildcard client/*.c))
 DAEMON_MAIN := daemon/main.c
-CTL_MAIN    := daemon/ckptctl.c
-DAEMON_SRCS := $(filter-out $(DAEMON_MAIN) $(CTL_MAIN),$(sort $(wildcard daemon/*.c)))
+CTL_MAIN    := ctl/ckptctl.c
+DAEMON_SRCS := $(filter-out $(DAEMON_MAIN),$(sort $(wildcard daemon/*.c)))
 UNIT_SRCS   := $(sort $(wildcard tests/unit/check_*.c))
 INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c))
 TESTLIB_SRCS := $(sort $(wildcard tests/lib/*.c))
@@ -75,7 +84,7 @@ INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRCS))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
-.PHONY: all deps test unit integration demo bench install uninstall clean help check-deps
+.PHONY: all deps test unit integration demo bench install uninstall clean help check-deps FORCE
 
 all: $(LIB_SO) $(LIB_A) $(CKPTD) $(CKPTCTL) $(BUILD)/libckpt.pc
 
@@ -85,21 +94,52 @@ help:
 	@echo "make test       run every test (unit + integration)"
 	@echo "make demo       start a private ckptd and drive it with a sample trainer"
 	@echo "make bench      benchmarks against memcpy, fio, torch.save, DCP (QUICK=1: small)"
-	@echo "make install    install (PREFIX=$(PREFIX) DESTDIR=)"
+	@echo "make install    install under PREFIX=$(PREFIX), config in SYSCONFDIR=$(SYSCONFDIR) (DESTDIR=)"
 	@echo "options: V=1 (verbose), SANITIZE=address,undefined | thread, WERROR=1"
 
-# The Debian packages are needed to compile at all: check first, so a fresh
-# machine gets a clear message (or `make deps`) rather than a compiler error.
+# The Debian packages are needed to compile at all: every compile waits for
+# this check (once per build directory, again after dpkg changed anything),
+# so a fresh machine gets the list of what is missing and `make deps` rather
+# than a compiler error.
+DEPS_STAMP := $(BUILD)/.deps-checked
+$(DEPS_STAMP): scripts/deps.sh $(wildcard /var/lib/dpkg/status)
+	@mkdir -p $(dir $@)
+	@scripts/deps.sh --check-build >/dev/null || { \
+		echo "the build needs the packages above: run 'make deps' (installs what is missing)" >&2; \
+		exit 1; }
+	@touch $@
+
 check-deps:
-	@scripts/deps.sh --check-build >/dev/null || { echo "missing build dependencies: run 'make deps'" >&2; exit 1; }
+	@rm -f $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory $(DEPS_STAMP)
 
 deps:
 	$(Q)scripts/deps.sh
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	$(call msg,CC,$<)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+# The config file ckptd reads by default is compiled into config.o, and the
+# unit file names the install paths.  The stamp holds those paths and is
+# rewritten only when one of them changes, so exactly then config.o and the
+# unit are made again.
+CONFIG_PATH := $(SYSCONFDIR)/ckptd/ckptd.conf
+PATHS_STAMP := $(BUILD)/.install-paths
+$(PATHS_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(PREFIX) $(BINDIR) $(SYSCONFDIR)' | cmp -s - $@ || \
+		echo '$(PREFIX) $(BINDIR) $(SYSCONFDIR)' >$@
+$(BUILD)/obj/daemon/config.o: $(PATHS_STAMP)
+$(BUILD)/obj/daemon/config.o: CPPFLAGS += -DCKPTD_CONFIG_PATH='"$(CONFIG_PATH)"'
+
+$(BUILD)/systemd/ckptd.service: systemd/ckptd.service.in $(PATHS_STAMP)
+	$(call msg,GEN,$@)
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		-e 's|@PREFIX@|$(PREFIX)|g' $< >$@
+	@if grep -n '@[A-Z_]*@' $@; then echo "$@: placeholder left unsubstituted" >&2; rm -f $@; exit 1; fi
 
 $(LIB_SO): $(CLIENT_OBJS) $(CORE_OBJS) client/libckpt.map
 	$(call msg,LD,$@)
@@ -171,9 +211,9 @@ bench:
 	$(Q)$(MAKE) --no-print-directory all $(BENCH_BINS)
 	$(Q)BUILD=$(BUILD) QUICK=$(QUICK) python3 bench/run.py
 
-install: all
+install: all $(BUILD)/systemd/ckptd.service
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(INCDIR) \
-		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) \
+		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(UNITDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(SYSUSERSDIR) \
 		$(DESTDIR)$(SYSCONFDIR)/ckptd
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libckpt.so.$(VERSION)
 	ln -sf libckpt.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libckpt.so.0
@@ -183,18 +223,20 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' \
 		-e 's|@VERSION@|$(VERSION)|g' client/libckpt.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc
 	install -m 0755 $(CKPTD) $(CKPTCTL) $(DESTDIR)$(BINDIR)/
-	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ckptd.service.in > $(DESTDIR)$(UNITDIR)/ckptd.service
+	install -m 0644 $(BUILD)/systemd/ckptd.service $(DESTDIR)$(UNITDIR)/ckptd.service
 	install -m 0644 systemd/ckptd.socket $(DESTDIR)$(UNITDIR)/ckptd.socket
 	install -m 0644 systemd/ckptd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/ckptd.conf
+	install -m 0644 systemd/ckptd.sysusers $(DESTDIR)$(SYSUSERSDIR)/ckptd.conf
 	test -e $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.conf || \
 		install -m 0644 systemd/ckptd.conf.example $(DESTDIR)$(SYSCONFDIR)/ckptd/ckptd.conf
 
+# Leaves $(SYSCONFDIR)/ckptd/ckptd.conf: it may hold the admin's edits.
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libckpt.so* $(DESTDIR)$(LIBDIR)/libckpt.a \
 		$(DESTDIR)$(INCDIR)/ckpt.h $(DESTDIR)$(LIBDIR)/pkgconfig/libckpt.pc \
 		$(DESTDIR)$(BINDIR)/ckptd $(DESTDIR)$(BINDIR)/ckptctl \
 		$(DESTDIR)$(UNITDIR)/ckptd.service $(DESTDIR)$(UNITDIR)/ckptd.socket \
-		$(DESTDIR)$(TMPFILESDIR)/ckptd.conf
+		$(DESTDIR)$(TMPFILESDIR)/ckptd.conf $(DESTDIR)$(SYSUSERSDIR)/ckptd.conf
 
 clean:
 	rm -rf build

@@ -326,9 +326,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 
 /* ---- the library's structs -------------------------------------------------
  *
- * The one place that fills libckpt's option and tensor structs.  The client
- * ABI is growing a size field and CKPT_*_INIT macros: when it lands, start
- * each of these from its _INIT macro and set the fields below.
+ * The one place that fills libckpt's option and tensor structs, each started
+ * from its _INIT macro (which sets the size the library checks).
  */
 
 static struct ckpt_connect_opts connect_opts(const char *socket_path, const char *job,
@@ -336,6 +335,7 @@ static struct ckpt_connect_opts connect_opts(const char *socket_path, const char
 					     unsigned copy_threads)
 {
 	return (struct ckpt_connect_opts){
+		CKPT_CONNECT_OPTS_INIT,
 		.socket_path = socket_path,
 		.job = job,
 		.rank = rank,
@@ -349,6 +349,7 @@ static struct ckpt_tensor f32_tensor(const char *name, const uint64_t *shape, co
 				     const uint64_t *global_shape, const uint64_t *offsets)
 {
 	return (struct ckpt_tensor){
+		CKPT_TENSOR_INIT,
 		.name = name,
 		.dtype = CKPT_F32,
 		.ndim = 1,

@@ -343,6 +343,7 @@ class Daemon:
             f.write("socket = %s\n" % self.socket)
             f.write("socket_mode = 0600\n")
             f.write("root = %s\n" % self.data)
+            f.write("state_dir = %s\n" % os.path.join(os.path.dirname(self.conf), "state"))
             f.write("arena_max = %dM\n" % (self.arena_max // MIB))
             f.write("arena_total = %dM\n" % (self.arena_total // MIB))
             f.write("commit_deadline = 10m\n")

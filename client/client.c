@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * client.c - connecting to ckptd, the receiver thread, and disconnecting.
+ * client.c - a client's life: connecting to ckptd, the receiver thread, and
+ * disconnecting.
  *
  * The receiver is the only reader of the socket.  It never blocks on
  * anything but recvmsg() and the client lock, so slots come back to the copy
- * threads as fast as the daemon releases them.
+ * threads as fast as the daemon releases them.  It only routes: RELEASE goes
+ * to the slot allocator, SAVE_ACK and SAVE_DONE to save.c, which owns every
+ * change of a save's state.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,55 +28,15 @@ static void broadcast_all(struct ckpt_client *c)
 	pthread_cond_broadcast(&c->save_cv);
 }
 
-void save_finish_locked(struct ckpt_client *c, struct ckpt_save *s, int err, const char *msg)
-{
-	bool drop = false;
-
-	if (s->on_pending) {
-		struct ckpt_save **pp = &c->pending;
-		while (*pp && *pp != s)
-			pp = &(*pp)->p_next;
-		if (*pp)
-			*pp = s->p_next;
-		s->p_next = NULL;
-		s->on_pending = false;
-		drop = true;
-	}
-
-	if (s->staging_done) {
-		future_complete(&s->committed_f, err, msg);
-	} else if (!s->has_done) {
-		/* Still staging: the committed future must not complete before
-		 * the staged one, so the save thread completes it at the end of
-		 * staging.  A failure also stops the copies. */
-		s->has_done = true;
-		s->done_err = err;
-		proto_set_msg(s->done_msg, msg);
-		if (err < 0 && !s->failed) {
-			s->failed = true;
-			s->fail_err = err;
-			proto_set_msg(s->fail_msg, msg);
-		}
-		pthread_cond_broadcast(&c->slot_cv);
-		pthread_cond_broadcast(&c->save_cv);
-	}
-	if (drop)
-		save_unref(s);
-}
-
 void cli_conn_dead_locked(struct ckpt_client *c, const char *detail)
 {
 	if (c->dead)
 		return;
 	c->dead = true;
 	snprintf(c->dead_msg, sizeof(c->dead_msg), "connection to ckptd lost: %s", detail);
-	while (c->pending)
-		save_finish_locked(c, c->pending, -ECONNRESET, c->dead_msg);
-	if (c->active && !c->active->failed) {
-		c->active->failed = true;
-		c->active->fail_err = -ECONNRESET;
-		proto_set_msg(c->active->fail_msg, c->dead_msg);
-	}
+	if (!c->stopping)
+		cli_log(CKPT_LOG_ERROR, "%s", c->dead_msg);
+	saves_conn_lost_locked(c);
 	/* Tell the daemon too, and make the receiver's recvmsg() return. */
 	shutdown(c->sock, SHUT_RDWR);
 	broadcast_all(c);
@@ -97,56 +60,10 @@ static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *de
 		pthread_cond_broadcast(&c->slot_cv);
 		return 0;
 	}
-	case PROTO_SAVE_ACK: {
-		const struct proto_save_result *m = buf;
-		struct ckpt_save *s = c->awaiting_ack;
-		if (!s || s->token != m->token) {
-			snprintf(detail, dlen, "SAVE_ACK for save %u, which awaits no ACK",
-				 m->token);
-			return -EBADMSG;
-		}
-		/* The daemon has read the descriptor: its slots are free again,
-		 * whether the save was accepted or not. */
-		if (arena_slots_put(&c->slots, s->desc_first, s->desc_count) < 0) {
-			snprintf(detail, dlen, "descriptor slots of save %u already free", m->token);
-			return -EBADMSG;
-		}
-		pthread_cond_broadcast(&c->slot_cv);
-		s->acked = true;
-		s->ack_err = m->err;
-		proto_set_msg(s->ack_msg, m->msg);
-		if (m->err == 0) {
-			atomic_fetch_add(&s->refs, 1);
-			s->on_pending = true;
-			s->p_next = c->pending;
-			c->pending = s;
-		}
-		c->awaiting_ack = NULL;
-		pthread_cond_broadcast(&c->save_cv);
-		return 0;
-	}
-	case PROTO_SAVE_DONE: {
-		const struct proto_save_result *m = buf;
-		struct ckpt_save *s = c->pending;
-		char msg[PROTO_MSG_LEN];
-		while (s && s->token != m->token)
-			s = s->p_next;
-		if (!s) {
-			/* A save this client gave up (SAVE_ABORT) may still be
-			 * reported; a token never issued is a protocol error. */
-			if (m->token == 0 || m->token >= c->next_token) {
-				snprintf(detail, dlen, "SAVE_DONE for unknown save %u", m->token);
-				return -EBADMSG;
-			}
-			return 0;
-		}
-		if (m->err && !m->msg[0])
-			snprintf(msg, sizeof(msg), "ckptd failed the save: %s", strerror(-m->err));
-		else
-			proto_set_msg(msg, m->msg);
-		save_finish_locked(c, s, m->err, msg);
-		return 0;
-	}
+	case PROTO_SAVE_ACK:
+		return save_on_ack_locked(c, buf, detail, dlen);
+	case PROTO_SAVE_DONE:
+		return save_on_done_locked(c, buf, detail, dlen);
 	case PROTO_ERROR: {
 		const struct proto_error *m = buf;
 		snprintf(detail, dlen, "ckptd: %.490s", m->msg[0] ? m->msg : strerror(-m->err));
@@ -236,9 +153,7 @@ static void client_destroy(struct ckpt_client *c)
 		pthread_join(c->copy_threads[i], NULL);
 
 	pthread_mutex_lock(&c->lock);
-	while (c->pending)
-		save_finish_locked(c, c->pending, -ECONNABORTED,
-				   "client disconnected before the daemon reported the commit");
+	saves_abandon_locked(c);
 	pthread_mutex_unlock(&c->lock);
 
 	if (c->sock >= 0)
@@ -253,165 +168,116 @@ static void client_destroy(struct ckpt_client *c)
 	free(c);
 }
 
-static int check_opts(const struct ckpt_connect_opts *opts)
+/* Checks the options (already copied in by abi_copy_in). */
+static int check_opts(const struct ckpt_connect_opts *o)
 {
 	char err[256];
 
-	if (!opts) {
-		cli_set_error("ckpt_connect: options are NULL");
-		return -EINVAL;
-	}
-	if (!name_job_ok(opts->job, err, sizeof(err))) {
+	if (!name_job_ok(o->job, err, sizeof(err))) {
 		cli_set_error("ckpt_connect: %s", err);
 		return -EINVAL;
 	}
-	if (opts->world < 1 || opts->world > CKPT_MAX_WORLD) {
-		cli_set_error("ckpt_connect: world size %u is outside 1..%u", opts->world,
+	if (o->world < 1 || o->world > CKPT_MAX_WORLD) {
+		cli_set_error("ckpt_connect: world size %u is outside 1..%u", o->world,
 			      CKPT_MAX_WORLD);
 		return -EINVAL;
 	}
-	if (opts->rank >= opts->world) {
-		cli_set_error("ckpt_connect: rank %u is not below the world size %u", opts->rank,
-			      opts->world);
+	if (o->rank >= o->world) {
+		cli_set_error("ckpt_connect: rank %u is not below the world size %u", o->rank,
+			      o->world);
 		return -EINVAL;
 	}
-	if (opts->copy_threads > CLI_MAX_COPY_THREADS) {
-		cli_set_error("ckpt_connect: %u copy threads, at most %u", opts->copy_threads,
+	if (o->copy_threads > CLI_MAX_COPY_THREADS) {
+		cli_set_error("ckpt_connect: %u copy threads, at most %u", o->copy_threads,
 			      CLI_MAX_COPY_THREADS);
 		return -EINVAL;
 	}
 	return 0;
 }
 
-static int open_socket(const char *path, int *ret_sock)
+/* Builds HELLO: the options plus what the process tells (umask, run id). */
+static int make_hello(struct ckpt_client *c, const struct ckpt_connect_opts *o,
+		      struct proto_hello *hello)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int sock, r;
+	const char *source;
+	char err[256];
+	unsigned mask;
+	int r;
 
-	if (!path[0] || strlen(path) >= sizeof(sa.sun_path)) {
-		cli_set_error("ckpt_connect: socket path '%s' is empty or too long", path);
-		return -EINVAL;
-	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (sock < 0) {
-		r = -errno;
-		cli_set_error("ckpt_connect: socket: %s", strerror(-r));
+	r = env_run_id(o->run, getenv, c->run, &source, err, sizeof(err));
+	if (r < 0) {
+		cli_set_error("ckpt_connect: %s", err);
 		return r;
 	}
-	while (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		if (errno == EINTR)
-			continue;
-		r = -errno;
-		if (r == -ENOENT || r == -ECONNREFUSED)
-			cli_set_error("no ckptd listening on '%s': %s", path, strerror(-r));
-		else if (r == -EACCES || r == -EPERM)
-			cli_set_error("no permission to connect to ckptd at '%s': %s", path,
-				      strerror(-r));
-		else
-			cli_set_error("connecting to ckptd at '%s': %s", path, strerror(-r));
-		close(sock);
-		return r;
+	if (strcmp(source, "options") != 0 && strcmp(source, "none") != 0)
+		cli_log(CKPT_LOG_DEBUG, "run id '%s' from $%s", c->run, source);
+	r = env_umask(&mask);
+	if (r < 0) {
+		/* The daemon creates the save's files with this mask; 022 is
+		 * the usual default and never makes them group/world
+		 * writable. */
+		mask = 022;
+		cli_log(CKPT_LOG_WARNING, "cannot read the umask from /proc/self/status (%s): "
+			"telling ckptd 022", strerror(-r));
 	}
-	*ret_sock = sock;
+	proto_init(&hello->h, PROTO_HELLO, sizeof(*hello));
+	hello->role = PROTO_ROLE_CLIENT;
+	hello->rank = o->rank;
+	hello->world = o->world;
+	hello->umask = mask;
+	hello->arena_bytes = o->arena_bytes ? o->arena_bytes : CLI_DEFAULT_ARENA;
+	snprintf(hello->job, sizeof(hello->job), "%s", o->job);
+	snprintf(hello->run, sizeof(hello->run), "%s", c->run);
 	return 0;
 }
 
-/* HELLO -> HELLO_OK + memfd.  Returns 0 and the fd, or -errno. */
-static int handshake(struct ckpt_client *c, const struct ckpt_connect_opts *opts, int *ret_fd)
+/* Checks what HELLO_OK granted.  The slot size must cut the arena evenly, be
+ * a power of two and lie on the CRC grid (proto.h); anything else would
+ * corrupt the file image. */
+static int check_grant(struct ckpt_client *c, const struct proto_hello_ok *ok)
 {
-	struct proto_hello hello;
-	union {
-		char b[PROTO_MSG_MAX];
-		uint64_t align;
-		struct proto_hello_ok ok;
-		struct proto_error error;
-	} buf;
-	char detail[PROTO_MSG_LEN];
-	ssize_t n;
-	int fd = -1, type, r;
+	uint64_t ab = ok->arena_bytes, sb = ok->slot_bytes;
 
-	proto_init(&hello.h, PROTO_HELLO, sizeof(hello));
-	hello.role = PROTO_ROLE_CLIENT;
-	hello.rank = opts->rank;
-	hello.world = opts->world;
-	hello.arena_bytes = opts->arena_bytes ? opts->arena_bytes : CLI_DEFAULT_ARENA;
-	snprintf(hello.job, sizeof(hello.job), "%s", opts->job);
-	r = proto_send(c->sock, &hello, sizeof(hello), -1);
-	if (r < 0) {
-		cli_set_error("ckpt_connect: sending HELLO: %s", strerror(-r));
-		return r;
-	}
-
-	n = proto_recv(c->sock, buf.b, &fd);
-	if (n <= 0) {
-		r = n == 0 ? -ECONNRESET : (int)n;
-		cli_set_error("ckpt_connect: no answer to HELLO: %s",
-			      n == 0 ? "ckptd closed the connection" : strerror(-r));
-		return r;
-	}
-	type = proto_check(buf.b, (size_t)n, detail, sizeof(detail));
-	if (type < 0) {
-		r = type;
-		cli_set_error("ckpt_connect: bad answer from ckptd: %s", detail);
-		goto out_fd;
-	}
-	if (type == PROTO_ERROR) {
-		r = buf.error.err < 0 ? buf.error.err : -EPROTO;
-		cli_set_error("ckptd refused the connection: %s",
-			      buf.error.msg[0] ? buf.error.msg : strerror(-r));
-		goto out_fd;
-	}
-	if (type != PROTO_HELLO_OK) {
-		r = -EPROTO;
-		cli_set_error("ckpt_connect: ckptd answered HELLO with message type %d", type);
-		goto out_fd;
-	}
-	if (fd < 0) {
-		r = -EPROTO;
-		cli_set_error("ckpt_connect: ckptd sent no arena with HELLO_OK");
-		goto out_fd;
-	}
-	/* The slot size must cut the arena evenly, be a power of two and lie on
-	 * the CRC grid (proto.h); anything else would corrupt the file image. */
-	uint64_t ab = buf.ok.arena_bytes, sb = buf.ok.slot_bytes;
 	if (sb == 0 || (sb & (sb - 1)) || sb % LAYOUT_CRC_BLOCK || ab < sb || ab % sb ||
 	    ab / sb > INT32_MAX || ab > (uint64_t)SIZE_MAX / 2) {
-		r = -EPROTO;
 		cli_set_error("ckpt_connect: ckptd granted an unusable arena (%llu bytes, "
 			      "%llu-byte slots)", (unsigned long long)ab, (unsigned long long)sb);
-		goto out_fd;
+		return -EPROTO;
 	}
 	c->arena_bytes = ab;
 	c->slot_bytes = sb;
-	c->client_id = buf.ok.client_id;
-	*ret_fd = fd;
+	c->client_id = ok->client_id;
 	return 0;
-
-out_fd:
-	if (fd >= 0)
-		close(fd);
-	return r;
 }
 
 int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_client)
 {
+	struct ckpt_connect_opts o;
+	struct proto_hello hello;
+	struct proto_hello_ok ok;
 	struct ckpt_client *c;
 	const char *path;
+	char why[160];
+	uint64_t t0 = cli_now_ns(), t_hello;
+	int64_t timeout_ms;
 	int fd = -1, r;
 
-	r = check_opts(opts);
-	if (r < 0)
-		return r;
-	if (!ret_client) {
-		cli_set_error("ckpt_connect: ret_client is NULL");
+	if (!opts || !ret_client) {
+		cli_set_error("ckpt_connect: %s is NULL", opts ? "ret_client" : "opts");
 		return -EINVAL;
 	}
-	path = opts->socket_path;
+	r = abi_copy_in(&abi_connect_opts, &o, opts, "ckpt_connect");
+	if (r < 0)
+		return r;
+	r = check_opts(&o);
+	if (r < 0)
+		return r;
+	path = o.socket_path;
 	if (!path)
 		path = getenv("CKPTD_SOCKET");
 	if (!path || !path[0])
 		path = CKPT_DEFAULT_SOCKET;
+	timeout_ms = o.timeout_ms ? o.timeout_ms : CKPT_DEFAULT_CONNECT_TIMEOUT_MS;
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -419,10 +285,15 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 		return -ENOMEM;
 	}
 	c->sock = -1;
-	c->rank = opts->rank;
-	c->world = opts->world;
+	c->rank = o.rank;
+	c->world = o.world;
 	c->next_token = 1;
-	snprintf(c->job, sizeof(c->job), "%s", opts->job);
+	snprintf(c->job, sizeof(c->job), "%s", o.job);
+	r = make_hello(c, &o, &hello);
+	if (r < 0) {
+		free(c);
+		return r;
+	}
 	r = -pthread_mutex_init(&c->lock, NULL);
 	if (r < 0) {
 		free(c);
@@ -439,12 +310,15 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 		return r;
 	}
 
-	r = open_socket(path, &c->sock);
+	r = conn_open(path, &hello, timeout_ms, &c->sock, &ok, &fd);
 	if (r < 0)
 		goto out_destroy;
-	r = handshake(c, opts, &fd);
-	if (r < 0)
+	t_hello = cli_now_ns();
+	r = check_grant(c, &ok);
+	if (r < 0) {
+		close(fd);
 		goto out_destroy;
+	}
 	r = arena_map(fd, c->arena_bytes, &c->arena);
 	close(fd);
 	if (r < 0) {
@@ -469,12 +343,26 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 	if (r < 0)
 		goto out_thread;
 	c->save_started = true;
-	unsigned want = opts->copy_threads ? opts->copy_threads : CLI_DEFAULT_COPY_THREADS;
+	unsigned want = o.copy_threads;
+	if (want)
+		snprintf(why, sizeof(why), "from the options");
+	else
+		want = env_copy_threads_default(env_cpu_count(), getenv("LOCAL_WORLD_SIZE"), why,
+						sizeof(why));
 	for (; c->n_copy < want; c->n_copy++) {
 		r = -pthread_create(&c->copy_threads[c->n_copy], NULL, copy_thread_main, c);
 		if (r < 0)
 			goto out_thread;
 	}
+	cli_log(CKPT_LOG_INFO, "connected to ckptd at '%s' as rank %u of %u of job '%s' (run "
+		"'%s', umask %03o): arena %llu MiB of %llu asked, %llu KiB slots, %u copy "
+		"threads", path, c->rank, c->world, c->job, c->run, hello.umask,
+		(unsigned long long)(c->arena_bytes >> 20),
+		(unsigned long long)(hello.arena_bytes >> 20),
+		(unsigned long long)(c->slot_bytes >> 10), c->n_copy);
+	cli_log(CKPT_LOG_DEBUG, "copy threads: %s; connect took %.1f ms (%.1f ms until HELLO_OK, "
+		"%.1f ms mapping and touching the arena)", why, (double)(cli_now_ns() - t0) / 1e6,
+		(double)(t_hello - t0) / 1e6, (double)(cli_now_ns() - t_hello) / 1e6);
 	*ret_client = c;
 	return 0;
 
@@ -483,6 +371,31 @@ out_thread:
 out_destroy:
 	client_destroy(c);
 	return r;
+}
+
+/* ---- attempts ---- */
+
+uint32_t cli_attempt_locked(struct ckpt_client *c, const char *name)
+{
+	struct attempt_entry *e = NULL, *oldest = &c->attempts[0];
+
+	for (size_t i = 0; i < CLI_ATTEMPT_NAMES; i++) {
+		struct attempt_entry *a = &c->attempts[i];
+		if (a->used && strcmp(a->name, name) == 0) {
+			e = a;
+			break;
+		}
+		if (a->used < oldest->used)
+			oldest = a;
+	}
+	if (!e) {
+		/* Unused entries have used == 0 and are taken first. */
+		e = oldest;
+		snprintf(e->name, sizeof(e->name), "%s", name);
+		e->count = 0;
+	}
+	e->used = ++c->attempt_clock;
+	return e->count++;
 }
 
 void ckpt_disconnect(struct ckpt_client *client)

@@ -209,13 +209,13 @@ void *copy_thread_main(void *arg)
 		int64_t slot;
 		int r;
 
-		if (!s || s->failed || c->dead || s->next_ext >= s->n_ext) {
+		if (!s || !save_copying(s) || c->dead || s->next_ext >= s->n_ext) {
 			pthread_cond_wait(&c->copy_cv, &c->lock);
 			continue;
 		}
 		k = s->next_ext++;
 		s->inflight++;
-		while ((slot = arena_slots_take(&c->slots, 1)) < 0 && !c->dead && !s->failed &&
+		while ((slot = arena_slots_take(&c->slots, 1)) < 0 && !c->dead && save_copying(s) &&
 		       !c->stopping)
 			pthread_cond_wait(&c->slot_cv, &c->lock);
 		if (slot < 0) {
@@ -249,21 +249,16 @@ void *copy_thread_main(void *arg)
 
 		pthread_mutex_lock(&c->lock);
 		if (r < 0) {
+			char msg[PROTO_MSG_LEN];
 			/* The slot never reached the daemon: it is ours again. */
 			arena_slots_put(&c->slots, (uint32_t)slot, 1);
 			pthread_cond_broadcast(&c->slot_cv);
-			if (!s->failed) {
-				s->failed = true;
-				s->fail_err = r;
-				snprintf(s->fail_msg, sizeof(s->fail_msg),
-					 "save '%s': copying file bytes [%llu, %llu): %.300s",
-					 s->layout.name, (unsigned long long)off,
-					 (unsigned long long)(off + len), err);
-			}
-		} else if (++s->sent == s->n_ext) {
-			/* Every byte is in the arena: staged, without waiting
-			 * for the save thread to wake up. */
-			save_stage_end_locked(c, s);
+			snprintf(msg, sizeof(msg), "save '%s': copying file bytes [%llu, %llu): %.300s",
+				 s->layout.name, (unsigned long long)off,
+				 (unsigned long long)(off + len), err);
+			save_fail_locked(c, s, r, msg, false);
+		} else {
+			save_extent_sent_locked(c, s);
 		}
 		extent_done_locked(c, s);
 	}

@@ -2,6 +2,12 @@
 /*
  * internal.h - libckpt's private structures, shared by the files of client/.
  *
+ * Files: client.c (connect, the receiver thread, disconnect), conn.c (the
+ * socket and the HELLO handshake), save.c (the save API, the save state
+ * machine and the save thread), copy.c (copy engines and threads), future.c,
+ * reader.c, env.c (what the library reads from the process: CPUs, umask,
+ * run id), abi.c (caller structs of any size), log.c, error.c, version.c.
+ *
  * Threads of one client:
  *   the caller(s)   build saves (add_*) and commit them: commit only queues;
  *   the save thread takes committed saves in FIFO order, lays each out,
@@ -10,19 +16,21 @@
  *   copy threads    claim extents of the active save, wait for a free slot,
  *                   fill it (header bytes, then item bytes through each
  *                   item's copy engine) and send EXTENT;
- *   the receiver    reads every daemon message: RELEASE frees slots,
- *                   SAVE_ACK wakes the save thread, SAVE_DONE completes the
- *                   committed future; EOF or garbage kills the connection.
+ *   the receiver    reads every daemon message: RELEASE frees slots, and
+ *                   SAVE_ACK / SAVE_DONE go to save.c; EOF or garbage kills
+ *                   the connection.
  *
  * Locking: one mutex per client (cli.lock) guards the slot allocator, the
  * save queue, the pending list and every pipeline field of a save marked
  * "[lock]" below.  A future has its own mutex, taken only inside
  * future_complete()/ckpt_future_wait() and never while waiting on anything
- * else, so the order is always client lock -> future lock.
+ * else, so the order is always client lock -> future lock.  The log lock
+ * (log.c) is taken last: client lock -> log lock, never the reverse.
  *
  * Ordering rule: a save's staged future always completes before (or with)
  * its committed future, and only once no library thread can still read the
- * caller's memory for it.
+ * caller's memory for it.  Every state change of a save happens in save.c
+ * (save_set_state_locked), which keeps this rule.
  */
 #ifndef CKPT_CLIENT_INTERNAL_H
 #define CKPT_CLIENT_INTERNAL_H
@@ -35,17 +43,109 @@
 
 #include "ckpt.h"
 #include "format/layout.h"
+#include "format/nameset.h"
 #include "shm/arena.h"
 #include "shm/proto.h"
 
 #define CLI_MAX_COPY_THREADS 64
-#define CLI_DEFAULT_COPY_THREADS 2
 #define CLI_DEFAULT_ARENA (1ull << 30)
+#define CLI_ATTEMPT_NAMES 64 /* names whose attempt count a client remembers */
 
-/* ---- errors (error.c) ---- */
+/* ---- errors (error.c) and logging (log.c) ---- */
 
 /* Sets this thread's ckpt_last_error() message. */
 void cli_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* True if a log callback is set (so a caller can skip costly formatting). */
+bool cli_log_enabled(void);
+/* Formats a message and hands it to the log callback, if one is set. */
+void cli_log(enum ckpt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic clock in nanoseconds, for timings in log messages. */
+uint64_t cli_now_ns(void);
+
+/* ---- caller structs of any size (abi.c) ---- */
+
+/* Largest `size` read from a caller's struct; beyond it, -E2BIG unread. */
+#define ABI_MAX_STRUCT 4096
+
+/* A public struct that starts with a uint32_t size field. */
+struct abi_struct {
+	const char *name;       /* "struct ckpt_tensor", for messages */
+	const char *init;       /* its _INIT macro, for messages */
+	size_t size;            /* sizeof it in this library */
+	size_t min_size;        /* its first version's size */
+};
+
+extern const struct abi_struct abi_connect_opts, abi_save_opts, abi_tensor;
+
+/*
+ * Copies the caller's struct `src` (as long as its size field says) into
+ * dst (t->size bytes), as openat2() does: fields past the caller's size
+ * read as zero.  Returns 0, -EINVAL (size below t->min_size), or -E2BIG
+ * (larger than ABI_MAX_STRUCT, or larger than t->size with a non-zero byte
+ * this library does not know).  Sets ckpt_last_error() on failure,
+ * prefixed with fn.
+ */
+int abi_copy_in(const struct abi_struct *t, void *dst, const void *src, const char *fn);
+
+/* ---- the process environment (env.c) ---- */
+
+/* CPUs this process may run on (sched_getaffinity), at least 1. */
+unsigned env_cpu_count(void);
+
+/*
+ * Default number of copy threads: `cpus` divided by the ranks on this node
+ * (local_world_size: the text of $LOCAL_WORLD_SIZE, NULL if unset; ignored
+ * unless a whole number in 1..CKPT_MAX_WORLD), at least 1, at most
+ * CLI_MAX_COPY_THREADS.  Writes how it was chosen to why (for the log).
+ */
+unsigned env_copy_threads_default(unsigned cpus, const char *local_world_size, char *why,
+				  size_t whylen);
+
+/* Parses the "Umask:" line of /proc/<pid>/status text.  Returns 0 and the
+ * mask (<= 0777), or -ENOENT (no such line), -EBADMSG (not an octal mask). */
+int env_parse_umask(const char *status, unsigned *ret_umask);
+
+/* The process's umask, read without changing it (umask(2) cannot be read
+ * without setting it, which would race with other threads creating files).
+ * Returns 0 and the mask, or -errno if /proc/self/status is unreadable: the
+ * caller then falls back to 022. */
+int env_umask(unsigned *ret_umask);
+
+/* Looks an environment variable up (getenv in the library; a table in
+ * tests). */
+typedef char *(*env_get_fn)(const char *name);
+
+/*
+ * The run id (ckpt.h explains the order): opt_run if not NULL (validated),
+ * else the first of $CKPT_RUN_ID, torchrun's and SLURM's variables that is
+ * set and not empty, made to fit [A-Za-z0-9._-]{1,CKPT_MAX_RUN_LEN}; else "".
+ * `source` tells where it came from ("options", "CKPT_RUN_ID", ...).
+ * Returns 0, or -EINVAL (bad opt_run; reason in err).
+ */
+int env_run_id(const char *opt_run, env_get_fn get, char ret_run[CKPT_MAX_RUN_LEN + 1],
+	       const char **ret_source, char *err, size_t errlen);
+
+/* ---- the connection to the daemon (conn.c) ---- */
+
+/*
+ * Connects to `path`, sends `hello` and waits for the answer, all within
+ * timeout_ms (< 0: no limit).  Returns 0 with the connected socket, the
+ * HELLO_OK message and the arena fd, or -errno with the reason in
+ * ckpt_last_error(): -ETIMEDOUT, -ENOENT/-ECONNREFUSED (nobody listens), the
+ * daemon's errno when it refused (its ERROR message is read even when the
+ * refusal surfaced as a failed send or a reset), -EPROTO.
+ */
+int conn_open(const char *path, const struct proto_hello *hello, int64_t timeout_ms,
+	      int *ret_sock, struct proto_hello_ok *ret_ok, int *ret_fd);
+
+/*
+ * After a send or receive on sock failed during the handshake: reads a
+ * refusal (an ERROR message) the daemon queued before closing, without
+ * blocking.  Returns its errno (< 0) with its text in msg, or 0 if none.
+ */
+int conn_read_refusal(int sock, char *msg, size_t msglen);
 
 /* ---- futures (future.c) ---- */
 
@@ -92,6 +192,38 @@ const struct copy_engine *copy_engine_select(enum ckpt_device device, int device
 
 /* ---- saves (save.c) ---- */
 
+/*
+ * The life of a save.  save.c's opening comment has the transitions.
+ *
+ *   BUILDING    the caller adds items (only the caller's thread touches it)
+ *   QUEUED      committed, on the client's queue
+ *   BEGUN       the save thread lays it out, sends SAVE_BEGIN, awaits ACK
+ *   STAGING     accepted: copy threads fill and send its extents   [pending]
+ *   DONE_EARLY  the daemon reported the commit while the copy thread that
+ *               sent the last extent had not yet counted it
+ *   ABORTING    staging failed here: copies stop, the daemon is told
+ *               (SAVE_ABORT) once none is in flight                [pending]
+ *   DRAINING    staging failed at the daemon or the connection was lost:
+ *               copies stop, nothing to tell the daemon
+ *   STAGED      staged future completed; awaits SAVE_DONE          [pending]
+ *   FINISHED    both futures are final
+ *
+ * [pending]: the daemon holds the save and will report SAVE_DONE; exactly
+ * these saves are on the client's pending list (with a reference).
+ */
+enum save_state {
+	SAVE_BUILDING,
+	SAVE_QUEUED,
+	SAVE_BEGUN,
+	SAVE_STAGING,
+	SAVE_DONE_EARLY,
+	SAVE_ABORTING,
+	SAVE_DRAINING,
+	SAVE_STAGED,
+	SAVE_FINISHED,
+	SAVE_STATE_COUNT
+};
+
 /* Per item, parallel to layout.items: where its bytes come from. */
 struct save_src {
 	const void *data;
@@ -101,47 +233,90 @@ struct save_src {
 struct ckpt_save {
 	struct ckpt_client *client;
 	atomic_int refs;        /* caller + pipeline stage + pending list */
-	bool committed;         /* set by commit (caller's thread) */
+	/* enum save_state.  Written under the client lock (save.c only);
+	 * atomic so that the caller's add_* may read it without the lock: it
+	 * only asks "still BUILDING?", which only its own thread changes. */
+	atomic_int state;
 	uint32_t token;         /* set at commit */
+	uint32_t attempt;       /* set at begin: earlier begins of this name */
+
+	/* BUILDING: the first failed set_* / add_* call (0: none). */
+	int poison_err;
+	char poison_msg[PROTO_MSG_LEN];
 
 	struct layout layout;
 	struct save_src *src;   /* layout.n_items entries */
 	size_t cap_src;
-	uint32_t *set;          /* open-addressed name set: item index + 1 */
-	size_t set_cap;         /* power of two, or 0 */
+	struct nameset names;   /* item names -> index (format/nameset) */
 
 	struct ckpt_future staged;
-	struct ckpt_future committed_f;
+	struct ckpt_future committed;
 
 	/* Built by the save thread, read by copy threads. */
 	char *hdr;              /* the file prefix [0, data_start) */
 
-	/* Pipeline state [lock]. */
+	/* Pipeline [lock]. */
 	struct ckpt_save *q_next;       /* save queue link */
 	struct ckpt_save *p_next;       /* pending list link */
-	bool on_pending;                /* accepted, waiting for SAVE_DONE */
-	bool acked;                     /* SAVE_ACK arrived */
-	int ack_err;
-	char ack_msg[PROTO_MSG_LEN];
 	uint32_t desc_first, desc_count; /* descriptor slots until ACK */
 	uint64_t n_ext, next_ext, sent, inflight;
-	bool failed;                    /* staging stops: see fail_err */
-	int fail_err;
+	int fail_err;                   /* ABORTING/DRAINING: first failure */
 	char fail_msg[PROTO_MSG_LEN];
-	bool staging_done;              /* staged future completed */
-	bool has_done;                  /* committed result known (stashed) */
-	int done_err;
-	char done_msg[PROTO_MSG_LEN];
+	uint64_t t_commit_ns, t_staged_ns; /* for the debug log */
 };
 
 void save_unref(struct ckpt_save *s);
 
+/* Copy threads may claim extents of s (STAGING or DONE_EARLY).  [lock] */
+bool save_copying(const struct ckpt_save *s);
+
+/* Transitions, each under c->lock.  Every one wakes whoever may wait on
+ * the change. */
+
+/* Fails s with err/msg from whatever state it is in (the first failure
+ * wins; a finished save is left alone).  daemon_done: the daemon has given
+ * the save up itself or can no longer be told (connection lost), so no
+ * SAVE_ABORT is due. */
+void save_fail_locked(struct ckpt_client *c, struct ckpt_save *s, int err, const char *msg,
+		      bool daemon_done);
+
+/* A copy thread sent one more extent of s. */
+void save_extent_sent_locked(struct ckpt_client *c, struct ckpt_save *s);
+
+/* SAVE_ACK / SAVE_DONE from the daemon (the receiver).  Return 0, or
+ * -EBADMSG with the reason in detail when the message breaks the protocol. */
+int save_on_ack_locked(struct ckpt_client *c, const struct proto_save_result *m, char *detail,
+		       size_t dlen);
+int save_on_done_locked(struct ckpt_client *c, const struct proto_save_result *m, char *detail,
+			size_t dlen);
+
+/* The connection is lost (c->dead is set): fails every save the daemon
+ * held or was about to hold.  c->dead_msg is the reason. */
+void saves_conn_lost_locked(struct ckpt_client *c);
+
+/* The client goes away: fails every save still waiting for SAVE_DONE with
+ * -ECONNABORTED. */
+void saves_abandon_locked(struct ckpt_client *c);
+
+/* Thread bodies. */
+void *save_thread_main(void *arg);
+void *copy_thread_main(void *arg);
+
 /* ---- client (client.c) ---- */
+
+/* Attempt counts of recently begun checkpoint names (least recently used
+ * one replaced). */
+struct attempt_entry {
+	char name[CKPT_MAX_NAME_LEN + 1];
+	uint32_t count;         /* saves of this name begun */
+	uint64_t used;          /* last use, for replacement */
+};
 
 struct ckpt_client {
 	int sock;
 	uint32_t rank, world, client_id;
 	char job[CKPT_MAX_JOB_LEN + 1];
+	char run[CKPT_MAX_RUN_LEN + 1];
 	void *arena;
 	uint64_t arena_bytes, slot_bytes;
 
@@ -157,11 +332,14 @@ struct ckpt_client {
 	char dead_msg[PROTO_MSG_LEN];
 	bool stopping;            /* disconnect: threads exit */
 	uint32_t next_token;
-	struct ckpt_save *q_head, *q_tail; /* committed, not yet started */
-	struct ckpt_save *awaiting_ack;   /* SAVE_BEGIN sent */
+	struct ckpt_save *q_head, *q_tail; /* QUEUED, in commit order */
+	struct ckpt_save *awaiting_ack;   /* BEGUN with SAVE_BEGIN sent */
 	struct ckpt_save *active;         /* extents published to copy threads */
-	struct ckpt_save *pending;        /* accepted, waiting for SAVE_DONE */
-	unsigned staging;                 /* committed saves not yet staged/failed */
+	struct ckpt_save *pending;        /* the [pending] states */
+	unsigned staging;                 /* committed saves the save thread
+	                                   * has not finished with */
+	struct attempt_entry attempts[CLI_ATTEMPT_NAMES];
+	uint64_t attempt_clock;
 
 	pthread_t recv_thread, save_thread;
 	pthread_t copy_threads[CLI_MAX_COPY_THREADS];
@@ -169,26 +347,14 @@ struct ckpt_client {
 	bool recv_started, save_started;
 };
 
-/* Marks the connection dead (idempotent): fails every pending committed
- * future with -ECONNRESET ("connection to ckptd lost: <detail>"), wakes every
- * waiter and shuts the socket down.  Caller holds c->lock. */
+/* Marks the connection dead (idempotent): fails every pending save with
+ * -ECONNRESET ("connection to ckptd lost: <detail>"), wakes every waiter
+ * and shuts the socket down.  Caller holds c->lock. */
 void cli_conn_dead_locked(struct ckpt_client *c, const char *detail);
 
-/* Completes s's committed future with err/msg if its staging is over, else
- * stashes the result for the save thread.  Removes s from the pending list
- * (dropping that reference).  Caller holds c->lock. */
-void save_finish_locked(struct ckpt_client *c, struct ckpt_save *s, int err, const char *msg);
-
-/* Ends the staging of an accepted save once no copy thread works on it any
- * more (or once every extent is sent): completes the staged future, and the
- * committed one if its result is known.  Idempotent.  Returns true if the
- * daemon must be told to abort the save (SAVE_ABORT, sent by the caller
- * without the lock).  Caller holds c->lock. */
-bool save_stage_end_locked(struct ckpt_client *c, struct ckpt_save *s);
-
-/* Thread bodies. */
-void *save_thread_main(void *arg);
-void *copy_thread_main(void *arg);
+/* Returns how many saves of checkpoint `name` this client began before, and
+ * counts this one.  Caller holds c->lock. */
+uint32_t cli_attempt_locked(struct ckpt_client *c, const char *name);
 
 /* ---- helpers ---- */
 

@@ -223,12 +223,19 @@ static const struct manifest_tensor *find(const struct ckpt_reader *reader, enum
 }
 
 int ckpt_reader_tensor_info(const struct ckpt_reader *reader, const char *name,
-			    enum ckpt_dtype *ret_dtype, unsigned *ret_ndim, uint64_t *ret_shape)
+			    size_t shape_cap, enum ckpt_dtype *ret_dtype, unsigned *ret_ndim,
+			    uint64_t *ret_shape)
 {
-	const struct manifest_tensor *t = find(reader, ITEM_TENSOR, name, "ckpt_reader_tensor_info");
+	const struct manifest_tensor *t;
 
+	t = find(reader, ITEM_TENSOR, name, "ckpt_reader_tensor_info");
 	if (!t)
 		return -ENOENT;
+	if (ret_shape && t->ndim > shape_cap) {
+		cli_set_error("ckpt_reader_tensor_info: tensor '%s' has %u dimensions, the shape "
+			      "array room for %zu", name, t->ndim, shape_cap);
+		return -ERANGE;
+	}
 	if (ret_dtype)
 		*ret_dtype = (enum ckpt_dtype)t->dtype;
 	if (ret_ndim)
@@ -236,6 +243,18 @@ int ckpt_reader_tensor_info(const struct ckpt_reader *reader, const char *name,
 	if (ret_shape)
 		memcpy(ret_shape, t->shape, t->ndim * sizeof(uint64_t));
 	return 0;
+}
+
+size_t ckpt_reader_blob_count(const struct ckpt_reader *reader)
+{
+	return reader ? reader->m.n_items - reader->m.n_tensors : 0;
+}
+
+const char *ckpt_reader_blob_name(const struct ckpt_reader *reader, size_t i)
+{
+	if (!reader || i >= reader->m.n_items - reader->m.n_tensors)
+		return NULL;
+	return reader->m.items[reader->m.n_tensors + i].name;
 }
 
 int64_t ckpt_reader_blob_size(const struct ckpt_reader *reader, const char *key)

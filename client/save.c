@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * save.c - the save API (begin, add_*, commit, free) and the save thread.
+ * save.c - the save API (begin, add_*, commit, free), the save state
+ * machine, and the save thread.
  *
  * The caller's thread only records what to save: names, shapes and data
  * pointers.  ckpt_save_commit() queues the save and returns; the save thread
@@ -8,7 +9,33 @@
  * descriptor to the daemon, and publishes the save's extents to the copy
  * threads (copy.c).  One save stages at a time, in commit order; the daemon's
  * write and commit of a save overlap the staging of the next.
+ *
+ * States (internal.h describes each) and who moves a save between them, all
+ * under the client lock and all through set_state_locked():
+ *
+ *   BUILDING   -> QUEUED       ckpt_save_commit (caller)
+ *   QUEUED     -> BEGUN        save thread takes it
+ *              -> FINISHED     connection already lost
+ *   BEGUN      -> STAGING      SAVE_ACK ok (receiver)
+ *              -> FINISHED     SAVE_ACK refusal, layout failed, connection lost
+ *   STAGING    -> STAGED       last extent sent (copy thread)
+ *              -> DONE_EARLY   SAVE_DONE ok before that was counted (receiver)
+ *              -> ABORTING     a copy failed (copy thread)
+ *              -> DRAINING     SAVE_DONE failure, connection lost
+ *   DONE_EARLY -> FINISHED     last extent counted
+ *              -> DRAINING     a failure after all
+ *   ABORTING   -> DRAINING     SAVE_DONE, connection lost
+ *              -> FINISHED     no copy in flight any more (save thread;
+ *                              then SAVE_ABORT is sent)
+ *   DRAINING   -> FINISHED     no copy in flight any more (save thread)
+ *   STAGED     -> FINISHED     SAVE_DONE, connection lost, disconnect
+ *
+ * Futures complete only on the way into STAGED (staged) and FINISHED (staged
+ * if not yet, then committed), so staged never completes after committed;
+ * and only once no copy thread reads the caller's memory for the save: all
+ * extents sent, or (ABORTING/DRAINING) none in flight.
  */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,8 +46,270 @@
 
 #include "client/internal.h"
 #include "format/desc.h"
+#include "format/errmsg.h"
 #include "format/names.h"
+#include "format/nameset.h"
 #include "format/safetensors.h"
+
+/* ---- the state machine ---- */
+
+#define BIT(st) (1u << (st))
+
+static const unsigned allowed[SAVE_STATE_COUNT] = {
+	[SAVE_BUILDING] = BIT(SAVE_QUEUED),
+	[SAVE_QUEUED] = BIT(SAVE_BEGUN) | BIT(SAVE_FINISHED),
+	[SAVE_BEGUN] = BIT(SAVE_STAGING) | BIT(SAVE_FINISHED),
+	[SAVE_STAGING] = BIT(SAVE_STAGED) | BIT(SAVE_DONE_EARLY) | BIT(SAVE_ABORTING) |
+			 BIT(SAVE_DRAINING),
+	[SAVE_DONE_EARLY] = BIT(SAVE_FINISHED) | BIT(SAVE_DRAINING),
+	[SAVE_ABORTING] = BIT(SAVE_DRAINING) | BIT(SAVE_FINISHED),
+	[SAVE_DRAINING] = BIT(SAVE_FINISHED),
+	[SAVE_STAGED] = BIT(SAVE_FINISHED),
+	[SAVE_FINISHED] = 0,
+};
+
+static enum save_state state_of(const struct ckpt_save *s)
+{
+	return (enum save_state)atomic_load_explicit(&s->state, memory_order_relaxed);
+}
+
+/* The daemon holds the save and will report SAVE_DONE. */
+static bool awaits_done(enum save_state st)
+{
+	return st == SAVE_STAGING || st == SAVE_ABORTING || st == SAVE_STAGED;
+}
+
+bool save_copying(const struct ckpt_save *s)
+{
+	enum save_state st = state_of(s);
+	return st == SAVE_STAGING || st == SAVE_DONE_EARLY;
+}
+
+static double ms_since(uint64_t t0)
+{
+	return (double)(cli_now_ns() - t0) / 1e6;
+}
+
+/*
+ * The one place a save changes state.  Entering STAGED completes the staged
+ * future; entering FINISHED completes staged with staged_err (unless it
+ * completed before) and then committed with commit_err, both with msg.
+ * Keeps the pending list equal to the [pending] states.  May drop the
+ * pending list's reference, the last one: s must not be used afterwards.
+ */
+static void set_state_locked(struct ckpt_client *c, struct ckpt_save *s, enum save_state to,
+			     int staged_err, int commit_err, const char *msg)
+{
+	enum save_state from = state_of(s);
+	bool drop = false;
+
+	assert(allowed[from] & BIT(to));
+	/* Log first: a caller that saw a future complete finds its line. */
+	bool staging_ends = to == SAVE_STAGED || (to == SAVE_FINISHED && from != SAVE_STAGED);
+	if (staging_ends) {
+		s->t_staged_ns = cli_now_ns();
+		if (to == SAVE_STAGED || staged_err == 0)
+			cli_log(CKPT_LOG_DEBUG, "save '%s' (token %u, attempt %u): %llu bytes "
+				"staged in %.1f ms", s->layout.name, s->token, s->attempt,
+				(unsigned long long)s->layout.file_size,
+				ms_since(s->t_commit_ns));
+	}
+	if (to == SAVE_FINISHED && commit_err)
+		cli_log(CKPT_LOG_ERROR, "save '%s' (token %u, attempt %u) failed after %.1f ms: %s",
+			s->layout.name, s->token, s->attempt, ms_since(s->t_commit_ns),
+			msg ? msg : strerror(-commit_err));
+	else if (to == SAVE_FINISHED)
+		cli_log(CKPT_LOG_DEBUG, "save '%s' (token %u, attempt %u): committed in %.1f ms "
+			"(%.1f ms after staged)", s->layout.name, s->token, s->attempt,
+			ms_since(s->t_commit_ns), ms_since(s->t_staged_ns));
+	if (staging_ends)
+		future_complete(&s->staged, to == SAVE_STAGED ? 0 : staged_err, msg);
+	if (to == SAVE_FINISHED)
+		future_complete(&s->committed, commit_err, msg);
+	atomic_store_explicit(&s->state, to, memory_order_relaxed);
+
+	if (!awaits_done(from) && awaits_done(to)) {
+		atomic_fetch_add(&s->refs, 1);
+		s->p_next = c->pending;
+		c->pending = s;
+	} else if (awaits_done(from) && !awaits_done(to)) {
+		struct ckpt_save **pp = &c->pending;
+		while (*pp && *pp != s)
+			pp = &(*pp)->p_next;
+		if (*pp)
+			*pp = s->p_next;
+		s->p_next = NULL;
+		drop = true;
+	}
+	/* Copy threads wait for slots and work, the save thread for ACK and
+	 * the end of staging: each re-checks the state when woken. */
+	pthread_cond_broadcast(&c->slot_cv);
+	pthread_cond_broadcast(&c->copy_cv);
+	pthread_cond_broadcast(&c->save_cv);
+	if (drop)
+		save_unref(s);
+}
+
+static void record_failure(struct ckpt_save *s, int err, const char *msg)
+{
+	if (!s->fail_err) {
+		s->fail_err = err;
+		proto_set_msg(s->fail_msg, msg);
+	}
+}
+
+void save_fail_locked(struct ckpt_client *c, struct ckpt_save *s, int err, const char *msg,
+		      bool daemon_done)
+{
+	switch (state_of(s)) {
+	case SAVE_QUEUED:
+	case SAVE_BEGUN:
+		if (c->awaiting_ack == s)
+			c->awaiting_ack = NULL;
+		set_state_locked(c, s, SAVE_FINISHED, err, err, msg);
+		break;
+	case SAVE_STAGING:
+		record_failure(s, err, msg);
+		set_state_locked(c, s, daemon_done ? SAVE_DRAINING : SAVE_ABORTING, 0, 0, NULL);
+		break;
+	case SAVE_DONE_EARLY:
+		record_failure(s, err, msg);
+		set_state_locked(c, s, SAVE_DRAINING, 0, 0, NULL);
+		break;
+	case SAVE_ABORTING:
+		record_failure(s, err, msg);
+		if (daemon_done)
+			set_state_locked(c, s, SAVE_DRAINING, 0, 0, NULL);
+		break;
+	case SAVE_STAGED:
+		set_state_locked(c, s, SAVE_FINISHED, 0, err, msg);
+		break;
+	case SAVE_BUILDING:  /* not in the pipeline: nothing fails it */
+	case SAVE_DRAINING:  /* already failed */
+	case SAVE_FINISHED:
+	case SAVE_STATE_COUNT:
+		break;
+	}
+}
+
+void save_extent_sent_locked(struct ckpt_client *c, struct ckpt_save *s)
+{
+	if (++s->sent != s->n_ext)
+		return;
+	/* Every byte is in the arena: staged, without waiting for the save
+	 * thread to wake up. */
+	if (state_of(s) == SAVE_STAGING)
+		set_state_locked(c, s, SAVE_STAGED, 0, 0, NULL);
+	else if (state_of(s) == SAVE_DONE_EARLY)
+		set_state_locked(c, s, SAVE_FINISHED, 0, 0, NULL);
+}
+
+/* ABORTING or DRAINING with no copy in flight: both futures fail (staged
+ * succeeds if every extent went out before the failure).  Returns true if
+ * the daemon must be told (SAVE_ABORT). */
+static bool save_drained_locked(struct ckpt_client *c, struct ckpt_save *s)
+{
+	bool tell = state_of(s) == SAVE_ABORTING && !c->dead;
+
+	set_state_locked(c, s, SAVE_FINISHED, s->sent == s->n_ext ? 0 : s->fail_err, s->fail_err,
+			 s->fail_msg);
+	return tell;
+}
+
+int save_on_ack_locked(struct ckpt_client *c, const struct proto_save_result *m, char *detail,
+		       size_t dlen)
+{
+	struct ckpt_save *s = c->awaiting_ack;
+	char msg[PROTO_MSG_LEN];
+
+	if (!s || s->token != m->token) {
+		snprintf(detail, dlen, "SAVE_ACK for save %u, which awaits no ACK", m->token);
+		return -EBADMSG;
+	}
+	/* The daemon has read the descriptor: its slots are free again,
+	 * whether the save was accepted or not. */
+	if (arena_slots_put(&c->slots, s->desc_first, s->desc_count) < 0) {
+		snprintf(detail, dlen, "descriptor slots of save %u already free", m->token);
+		return -EBADMSG;
+	}
+	c->awaiting_ack = NULL;
+	if (m->err == 0) {
+		set_state_locked(c, s, SAVE_STAGING, 0, 0, NULL);
+		return 0;
+	}
+	if (m->msg[0])
+		proto_set_msg(msg, m->msg);
+	else
+		snprintf(msg, sizeof(msg), "ckptd refused save '%s': %s", s->layout.name,
+			 strerror(-m->err));
+	set_state_locked(c, s, SAVE_FINISHED, m->err, m->err, msg);
+	return 0;
+}
+
+int save_on_done_locked(struct ckpt_client *c, const struct proto_save_result *m, char *detail,
+			size_t dlen)
+{
+	struct ckpt_save *s = c->pending;
+	char msg[PROTO_MSG_LEN];
+
+	while (s && s->token != m->token)
+		s = s->p_next;
+	if (!s) {
+		/* A save this client gave up (SAVE_ABORT) may still be
+		 * reported; a token never issued is a protocol error. */
+		if (m->token == 0 || m->token >= c->next_token) {
+			snprintf(detail, dlen, "SAVE_DONE for unknown save %u", m->token);
+			return -EBADMSG;
+		}
+		return 0;
+	}
+	if (m->err) {
+		if (m->msg[0])
+			proto_set_msg(msg, m->msg);
+		else
+			snprintf(msg, sizeof(msg), "ckptd failed the save: %s", strerror(-m->err));
+		save_fail_locked(c, s, m->err, msg, true);
+	} else if (state_of(s) == SAVE_STAGING) {
+		/* The last EXTENT is out but its copy thread has not counted
+		 * it yet: the committed future must wait for the staged one. */
+		set_state_locked(c, s, SAVE_DONE_EARLY, 0, 0, NULL);
+	} else if (state_of(s) == SAVE_STAGED) {
+		set_state_locked(c, s, SAVE_FINISHED, 0, 0, NULL);
+	} else {
+		/* ABORTING: a copy failed here, so the daemon cannot have had
+		 * every byte; keep our failure and stop waiting for it. */
+		save_fail_locked(c, s, -EPROTO, "ckptd reported a commit of a save whose staging "
+				 "failed", true);
+	}
+	return 0;
+}
+
+void saves_conn_lost_locked(struct ckpt_client *c)
+{
+	/* Each leaves the pending list (to DRAINING or FINISHED). */
+	while (c->pending)
+		save_fail_locked(c, c->pending, -ECONNRESET, c->dead_msg, true);
+	if (c->awaiting_ack)
+		save_fail_locked(c, c->awaiting_ack, -ECONNRESET, c->dead_msg, true);
+	/* QUEUED saves fail when the save thread takes them; a DONE_EARLY
+	 * save completes when its last extent is counted. */
+}
+
+void saves_abandon_locked(struct ckpt_client *c)
+{
+	static const char why[] = "client disconnected before the daemon reported the commit";
+
+	while (c->pending) {
+		struct ckpt_save *s = c->pending;
+		atomic_fetch_add(&s->refs, 1); /* s outlives its transitions here */
+		save_fail_locked(c, s, -ECONNABORTED, why, true);
+		/* Only reachable if a thread stopped mid-save: no copy is in
+		 * flight any more (they are joined). */
+		if (state_of(s) == SAVE_DRAINING)
+			save_drained_locked(c, s);
+		save_unref(s);
+	}
+}
 
 /* ---- lifetime ---- */
 
@@ -28,10 +317,10 @@ static void save_destroy(struct ckpt_save *s)
 {
 	layout_free(&s->layout);
 	free(s->src);
-	free(s->set);
+	nameset_free(&s->names);
 	free(s->hdr);
 	future_destroy(&s->staged);
-	future_destroy(&s->committed_f);
+	future_destroy(&s->committed);
 	free(s);
 }
 
@@ -48,22 +337,32 @@ void ckpt_save_free(struct ckpt_save *save)
 		save_unref(save);
 }
 
-int ckpt_save_begin(struct ckpt_client *client, const char *root, const char *name,
-		    uint64_t step, struct ckpt_save **ret_save)
+/* ---- building: begin, and the first failure ---- */
+
+int ckpt_save_begin_opts(struct ckpt_client *client, const struct ckpt_save_opts *opts,
+			 struct ckpt_save **ret_save)
 {
+	struct ckpt_save_opts o;
 	struct ckpt_save *s;
 	char err[256];
 	int r;
 
-	if (!client || !ret_save) {
-		cli_set_error("ckpt_save_begin: client or ret_save is NULL");
+	if (!client || !opts || !ret_save) {
+		cli_set_error("ckpt_save_begin: client, opts or ret_save is NULL");
 		return -EINVAL;
 	}
-	if (!name_checkpoint_ok(name, err, sizeof(err))) {
+	r = abi_copy_in(&abi_save_opts, &o, opts, "ckpt_save_begin");
+	if (r < 0)
+		return r;
+	if (o.flags) {
+		cli_set_error("ckpt_save_begin: unknown flags 0x%x", o.flags);
+		return -EINVAL;
+	}
+	if (!name_checkpoint_ok(o.name, err, sizeof(err))) {
 		cli_set_error("ckpt_save_begin: %s", err);
 		return -EINVAL;
 	}
-	if (!name_root_ok(root, err, sizeof(err))) {
+	if (!name_root_ok(o.root, err, sizeof(err))) {
 		cli_set_error("ckpt_save_begin: %s", err);
 		return -EINVAL;
 	}
@@ -72,28 +371,62 @@ int ckpt_save_begin(struct ckpt_client *client, const char *root, const char *na
 		goto out_nomem;
 	s->client = client;
 	atomic_init(&s->refs, 1);
+	atomic_init(&s->state, SAVE_BUILDING);
 	r = future_init(&s->staged);
 	if (r < 0) {
 		free(s);
 		goto out_nomem;
 	}
-	r = future_init(&s->committed_f);
+	r = future_init(&s->committed);
 	if (r < 0) {
 		future_destroy(&s->staged);
 		free(s);
 		goto out_nomem;
 	}
-	r = layout_init(&s->layout, root, name, step);
+	r = layout_init(&s->layout, o.root, o.name, o.step);
 	if (r < 0) {
 		save_destroy(s);
 		goto out_nomem;
 	}
+	pthread_mutex_lock(&client->lock);
+	s->attempt = cli_attempt_locked(client, o.name);
+	pthread_mutex_unlock(&client->lock);
 	*ret_save = s;
 	return 0;
 
 out_nomem:
 	cli_set_error("ckpt_save_begin: out of memory");
 	return -ENOMEM;
+}
+
+int ckpt_save_begin(struct ckpt_client *client, const char *root, const char *name,
+		    uint64_t step, struct ckpt_save **ret_save)
+{
+	struct ckpt_save_opts o = { CKPT_SAVE_OPTS_INIT, .root = root, .name = name, .step = step };
+
+	return ckpt_save_begin_opts(client, &o, ret_save);
+}
+
+/* The caller's thread is the only one to change a BUILDING save, so it may
+ * read the state without the lock. */
+static bool building(const struct ckpt_save *s)
+{
+	return state_of(s) == SAVE_BUILDING;
+}
+
+/*
+ * Passes the result r of a set_* / add_* call on; a failure while building
+ * makes the save incomplete, remembered with the message of the call
+ * (ckpt_last_error(), which names it).  -EBUSY is the save being committed
+ * already: nothing to spoil.
+ */
+static int spoil(struct ckpt_save *s, int r)
+{
+	if (r < 0 && r != -EBUSY && s && building(s) && !s->poison_err) {
+		s->poison_err = r;
+		proto_set_msg(s->poison_msg, ckpt_last_error());
+	}
+	return r;
 }
 
 /* ---- metadata and metrics ---- */
@@ -110,7 +443,7 @@ static int meta_check(struct ckpt_save *save, const char *fn, const char *key, j
 {
 	char err[256];
 
-	if (save->committed) {
+	if (!building(save)) {
 		cli_set_error("%s: the save is already committed", fn);
 		return -EBUSY;
 	}
@@ -133,7 +466,7 @@ static int meta_check(struct ckpt_save *save, const char *fn, const char *key, j
 	return 0;
 }
 
-int ckpt_save_set_metadata(struct ckpt_save *save, const char *key, const char *value)
+static int set_metadata(struct ckpt_save *save, const char *key, const char *value)
 {
 	json_t *obj, *v;
 	int r;
@@ -142,7 +475,7 @@ int ckpt_save_set_metadata(struct ckpt_save *save, const char *key, const char *
 		cli_set_error("ckpt_save_set_metadata: NULL argument");
 		return -EINVAL;
 	}
-	obj = save->committed ? NULL : meta_object(&save->layout.meta);
+	obj = building(save) ? meta_object(&save->layout.meta) : NULL;
 	r = meta_check(save, "ckpt_save_set_metadata", key, obj);
 	if (r < 0)
 		return r;
@@ -164,7 +497,12 @@ int ckpt_save_set_metadata(struct ckpt_save *save, const char *key, const char *
 	return 0;
 }
 
-int ckpt_save_set_metric(struct ckpt_save *save, const char *key, double value)
+int ckpt_save_set_metadata(struct ckpt_save *save, const char *key, const char *value)
+{
+	return spoil(save, set_metadata(save, key, value));
+}
+
+static int set_metric(struct ckpt_save *save, const char *key, double value)
 {
 	json_t *obj, *v;
 	int r;
@@ -173,7 +511,7 @@ int ckpt_save_set_metric(struct ckpt_save *save, const char *key, double value)
 		cli_set_error("ckpt_save_set_metric: NULL argument");
 		return -EINVAL;
 	}
-	obj = save->committed ? NULL : meta_object(&save->layout.metrics);
+	obj = building(save) ? meta_object(&save->layout.metrics) : NULL;
 	r = meta_check(save, "ckpt_save_set_metric", key, obj);
 	if (r < 0)
 		return r;
@@ -189,34 +527,16 @@ int ckpt_save_set_metric(struct ckpt_save *save, const char *key, double value)
 	return 0;
 }
 
+int ckpt_save_set_metric(struct ckpt_save *save, const char *key, double value)
+{
+	return spoil(save, set_metric(save, key, value));
+}
+
 /* ---- items ---- */
-
-static uint64_t name_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ull;
-	}
-	return h ^ (h >> 29);
-}
-
-/* Returns the slot of `name` in the set: where it is, or the empty slot
- * where it would go.  The set is never full (load <= 1/2). */
-static size_t set_slot(const struct ckpt_save *s, const char *name)
-{
-	size_t mask = s->set_cap - 1;
-	size_t i = (size_t)name_hash(name) & mask;
-
-	while (s->set[i] && strcmp(s->layout.items[s->set[i] - 1].name, name) != 0)
-		i = (i + 1) & mask;
-	return i;
-}
 
 static bool set_contains(const struct ckpt_save *s, const char *name)
 {
-	return s->set_cap && s->set[set_slot(s, name)] != 0;
+	return nameset_get(&s->names, name) >= 0;
 }
 
 /* Makes room for one more entry (and one more src entry). */
@@ -232,20 +552,9 @@ static int set_reserve(struct ckpt_save *s)
 		s->src = src;
 		s->cap_src = cap;
 	}
-	if ((n + 1) * 2 > s->set_cap) {
-		size_t cap = s->set_cap ? s->set_cap * 2 : 128;
-		uint32_t *old = s->set;
-		size_t old_cap = s->set_cap;
-		uint32_t *set = calloc(cap, sizeof(*set));
-		if (!set)
-			return -ENOMEM;
-		s->set = set;
-		s->set_cap = cap;
-		for (size_t i = 0; i < old_cap; i++)
-			if (old[i])
-				s->set[set_slot(s, s->layout.items[old[i] - 1].name)] = old[i];
-		free(old);
-	}
+	/* Doubling, so adding n names costs O(n) in all. */
+	if (n + 1 > s->names.max)
+		return nameset_reserve(&s->names, n + 1 < 64 ? 64 : 2 * (n + 1));
 	return 0;
 }
 
@@ -280,12 +589,15 @@ static int add_item(struct ckpt_save *s, const char *fn, enum item_kind kind, co
 	}
 	s->src[idx].data = data;
 	s->src[idx].engine = engine;
-	s->set[set_slot(s, s->layout.items[idx].name)] = (uint32_t)idx + 1;
+	/* The set borrows the layout's copy of the name, which lives as long
+	 * as the save. */
+	nameset_put(&s->names, s->layout.items[idx].name, (uint32_t)idx);
 	return 0;
 }
 
 /* Checks what layout_add also checks, so that skipped replicas are held to
  * the same rules as written chunks. */
+
 static int check_tensor(const struct ckpt_tensor *t, uint64_t *ret_bytes)
 {
 	char err[256];
@@ -343,9 +655,11 @@ static int check_tensor(const struct ckpt_tensor *t, uint64_t *ret_bytes)
 	return 0;
 }
 
-int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor)
+
+static int add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor)
 {
 	const struct copy_engine *engine;
+	struct ckpt_tensor t;
 	char err[256];
 	uint64_t bytes;
 	int r;
@@ -354,32 +668,38 @@ int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tenso
 		cli_set_error("ckpt_save_add_tensor: NULL argument");
 		return -EINVAL;
 	}
-	if (save->committed) {
+	if (!building(save)) {
 		cli_set_error("ckpt_save_add_tensor: the save is already committed");
 		return -EBUSY;
 	}
-	r = check_tensor(tensor, &bytes);
+	r = abi_copy_in(&abi_tensor, &t, tensor, "ckpt_save_add_tensor");
 	if (r < 0)
 		return r;
-	engine = copy_engine_select(tensor->device, tensor->device_index, &r, err, sizeof(err));
+	r = check_tensor(&t, &bytes);
+	if (r < 0)
+		return r;
+	engine = copy_engine_select(t.device, t.device_index, &r, err, sizeof(err));
 	if (!engine) {
-		cli_set_error("ckpt_save_add_tensor: tensor '%s': %s", tensor->name, err);
+		cli_set_error("ckpt_save_add_tensor: tensor '%s': %s", t.name, err);
 		return r;
 	}
 	/* Data-parallel copies: replica 0 writes the chunk for everyone. */
-	if (tensor->replica != 0)
+	if (t.replica != 0)
 		return 0;
-	if (set_contains(save, tensor->name)) {
-		cli_set_error("ckpt_save_add_tensor: name '%s' is already in this save",
-			      tensor->name);
+	if (set_contains(save, t.name)) {
+		cli_set_error("ckpt_save_add_tensor: name '%s' is already in this save", t.name);
 		return -EEXIST;
 	}
-	return add_item(save, "ckpt_save_add_tensor", ITEM_TENSOR, tensor->name, tensor->dtype,
-			tensor->ndim, tensor->shape, tensor->global_shape, tensor->offsets,
-			tensor->data, engine);
+	return add_item(save, "ckpt_save_add_tensor", ITEM_TENSOR, t.name, t.dtype, t.ndim,
+			t.shape, t.global_shape, t.offsets, t.data, engine);
 }
 
-int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const void *data, size_t len)
+int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor)
+{
+	return spoil(save, add_tensor(save, tensor));
+}
+
+static int add_blob(struct ckpt_save *save, const char *key, const void *data, size_t len)
 {
 	char err[256];
 	uint64_t shape;
@@ -388,7 +708,7 @@ int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const void *data
 		cli_set_error("ckpt_save_add_blob: save is NULL");
 		return -EINVAL;
 	}
-	if (save->committed) {
+	if (!building(save)) {
 		cli_set_error("ckpt_save_add_blob: the save is already committed");
 		return -EBUSY;
 	}
@@ -413,6 +733,11 @@ int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const void *data
 			data, &copy_engine_host);
 }
 
+int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const void *data, size_t len)
+{
+	return spoil(save, add_blob(save, key, data, len));
+}
+
 /* ---- commit ---- */
 
 int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
@@ -426,10 +751,18 @@ int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 	}
 	c = save->client;
 	pthread_mutex_lock(&c->lock);
-	if (save->committed) {
+	if (!building(save)) {
 		pthread_mutex_unlock(&c->lock);
 		cli_set_error("ckpt_save_commit: the save is already committed");
 		return -EBUSY;
+	}
+	if (save->poison_err) {
+		pthread_mutex_unlock(&c->lock);
+		/* Committing what is left would make a valid checkpoint that
+		 * silently lacks an item. */
+		cli_set_error("ckpt_save_commit: save '%s' is incomplete and is not committed: %s",
+			      save->layout.name, save->poison_msg);
+		return save->poison_err;
 	}
 	if (c->dead || c->stopping) {
 		cli_set_error("ckpt_save_commit: %s",
@@ -437,10 +770,10 @@ int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 		pthread_mutex_unlock(&c->lock);
 		return -ENOTCONN;
 	}
-	save->committed = true;
 	save->token = c->next_token++;
 	if (c->next_token == 0)
 		c->next_token = 1;
+	save->t_commit_ns = cli_now_ns();
 	atomic_fetch_add(&save->refs, 1); /* the pipeline's */
 	save->q_next = NULL;
 	if (c->q_tail)
@@ -449,24 +782,15 @@ int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 		c->q_head = save;
 	c->q_tail = save;
 	c->staging++;
-	pthread_cond_broadcast(&c->save_cv);
+	set_state_locked(c, save, SAVE_QUEUED, 0, 0, NULL);
 	pthread_mutex_unlock(&c->lock);
 
 	*ret_staged = &save->staged;
-	*ret_committed = &save->committed_f;
+	*ret_committed = &save->committed;
 	return 0;
 }
 
 /* ---- the save thread ---- */
-
-/* Fails a save that never published extents: both futures, staged first.
- * Caller holds c->lock. */
-static void fail_unstarted_locked(struct ckpt_save *s, int err, const char *msg)
-{
-	s->staging_done = true;
-	future_complete(&s->staged, err, msg);
-	future_complete(&s->committed_f, err, msg);
-}
 
 /* Lays the save out and builds its descriptor.  Returns 0, or -errno with
  * the reason in msg. */
@@ -511,34 +835,17 @@ out_json:
 	return r;
 }
 
-bool save_stage_end_locked(struct ckpt_client *c, struct ckpt_save *s)
+/* Fails a save before any extent was published: both futures, staged
+ * first.  Caller holds c->lock. */
+static void fail_unstarted_locked(struct ckpt_client *c, struct ckpt_save *s, int err,
+				  const char *msg)
 {
-	bool abort_it = false;
-
-	if (s->staging_done)
-		return false;
-	if (s->sent != s->n_ext) {
-		if (!s->failed) {
-			s->failed = true;
-			s->fail_err = -ECONNRESET;
-			proto_set_msg(s->fail_msg, c->dead_msg);
-		}
-		/* The daemon has not finished the save on its own: tell it we
-		 * give up, and stop waiting for its SAVE_DONE. */
-		abort_it = !c->dead && !s->has_done;
-		save_finish_locked(c, s, s->fail_err, s->fail_msg);
-	}
-	s->staging_done = true;
-	if (s->failed && s->sent != s->n_ext)
-		future_complete(&s->staged, s->fail_err, s->fail_msg);
-	else
-		future_complete(&s->staged, 0, NULL);
-	if (s->has_done)
-		future_complete(&s->committed_f, s->done_err, s->done_msg);
-	return abort_it;
+	set_state_locked(c, s, SAVE_FINISHED, err, err, msg);
 }
 
-static void run_save(struct ckpt_client *c, struct ckpt_save *s)
+/* Lays s out, takes slots for its descriptor and sends SAVE_BEGIN.  Returns
+ * with the lock held, s BEGUN and awaiting its ACK, or FINISHED. */
+static void begin_locked(struct ckpt_client *c, struct ckpt_save *s)
 {
 	struct proto_save_begin begin;
 	char msg[PROTO_MSG_LEN];
@@ -548,45 +855,46 @@ static void run_save(struct ckpt_client *c, struct ckpt_save *s)
 	int64_t first;
 	int r;
 
-	pthread_mutex_lock(&c->lock);
 	if (c->dead) {
-		fail_unstarted_locked(s, -ECONNRESET, c->dead_msg);
-		goto out_unlock;
+		fail_unstarted_locked(c, s, -ECONNRESET, c->dead_msg);
+		return;
 	}
+	set_state_locked(c, s, SAVE_BEGUN, 0, 0, NULL);
 	pthread_mutex_unlock(&c->lock);
-
+	/* BEGUN: nothing but this thread touches the layout now. */
 	r = prepare(c, s, &desc, &desc_len, msg, sizeof(msg));
 	pthread_mutex_lock(&c->lock);
-	if (r < 0) {
-		fail_unstarted_locked(s, r, msg);
-		goto out_unlock;
+	if (r < 0 || c->dead) {
+		/* (A connection lost meanwhile fails only the saves it finds
+		 * awaiting an ACK or SAVE_DONE.) */
+		fail_unstarted_locked(c, s, r < 0 ? r : -ECONNRESET, r < 0 ? msg : c->dead_msg);
+		goto out;
 	}
-
 	n = cli_div_up(desc_len, c->slot_bytes);
 	if (n == 0 || n > c->slots.n_slots) {
 		snprintf(msg, sizeof(msg), "save '%s': its descriptor (%zu bytes for %zu items) "
 			 "does not fit the %llu-byte staging arena", s->layout.name, desc_len,
 			 s->layout.n_items, (unsigned long long)c->arena_bytes);
-		fail_unstarted_locked(s, -E2BIG, msg);
-		goto out_unlock;
+		fail_unstarted_locked(c, s, -E2BIG, msg);
+		goto out;
 	}
 	while ((first = arena_slots_take(&c->slots, (uint32_t)n)) < 0 && !c->dead)
 		pthread_cond_wait(&c->slot_cv, &c->lock);
 	if (first < 0) {
-		fail_unstarted_locked(s, -ECONNRESET, c->dead_msg);
-		goto out_unlock;
+		fail_unstarted_locked(c, s, -ECONNRESET, c->dead_msg);
+		goto out;
 	}
 	s->desc_first = (uint32_t)first;
 	s->desc_count = (uint32_t)n;
-	s->acked = false;
+	s->n_ext = cli_div_up(s->layout.file_size, c->slot_bytes);
+	s->next_ext = s->sent = s->inflight = 0;
 	c->awaiting_ack = s;
 	pthread_mutex_unlock(&c->lock);
 
 	memcpy((char *)c->arena + (uint64_t)first * c->slot_bytes, desc, desc_len);
-	free(desc);
-	desc = NULL;
 	proto_init(&begin.h, PROTO_SAVE_BEGIN, sizeof(begin));
 	begin.token = s->token;
+	begin.attempt = s->attempt;
 	begin.desc_off = (uint64_t)first * c->slot_bytes;
 	begin.desc_len = desc_len;
 	r = proto_send(c->sock, &begin, sizeof(begin), -1);
@@ -594,54 +902,68 @@ static void run_save(struct ckpt_client *c, struct ckpt_save *s)
 	pthread_mutex_lock(&c->lock);
 	if (r < 0) {
 		snprintf(msg, sizeof(msg), "sending SAVE_BEGIN: %s", strerror(-r));
-		cli_conn_dead_locked(c, msg);
+		cli_conn_dead_locked(c, msg); /* fails s too */
 	}
-	while (!s->acked && !c->dead)
-		pthread_cond_wait(&c->save_cv, &c->lock);
-	if (!s->acked) {
-		if (c->awaiting_ack == s)
-			c->awaiting_ack = NULL;
-		fail_unstarted_locked(s, -ECONNRESET, c->dead_msg);
-		goto out_unlock;
-	}
-	if (s->ack_err) {
-		if (!s->ack_msg[0])
-			snprintf(s->ack_msg, sizeof(s->ack_msg), "ckptd refused save '%s': %s",
-				 s->layout.name, strerror(-s->ack_err));
-		fail_unstarted_locked(s, s->ack_err, s->ack_msg);
-		goto out_unlock;
-	}
+out:
+	free(desc);
+}
 
-	/* Accepted (the receiver put it on the pending list): hand the
-	 * extents to the copy threads and wait until none works on it. */
-	s->n_ext = cli_div_up(s->layout.file_size, c->slot_bytes);
-	s->next_ext = s->sent = s->inflight = 0;
-	c->active = s;
-	pthread_cond_broadcast(&c->copy_cv);
-	while (!((s->next_ext == s->n_ext || s->failed || c->dead) && s->inflight == 0))
+static void run_save(struct ckpt_client *c, struct ckpt_save *s)
+{
+	bool tell = false;
+
+	pthread_mutex_lock(&c->lock);
+	begin_locked(c, s);
+	/* The receiver moves s on when the ACK arrives, or the connection
+	 * loss fails it. */
+	while (state_of(s) == SAVE_BEGUN && !c->dead)
 		pthread_cond_wait(&c->save_cv, &c->lock);
-	c->active = NULL;
-	bool abort_it = save_stage_end_locked(c, s);
+	if (state_of(s) == SAVE_BEGUN)
+		save_fail_locked(c, s, -ECONNRESET, c->dead_msg, true);
+
+	if (save_copying(s)) {
+		c->active = s;
+		pthread_cond_broadcast(&c->copy_cv);
+	}
+	/* Wait until staging is over and no copy thread works on s. */
+	for (;;) {
+		enum save_state st = state_of(s);
+		if (s->inflight == 0) {
+			if (st == SAVE_STAGED || st == SAVE_FINISHED)
+				break;
+			if (st == SAVE_ABORTING || st == SAVE_DRAINING) {
+				tell = save_drained_locked(c, s);
+				break;
+			}
+			if (c->dead || c->stopping) {
+				/* Copies stopped with extents unsent. */
+				const char *why = c->dead ? c->dead_msg
+							  : "the client is disconnecting";
+				save_fail_locked(c, s, -ECONNRESET, why, true);
+				continue;
+			}
+		}
+		pthread_cond_wait(&c->save_cv, &c->lock);
+	}
+	if (c->active == s)
+		c->active = NULL;
 	pthread_mutex_unlock(&c->lock);
 
-	if (abort_it) {
+	if (tell) {
 		struct proto_save_abort ab;
+		int r;
+
 		proto_init(&ab.h, PROTO_SAVE_ABORT, sizeof(ab));
 		ab.token = s->token;
 		r = proto_send(c->sock, &ab, sizeof(ab), -1);
 		if (r < 0) {
+			char msg[PROTO_MSG_LEN];
 			pthread_mutex_lock(&c->lock);
 			snprintf(msg, sizeof(msg), "sending SAVE_ABORT: %s", strerror(-r));
 			cli_conn_dead_locked(c, msg);
 			pthread_mutex_unlock(&c->lock);
 		}
 	}
-	goto out;
-
-out_unlock:
-	pthread_mutex_unlock(&c->lock);
-out:
-	free(desc);
 	/* Copy threads are done with the header; the daemon has its bytes. */
 	free(s->hdr);
 	s->hdr = NULL;

@@ -1,17 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config.c - ckptd configuration: defaults, the config file, -o flags and the
- * final consistency checks.  See config.h for the syntax and the keys.
+ * config.c - ckptd configuration: the key table, defaults, the config file,
+ * the command line and the final consistency checks.  See config.h for the
+ * syntax, the keys and how file and flags compose.
  *
  * Parsing is strict on purpose: a typo in a daemon's config should stop it at
  * start-up with "PATH:LINE: reason", not run it with a silently different
  * value.  Sizes are whole numbers (no "1.5G"): the value the admin reads is
- * the exact byte count the daemon uses.
+ * the exact byte count the daemon uses.  Every key is one row of config_keys:
+ * its parser, range, default and the text of its error message all come from
+ * that row, so they cannot disagree.
  */
 #include "daemon/config.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,40 +25,152 @@
 
 #include "ckpt.h"
 
-#define CONFIG_LINE_MAX 4096          /* longest accepted config line */
-#define CONFIG_MIN_ARENA (1ull << 20) /* one CRC block: the smallest slot */
-#define CONFIG_DEADLINE_MIN_MS 100ull
-#define CONFIG_DEADLINE_MAX_MS (7ull * 24 * 3600 * 1000)
+/* The build passes -DCKPTD_CONFIG_PATH="$(SYSCONFDIR)/ckptd/ckptd.conf". */
+#ifndef CKPTD_CONFIG_PATH
+#define CKPTD_CONFIG_PATH "/etc/ckptd/ckptd.conf"
+#endif
 
-int config_defaults(struct config *c)
+const char config_default_path[] = CKPTD_CONFIG_PATH;
+
+#define CONFIG_LINE_MAX 4096 /* longest accepted config line */
+#define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+#define MS_PER_S 1000ull
+#define MS_PER_M (60 * MS_PER_S)
+#define MS_PER_H (60 * MS_PER_M)
+
+#define KEY(name, kind_, lo, hi, field, def_, help_)                                       \
+	{                                                                                   \
+		.key = name, .kind = kind_, .min = lo, .max = hi,                           \
+		.offset = offsetof(struct config, field), .def = def_, .help = help_,       \
+	}
+
+const struct config_key config_keys[] = {
+	KEY("socket", CONFIG_SOCKET, 1, SUN_PATH_MAX, socket_path, CKPT_DEFAULT_SOCKET,
+	    "listening socket"),
+	KEY("socket_mode", CONFIG_MODE, 0, 0777, socket_mode, "0660",
+	    "its permissions (octal)"),
+	KEY("root", CONFIG_ROOT, 1, PATH_MAX - 1, roots, NULL,
+	    "allowed checkpoint root (repeatable)"),
+	KEY("state_dir", CONFIG_PATH, 1, PATH_MAX - 1, state_dir, CONFIG_DEFAULT_STATE_DIR,
+	    "registry of work directories"),
+	/* At least one CRC block: the smallest slot. */
+	KEY("arena_max", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_max, "4G",
+	    "staging arena of one client"),
+	KEY("arena_total", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_total, "16G",
+	    "all arenas together"),
+	KEY("uring_depth", CONFIG_UINT, 1, 1024, uring_depth, "16",
+	    "writes in flight per client"),
+	KEY("commit_deadline", CONFIG_DURATION, 100, 168 * MS_PER_H, commit_deadline_ms, "10m",
+	    "a save must commit within this"),
+	KEY("handshake_timeout", CONFIG_DURATION, 100, 10 * MS_PER_M, handshake_timeout_ms, "10s",
+	    "HELLO must arrive within this"),
+	KEY("max_clients", CONFIG_UINT, 1, 65536, max_clients, "256", "connections at once"),
+	KEY("max_clients_per_uid", CONFIG_UINT, 1, 65536, max_clients_per_uid, "64",
+	    "connections of one uid at once"),
+	KEY("o_direct", CONFIG_BOOL, 0, 1, o_direct, "yes", "write with O_DIRECT"),
+};
+
+const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);
+
+const struct config_key *config_key_find(const char *key)
 {
-	char *sock = strdup(CKPT_DEFAULT_SOCKET);
-
-	if (!sock)
-		return -ENOMEM;
-	memset(c, 0, sizeof(*c));
-	c->socket_path = sock;
-	c->socket_mode = 0660;
-	c->arena_max = 4ull << 30;
-	c->arena_total = 16ull << 30;
-	c->uring_depth = 16;
-	c->commit_deadline_ms = 10ull * 60 * 1000;
-	c->max_clients = 256;
-	c->o_direct = true;
-	return 0;
+	for (size_t i = 0; i < config_n_keys; i++)
+		if (strcmp(config_keys[i].key, key) == 0)
+			return &config_keys[i];
+	return NULL;
 }
 
-void config_free(struct config *c)
+/* "1M", "16G", "1536K", "0": the largest suffix that divides exactly. */
+static void fmt_size(uint64_t v, char *buf, size_t len)
 {
-	if (!c)
-		return;
-	free(c->socket_path);
-	c->socket_path = NULL;
-	for (size_t i = 0; i < c->n_roots; i++) {
-		free(c->roots[i]);
-		c->roots[i] = NULL;
+	static const char units[] = "KMGT";
+	int u = -1;
+
+	while (v && u < 3 && v % 1024 == 0) {
+		v /= 1024;
+		u++;
 	}
-	c->n_roots = 0;
+	if (u < 0)
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+	else
+		snprintf(buf, len, "%llu%c", (unsigned long long)v, units[u]);
+}
+
+/* "100ms", "10s", "10m", "168h": the largest unit that divides exactly. */
+static void fmt_duration(uint64_t ms, char *buf, size_t len)
+{
+	if (ms && ms % MS_PER_H == 0)
+		snprintf(buf, len, "%lluh", (unsigned long long)(ms / MS_PER_H));
+	else if (ms && ms % MS_PER_M == 0)
+		snprintf(buf, len, "%llum", (unsigned long long)(ms / MS_PER_M));
+	else if (ms % MS_PER_S == 0)
+		snprintf(buf, len, "%llus", (unsigned long long)(ms / MS_PER_S));
+	else
+		snprintf(buf, len, "%llums", (unsigned long long)ms);
+}
+
+int config_key_range(const struct config_key *k, char *buf, size_t len)
+{
+	char lo[32], hi[32];
+
+	switch (k->kind) {
+	case CONFIG_MODE:
+		/* "0..0777": octal with its leading 0, but a bare 0 for zero */
+		return snprintf(buf, len, "%#llo..%#llo", (unsigned long long)k->min,
+				(unsigned long long)k->max);
+	case CONFIG_SIZE:
+		fmt_size(k->min, lo, sizeof(lo));
+		fmt_size(k->max, hi, sizeof(hi));
+		if (k->max == UINT64_MAX)
+			return snprintf(buf, len, "at least %s", lo);
+		return snprintf(buf, len, "%s..%s", lo, hi);
+	case CONFIG_UINT:
+		return snprintf(buf, len, "%llu..%llu", (unsigned long long)k->min,
+				(unsigned long long)k->max);
+	case CONFIG_DURATION:
+		fmt_duration(k->min, lo, sizeof(lo));
+		fmt_duration(k->max, hi, sizeof(hi));
+		return snprintf(buf, len, "%s..%s", lo, hi);
+	case CONFIG_SOCKET:
+	case CONFIG_PATH:
+	case CONFIG_ROOT:
+	case CONFIG_BOOL:
+		break;
+	}
+	return snprintf(buf, len, "%s", "");
+}
+
+int config_key_expect(const struct config_key *k, char *buf, size_t len)
+{
+	char range[64];
+
+	config_key_range(k, range, sizeof(range));
+	switch (k->kind) {
+	case CONFIG_SOCKET:
+		return snprintf(buf, len, "a path of %llu..%llu bytes", (unsigned long long)k->min,
+				(unsigned long long)k->max);
+	case CONFIG_PATH:
+	case CONFIG_ROOT:
+		return snprintf(buf, len, "an absolute path of at most %llu bytes",
+				(unsigned long long)k->max);
+	case CONFIG_MODE:
+		return snprintf(buf, len, "an octal mode in %s", range);
+	case CONFIG_SIZE:
+		return snprintf(buf, len,
+				"a size %s%s (a whole number of bytes with an optional K, M, G or "
+				"T suffix)",
+				k->max == UINT64_MAX ? "of " : "in ", range);
+	case CONFIG_UINT:
+		return snprintf(buf, len, "a whole number in %s", range);
+	case CONFIG_DURATION:
+		return snprintf(buf, len,
+				"a duration in %s (a whole number with ms, s, m or h; no suffix: "
+				"seconds)",
+				range);
+	case CONFIG_BOOL:
+		break;
+	}
+	return snprintf(buf, len, "yes or no");
 }
 
 /*
@@ -146,14 +262,31 @@ int config_parse_duration_ms(const char *s, uint64_t *ret_ms)
 	return 0;
 }
 
-/* A decimal integer in [lo, hi], nothing else on the string. */
-static int parse_uint_range(const char *s, uint64_t lo, uint64_t hi, uint64_t *ret)
+/* A decimal integer, nothing else on the string. */
+static int parse_uint(const char *s, uint64_t *ret)
 {
 	uint64_t v;
 	bool overflow;
 	size_t n = parse_digits(s, &v, &overflow);
 
-	if (n == 0 || overflow || s[n] != '\0' || v < lo || v > hi)
+	if (n == 0 || overflow || s[n] != '\0')
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+/* An octal number ("0660", "660"), nothing else on the string. */
+static int parse_octal(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+	size_t n;
+
+	for (n = 0; s[n] >= '0' && s[n] <= '7'; n++) {
+		if (v > (UINT64_MAX >> 3))
+			return -EINVAL;
+		v = v << 3 | (uint64_t)(s[n] - '0');
+	}
+	if (n == 0 || s[n] != '\0')
 		return -EINVAL;
 	*ret = v;
 	return 0;
@@ -177,130 +310,167 @@ static int parse_bool(const char *s, bool *ret)
 	return -EINVAL;
 }
 
-static int set_socket(struct config *c, const char *value, char *err, size_t errlen)
+static int replace_str(char **field, const char *value)
 {
-	char *copy;
+	char *copy = strdup(value);
 
-	/* The path must fit sockaddr_un.sun_path with its NUL. */
-	if (value[0] == '\0' || strlen(value) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-		snprintf(err, errlen, "socket: path '%s' is empty or longer than %zu bytes", value,
-			 sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
-		return -EINVAL;
-	}
-	copy = strdup(value);
 	if (!copy)
 		return -ENOMEM;
-	free(c->socket_path);
-	c->socket_path = copy;
+	free(*field);
+	*field = copy;
 	return 0;
 }
 
-static int add_root(struct config *c, const char *value, char *err, size_t errlen)
+/* "ORIGIN: " or "" */
+static const char *origin_sep(const char *origin)
 {
-	char *copy;
+	return origin ? ": " : "";
+}
 
-	if (value[0] != '/') {
-		snprintf(err, errlen, "root '%s' is not an absolute path", value);
-		return -EINVAL;
-	}
-	if (strlen(value) >= PATH_MAX) {
-		snprintf(err, errlen, "root '%.64s...' is longer than PATH_MAX", value);
+static int add_root(struct config *c, const struct config_key *k, const char *value,
+		    const char *origin, char *err, size_t errlen)
+{
+	char *copy, *from = NULL;
+
+	if (value[0] != '/' || strlen(value) > k->max) {
+		char expect[128];
+
+		config_key_expect(k, expect, sizeof(expect));
+		snprintf(err, errlen, "root '%.256s' is not %s", value, expect);
 		return -EINVAL;
 	}
 	if (c->n_roots >= CONFIG_MAX_ROOTS) {
-		snprintf(err, errlen, "root '%s': more than %d roots", value, CONFIG_MAX_ROOTS);
+		snprintf(err, errlen, "root '%.256s': more than %d roots", value, CONFIG_MAX_ROOTS);
 		return -EINVAL;
 	}
 	copy = strdup(value);
-	if (!copy)
+	if (origin)
+		from = strdup(origin);
+	if (!copy || (origin && !from)) {
+		free(copy);
+		free(from);
 		return -ENOMEM;
-	c->roots[c->n_roots++] = copy;
+	}
+	c->roots[c->n_roots] = copy;
+	c->root_origin[c->n_roots] = from;
+	c->n_roots++;
 	return 0;
+}
+
+/* Applies one value to the field of `k`; a refused value leaves the old
+ * one.  `origin` (may be NULL) is remembered with a root. */
+static int set_key(struct config *c, const struct config_key *k, const char *value,
+		   const char *origin, char *err, size_t errlen)
+{
+	void *field = (char *)c + k->offset;
+	char expect[160];
+	uint64_t v = 0;
+	bool b;
+
+	switch (k->kind) {
+	case CONFIG_SOCKET:
+		if (strlen(value) < k->min || strlen(value) > k->max)
+			break;
+		return replace_str(field, value);
+	case CONFIG_PATH:
+		if (value[0] != '/' || strlen(value) > k->max)
+			break;
+		return replace_str(field, value);
+	case CONFIG_ROOT:
+		return add_root(c, k, value, origin, err, errlen);
+	case CONFIG_MODE:
+		if (parse_octal(value, &v) < 0 || v < k->min || v > k->max)
+			break;
+		*(unsigned *)field = (unsigned)v;
+		return 0;
+	case CONFIG_SIZE:
+		if (config_parse_size(value, &v) < 0 || v < k->min || v > k->max)
+			break;
+		*(uint64_t *)field = v;
+		return 0;
+	case CONFIG_UINT:
+		if (parse_uint(value, &v) < 0 || v < k->min || v > k->max)
+			break;
+		*(unsigned *)field = (unsigned)v;
+		return 0;
+	case CONFIG_DURATION:
+		if (config_parse_duration_ms(value, &v) < 0 || v < k->min || v > k->max)
+			break;
+		*(uint64_t *)field = v;
+		return 0;
+	case CONFIG_BOOL:
+		if (parse_bool(value, &b) < 0)
+			break;
+		*(bool *)field = b;
+		return 0;
+	}
+	config_key_expect(k, expect, sizeof(expect));
+	snprintf(err, errlen, "%s: '%.256s' is not %s", k->key, value, expect);
+	return -EINVAL;
+}
+
+static int set_from(struct config *c, const char *key, const char *value, const char *origin,
+		    char *err, size_t errlen)
+{
+	const struct config_key *k = config_key_find(key);
+
+	if (!k) {
+		snprintf(err, errlen, "unknown key '%.64s'", key);
+		return -EINVAL;
+	}
+	return set_key(c, k, value, origin, err, errlen);
 }
 
 int config_set(struct config *c, const char *key, const char *value, char *err, size_t errlen)
 {
-	uint64_t v;
+	return set_from(c, key, value, NULL, err, errlen);
+}
 
-	if (strcmp(key, "socket") == 0)
-		return set_socket(c, value, err, errlen);
-
-	if (strcmp(key, "root") == 0)
-		return add_root(c, value, err, errlen);
-
-	if (strcmp(key, "socket_mode") == 0) {
-		char *end;
-		unsigned long m;
-
-		errno = 0;
-		m = strtoul(value, &end, 8);
-		if (!isdigit((unsigned char)value[0]) || *end != '\0' || errno || m > 0777) {
-			snprintf(err, errlen, "socket_mode: '%s' is not an octal mode 0..0777",
-				 value);
-			return -EINVAL;
-		}
-		c->socket_mode = (unsigned)m;
-		return 0;
+void config_clear_roots(struct config *c)
+{
+	for (size_t i = 0; i < c->n_roots; i++) {
+		free(c->roots[i]);
+		free(c->root_origin[i]);
+		c->roots[i] = c->root_origin[i] = NULL;
 	}
+	c->n_roots = 0;
+}
 
-	if (strcmp(key, "arena_max") == 0 || strcmp(key, "arena_total") == 0) {
-		if (config_parse_size(value, &v) < 0 || v < CONFIG_MIN_ARENA) {
-			snprintf(err, errlen,
-				 "%s: '%s' is not a size of at least 1M (a whole number with "
-				 "an optional K/M/G/T suffix)",
-				 key, value);
-			return -EINVAL;
+void config_free(struct config *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if (k->kind == CONFIG_SOCKET || k->kind == CONFIG_PATH) {
+			char **field = (char **)((char *)c + k->offset);
+			free(*field);
+			*field = NULL;
 		}
-		if (key[6] == 'm')
-			c->arena_max = v;
-		else
-			c->arena_total = v;
-		return 0;
 	}
+	config_clear_roots(c);
+}
 
-	if (strcmp(key, "uring_depth") == 0) {
-		if (parse_uint_range(value, 1, 1024, &v) < 0) {
-			snprintf(err, errlen, "uring_depth: '%s' is not a number in 1..1024", value);
-			return -EINVAL;
+int config_defaults(struct config *c)
+{
+	char err[256];
+
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+		int r;
+
+		if (!k->def)
+			continue;
+		/* A default the table refuses is a bug: check_config holds
+		 * every row to its own range. */
+		r = set_key(c, k, k->def, NULL, err, sizeof(err));
+		if (r < 0) {
+			config_free(c);
+			return r;
 		}
-		c->uring_depth = (unsigned)v;
-		return 0;
 	}
-
-	if (strcmp(key, "commit_deadline") == 0) {
-		if (config_parse_duration_ms(value, &v) < 0 || v < CONFIG_DEADLINE_MIN_MS ||
-		    v > CONFIG_DEADLINE_MAX_MS) {
-			snprintf(err, errlen,
-				 "commit_deadline: '%s' is not a duration in 100ms..7d "
-				 "(a whole number with ms/s/m/h, default s)",
-				 value);
-			return -EINVAL;
-		}
-		c->commit_deadline_ms = v;
-		return 0;
-	}
-
-	if (strcmp(key, "max_clients") == 0) {
-		if (parse_uint_range(value, 1, 65536, &v) < 0) {
-			snprintf(err, errlen, "max_clients: '%s' is not a number in 1..65536", value);
-			return -EINVAL;
-		}
-		c->max_clients = (unsigned)v;
-		return 0;
-	}
-
-	if (strcmp(key, "o_direct") == 0) {
-		bool b;
-		if (parse_bool(value, &b) < 0) {
-			snprintf(err, errlen, "o_direct: '%s' is not yes or no", value);
-			return -EINVAL;
-		}
-		c->o_direct = b;
-		return 0;
-	}
-
-	snprintf(err, errlen, "unknown key '%s'", key);
-	return -EINVAL;
+	return 0;
 }
 
 static char *trim(char *s)
@@ -348,7 +518,7 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 	}
 
 	while ((len = getline(&line, &cap, f)) >= 0) {
-		char *key, *value, *eq;
+		char *key, *value, *eq, origin[PATH_MAX + 16];
 
 		lineno++;
 		if (len > CONFIG_LINE_MAX) {
@@ -383,10 +553,10 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		}
 
 		why[0] = '\0';
-		ret = config_set(c, key, value, why, sizeof(why));
+		snprintf(origin, sizeof(origin), "%s:%u", path, lineno);
+		ret = set_from(c, key, value, origin, why, sizeof(why));
 		if (ret < 0) {
-			snprintf(err, errlen, "%s:%u: %s", path, lineno,
-				 why[0] ? why : strerror(-ret));
+			snprintf(err, errlen, "%s: %s", origin, why[0] ? why : strerror(-ret));
 			goto out_close;
 		}
 	}
@@ -410,21 +580,25 @@ int config_validate(struct config *c, char *err, size_t errlen)
 	}
 
 	for (size_t i = 0; i < c->n_roots; i++) {
+		const char *from = c->root_origin[i] ? c->root_origin[i] : "";
 		char *canon;
 		struct stat st;
 
 		if (c->roots[i][0] != '/') {
-			snprintf(err, errlen, "root '%s' is not an absolute path", c->roots[i]);
+			snprintf(err, errlen, "%s%sroot '%s' is not an absolute path", from,
+				 origin_sep(c->root_origin[i]), c->roots[i]);
 			return -EINVAL;
 		}
 		canon = realpath(c->roots[i], NULL);
 		if (!canon) {
 			int e = errno;
-			snprintf(err, errlen, "root '%s': %s", c->roots[i], strerror(e));
+			snprintf(err, errlen, "%s%sroot '%s': %s", from, origin_sep(c->root_origin[i]),
+				 c->roots[i], strerror(e));
 			return e == ENOMEM ? -ENOMEM : -EINVAL;
 		}
 		if (stat(canon, &st) < 0 || !S_ISDIR(st.st_mode)) {
-			snprintf(err, errlen, "root '%s' is not a directory", c->roots[i]);
+			snprintf(err, errlen, "%s%sroot '%s' is not a directory", from,
+				 origin_sep(c->root_origin[i]), c->roots[i]);
 			free(canon);
 			return -EINVAL;
 		}
@@ -437,8 +611,11 @@ int config_validate(struct config *c, char *err, size_t errlen)
 		for (size_t j = i + 1; j < c->n_roots;) {
 			if (strcmp(c->roots[i], c->roots[j]) == 0) {
 				free(c->roots[j]);
-				c->roots[j] = c->roots[--c->n_roots];
-				c->roots[c->n_roots] = NULL;
+				free(c->root_origin[j]);
+				c->n_roots--;
+				c->roots[j] = c->roots[c->n_roots];
+				c->root_origin[j] = c->root_origin[c->n_roots];
+				c->roots[c->n_roots] = c->root_origin[c->n_roots] = NULL;
 			} else {
 				j++;
 			}
@@ -529,4 +706,200 @@ bool config_root_allowed(const struct config *c, const char *path)
 		else
 			*slash = '\0';
 	}
+}
+
+/* ---- ckptd's command line ---- */
+
+void config_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: ckptd [-c CONFIG] [-s SOCKET] [-r ROOT]... [-o KEY=VALUE]... [-v]\n"
+		"             [--check-config] [--version]\n"
+		"\n"
+		"  -c, --config PATH   configuration file (default %s;\n"
+		"                      may be missing when the flags give a root)\n"
+		"  -s, --socket PATH   listening socket (config key 'socket')\n"
+		"  -r, --root DIR      allow checkpoints under DIR (repeatable; key 'root');\n"
+		"                      roots on the command line replace the file's roots\n"
+		"  -o KEY=VALUE        set any config key (repeatable)\n"
+		"  -v, --verbose       debug logging\n"
+		"      --check-config  validate the configuration and exit\n"
+		"      --version       print the version and exit\n"
+		"\n"
+		"Every flag wins over the file.  Config keys:\n",
+		config_default_path);
+	for (size_t i = 0; i < config_n_keys; i++) {
+		const struct config_key *k = &config_keys[i];
+		fprintf(f, "  %-20s %-22s %s\n", k->key, k->def ? k->def : "(required)", k->help);
+	}
+}
+
+void config_args_free(struct config_args *a)
+{
+	if (!a)
+		return;
+	for (size_t i = 0; i < a->n_sets; i++)
+		free(a->sets[i].key);
+	free(a->sets);
+	a->sets = NULL;
+	a->n_sets = 0;
+}
+
+int config_args_parse(struct config_args *ret, int argc, char **argv, char *err, size_t errlen)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "root", required_argument, NULL, 'r' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "check-config", no_argument, NULL, 'C' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct config_args a = { .config_path = config_default_path };
+	int c, r = 0;
+
+	/* Each option adds at most one setting: argc bounds them. */
+	a.sets = calloc(argc > 0 ? (size_t)argc : 1, sizeof(*a.sets));
+	if (!a.sets)
+		return -ENOMEM;
+	/* 0 restarts glibc's getopt from scratch (tests parse many times);
+	 * ':' first: a missing value is reported as ':', not '?'. */
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":c:s:r:o:vh", opts, NULL)) != -1) {
+		struct config_arg *s = &a.sets[a.n_sets];
+		const char *eq;
+
+		switch (c) {
+		case 'c':
+			a.config_path = optarg;
+			a.config_given = true;
+			break;
+		case 's':
+		case 'r':
+			s->key = strdup(c == 's' ? "socket" : "root");
+			if (!s->key) {
+				r = -ENOMEM;
+				goto out_free;
+			}
+			s->value = optarg;
+			snprintf(s->origin, sizeof(s->origin), "-%c", c);
+			a.n_sets++;
+			break;
+		case 'o':
+			eq = strchr(optarg, '=');
+			if (!eq || eq == optarg) {
+				snprintf(err, errlen, "-o '%.256s': expected KEY=VALUE", optarg);
+				r = -EINVAL;
+				goto out_free;
+			}
+			s->key = strndup(optarg, (size_t)(eq - optarg));
+			if (!s->key) {
+				r = -ENOMEM;
+				goto out_free;
+			}
+			s->value = eq + 1;
+			snprintf(s->origin, sizeof(s->origin), "-o");
+			a.n_sets++;
+			break;
+		case 'v':
+			a.verbose = true;
+			break;
+		case 'C':
+			a.check_only = true;
+			break;
+		case 'V':
+			a.version = true;
+			break;
+		case 'h':
+			a.help = true;
+			break;
+		case ':':
+			snprintf(err, errlen, "option '%.64s' needs a value", argv[optind - 1]);
+			r = -EINVAL;
+			goto out_free;
+		default:
+			if (optopt)
+				snprintf(err, errlen, "unknown option '-%c'", optopt);
+			else
+				snprintf(err, errlen, "unknown option '%.64s'", argv[optind - 1]);
+			r = -EINVAL;
+			goto out_free;
+		}
+	}
+	if (optind < argc) {
+		snprintf(err, errlen, "unexpected argument '%.256s'", argv[optind]);
+		r = -EINVAL;
+		goto out_free;
+	}
+	*ret = a;
+	return 0;
+
+out_free:
+	config_args_free(&a);
+	return r;
+}
+
+int config_from_args(struct config *ret, const struct config_args *a, char *err, size_t errlen)
+{
+	const char *path = a->config_path ? a->config_path : config_default_path;
+	bool no_file = false, flag_roots = false;
+	struct config c;
+	char why[768];
+	int r;
+
+	r = config_defaults(&c);
+	if (r < 0) {
+		snprintf(err, errlen, "%s", strerror(-r));
+		return r;
+	}
+	r = config_load(&c, path, err, errlen);
+	if (r == -ENOENT && !a->config_given) {
+		no_file = true; /* no default file: flags alone may configure us */
+	} else if (r < 0) {
+		goto out_free;
+	}
+
+	for (size_t i = 0; i < a->n_sets; i++) {
+		const struct config_arg *s = &a->sets[i];
+		char origin[16];
+
+		/* The command line's roots replace the file's (the first one
+		 * clears them), so `-r DIR` means "this root", not "this one
+		 * too". */
+		if (strcmp(s->key, "root") == 0 && !flag_roots) {
+			config_clear_roots(&c);
+			flag_roots = true;
+		}
+		snprintf(origin, sizeof(origin), "option %s", s->origin);
+		why[0] = '\0';
+		r = set_from(&c, s->key, s->value, origin, why, sizeof(why));
+		if (r < 0) {
+			snprintf(err, errlen, "%s: %s", origin, why[0] ? why : strerror(-r));
+			goto out_free;
+		}
+	}
+
+	if (c.n_roots == 0) {
+		if (no_file)
+			snprintf(err, errlen,
+				 "no root configured: %s does not exist and no -r DIR was given",
+				 path);
+		else
+			snprintf(err, errlen,
+				 "no root configured: add 'root = /path' to %s or give -r DIR", path);
+		r = -EINVAL;
+		goto out_free;
+	}
+	r = config_validate(&c, err, errlen);
+	if (r < 0)
+		goto out_free;
+	*ret = c;
+	return 0;
+
+out_free:
+	config_free(&c);
+	return r;
 }

@@ -1,22 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config.h - ckptd configuration: /etc/ckptd/ckptd.conf, then flags.
+ * config.h - ckptd configuration: the config file, then the command line.
  *
  * File syntax: one `key = value` per line; '#' starts a comment; blank lines
  * are ignored; `root` may repeat.  Sizes take K/M/G/T suffixes (powers of
- * 1024); durations take ms/s/m/h (default s).  Keys:
+ * 1024); durations take ms/s/m/h (default s).  Keys (config_keys[] in
+ * config.c is the one definition; systemd/ckptd.conf.example documents each
+ * with the same default and range, and a unit test holds the two together):
  *
- *   socket          path of the listening socket      /run/ckptd/ckptd.sock
- *   socket_mode     octal mode of the socket          0660
- *   root            an allowed checkpoint root (absolute, repeatable;
- *                   at least one is required)
- *   arena_max       cap on one client's arena         4G
- *   arena_total     cap on all arenas together        16G
- *   uring_depth     writes in flight per client       16   (1..1024)
- *   commit_deadline a save not committed this long after it began fails
- *                                                     10m  (100ms..7d)
- *   max_clients     connections at once               256  (1..65536)
- *   o_direct        write with O_DIRECT (yes/no)      yes
+ *   socket              path of the listening socket  /run/ckptd/ckptd.sock
+ *   socket_mode         octal mode of the socket      0660 (0..0777)
+ *   root                an allowed checkpoint root (absolute, repeatable;
+ *                       at least one is required)
+ *   state_dir           where ckptd keeps its registry of work directories
+ *                       (absolute)                    /var/lib/ckptd/state
+ *   arena_max           cap on one client's arena     4G   (at least 1M)
+ *   arena_total         cap on all arenas together    16G  (at least 1M)
+ *   uring_depth         writes in flight per client   16   (1..1024)
+ *   commit_deadline     a save not committed this long after it began fails
+ *                                                     10m  (100ms..168h)
+ *   handshake_timeout   a connection that has not completed HELLO this long
+ *                       after it was accepted is closed
+ *                                                     10s  (100ms..10m)
+ *   max_clients         connections at once           256  (1..65536)
+ *   max_clients_per_uid connections of one uid at once
+ *                                                     64   (1..65536)
+ *   o_direct            write with O_DIRECT (yes/no)  yes
+ *
+ * Composition (config_from_args): defaults, then the file, then the command
+ * line in its order.  Every flag wins over the file; roots given on the
+ * command line (-r DIR or -o root=DIR) replace the file's roots instead of
+ * adding to them; the default file may be missing (then the flags must give
+ * a root), a file named with -c may not.
  */
 #ifndef CKPTD_CONFIG_H
 #define CKPTD_CONFIG_H
@@ -24,44 +39,106 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-#define CONFIG_DEFAULT_PATH "/etc/ckptd/ckptd.conf"
 #define CONFIG_MAX_ROOTS 64
+/* state_dir unless configured (a daemon not run by root uses the user's own
+ * state directory instead, see main.c). */
+#define CONFIG_DEFAULT_STATE_DIR "/var/lib/ckptd/state"
+
+/* The config file ckptd and ckptctl read when no -c is given: SYSCONFDIR/
+ * ckptd/ckptd.conf of the build (the Makefile passes CKPTD_CONFIG_PATH to
+ * config.c only, so this is the one place that knows it). */
+extern const char config_default_path[];
 
 struct config {
 	char *socket_path;
 	unsigned socket_mode;
-	char *roots[CONFIG_MAX_ROOTS]; /* canonical (realpath) once validated */
+	char *roots[CONFIG_MAX_ROOTS];     /* canonical (realpath) once validated */
+	char *root_origin[CONFIG_MAX_ROOTS]; /* "FILE:LINE", "-r", "-o root" or NULL:
+	                                      * where roots[i] came from, for messages */
 	size_t n_roots;
+	char *state_dir;
 	uint64_t arena_max;
 	uint64_t arena_total;
 	unsigned uring_depth;
 	uint64_t commit_deadline_ms;
+	uint64_t handshake_timeout_ms;
 	unsigned max_clients;
+	unsigned max_clients_per_uid;
 	bool o_direct;
 };
 
-/* Sets every default (no roots).  Returns 0 or -ENOMEM. */
+enum config_kind {
+	CONFIG_SOCKET,   /* char *: a path that fits sockaddr_un */
+	CONFIG_PATH,     /* char *: an absolute path */
+	CONFIG_ROOT,     /* roots[]: an absolute path, repeatable */
+	CONFIG_MODE,     /* unsigned: octal, min..max */
+	CONFIG_SIZE,     /* uint64_t bytes: min..max */
+	CONFIG_UINT,     /* unsigned: decimal, min..max */
+	CONFIG_DURATION, /* uint64_t milliseconds: min..max */
+	CONFIG_BOOL,     /* bool: yes/no, true/false, on/off, 1/0 */
+};
+
+/* One key: the table drives parsing, defaults, validation and messages. */
+struct config_key {
+	const char *key;
+	enum config_kind kind;
+	uint64_t min, max; /* in the kind's unit (bytes, ms, the number) */
+	size_t offset;     /* of the field in struct config */
+	const char *def;   /* the default in file syntax; NULL: none */
+	const char *help;  /* one line, for --help */
+};
+
+extern const struct config_key config_keys[];
+extern const size_t config_n_keys;
+
+/* The entry of `key`, or NULL if there is no such key (exact match). */
+const struct config_key *config_key_find(const char *key);
+
+/*
+ * The range of `k` as the example config and every message spell it:
+ * "1..1024", "100ms..168h", "at least 1M", "0..0777"; "" for kinds without
+ * one (paths, yes/no).  Returns snprintf's count.
+ */
+int config_key_range(const struct config_key *k, char *buf, size_t len);
+
+/*
+ * What a value of `k` must be, as every message says it: "a whole number in
+ * 1..1024", "a duration in 100ms..168h (a whole number with ms, s, m or h;
+ * no suffix: seconds)".  Returns snprintf's count.
+ */
+int config_key_expect(const struct config_key *k, char *buf, size_t len);
+
+/* Sets every default (no roots).  Returns 0 or -ENOMEM; on failure *c is
+ * left freed (config_free may still be called). */
 int config_defaults(struct config *c);
 
 /*
  * Reads a config file over the current values.  A missing file is -ENOENT
  * (the caller decides whether that is an error).  Unknown keys, bad values,
- * too many roots: -EINVAL with "PATH:LINE: reason" in err.
+ * too many roots: -EINVAL with "PATH:LINE: reason" in err.  Roots remember
+ * their "PATH:LINE" for config_validate's messages.
  */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 
-/* Applies one `key=value` (as from a -o flag or a file line).  -EINVAL with
- * the reason in err. */
+/* Applies one `key=value`.  -EINVAL with the reason in err (a refused value
+ * leaves the old one), -ENOMEM. */
 int config_set(struct config *c, const char *key, const char *value, char *err, size_t errlen);
+
+/* Removes every root (the command line's roots replace the file's). */
+void config_clear_roots(struct config *c);
 
 /*
  * Final checks once file and flags are applied: at least one root; each root
- * absolute and an existing directory (made canonical with realpath); caps
+ * absolute and an existing directory (made canonical with realpath; the
+ * message starts with where the root came from, e.g. "FILE:LINE: "); caps
  * consistent (arena_max <= arena_total).  -EINVAL with the reason in err.
  */
 int config_validate(struct config *c, char *err, size_t errlen);
 
+/* Frees what config_defaults and the setters allocated.  Accepts NULL and a
+ * freed config. */
 void config_free(struct config *c);
 
 /* Parsers, exposed for tests.  Return 0 and the value, or -EINVAL. */
@@ -74,5 +151,40 @@ int config_parse_duration_ms(const char *s, uint64_t *ret_ms);
  * symlinks.  Returns true if allowed.
  */
 bool config_root_allowed(const struct config *c, const char *path);
+
+/* ---- ckptd's command line ---- */
+
+struct config_arg {
+	char *key;         /* malloc'd */
+	const char *value; /* borrowed from argv */
+	char origin[8];    /* "-s", "-r" or "-o" */
+};
+
+struct config_args {
+	const char *config_path; /* -c, else config_default_path */
+	bool config_given;       /* -c was given: the file must exist */
+	bool verbose, check_only, version, help;
+	struct config_arg *sets; /* -s, -r, -o in command-line order */
+	size_t n_sets;
+};
+
+/*
+ * Parses ckptd's options (`argv` is borrowed and must outlive *ret).
+ * Returns 0, -EINVAL on bad usage (the reason in err: exit 2), -ENOMEM.
+ */
+int config_args_parse(struct config_args *ret, int argc, char **argv, char *err, size_t errlen);
+void config_args_free(struct config_args *a);
+
+/* ckptd's --help text. */
+void config_usage(FILE *f);
+
+/*
+ * Builds the daemon's configuration as the header comment says (defaults,
+ * file, flags, config_validate).  On success *ret is the configuration to
+ * free with config_free.  Returns -EINVAL with the reason in err (an invalid
+ * configuration: exit 78), -ENOENT if a file named with -c does not exist
+ * (also exit 78), or -ENOMEM.
+ */
+int config_from_args(struct config *ret, const struct config_args *a, char *err, size_t errlen);
 
 #endif

@@ -7,7 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,52 +18,82 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/timerfd.h>
+#include <time.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/save.h"
 #include "daemon/server.h"
+#include "store/fsutil.h"
 
 #define EX_CONFIG_ 78
 #define TICK_MS 50
 #define SWEEP_EVERY_MS 60000
 #define STOP_GRACE_MS 30000
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: ckptd [-c CONFIG] [-s SOCKET] [-r ROOT]... [-o KEY=VALUE]... [-v]\n"
-		"             [--check-config] [--version]\n"
-		"\n"
-		"  -c, --config PATH    configuration file (default %s; a missing default\n"
-		"                       file is fine when the flags give a root)\n"
-		"  -s, --socket PATH    listening socket (config key 'socket')\n"
-		"  -r, --root DIR       allow checkpoints under DIR (repeatable; key 'root')\n"
-		"  -o KEY=VALUE         set any config key (repeatable)\n"
-		"  -v, --verbose        debug logging\n"
-		"      --check-config   validate the configuration and exit\n",
-		CONFIG_DEFAULT_PATH);
-}
+#define WORKERS 4
+#define ARENA_WORKERS 4
 
 static int listen_socket(struct server *srv)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	const char *path = srv->cfg.socket_path;
-	int n = sd_listen_fds(1);
-	int fd;
+	/* Keep $LISTEN_FDS (0: do not unset): teardown asks sd_listen_fds()
+	 * again to learn that the socket file is systemd's and must not be
+	 * unlinked.  No child can mistake it for its own: ckptd execs nothing,
+	 * and $LISTEN_PID names this process only. */
+	int n = sd_listen_fds(0);
+	int fd, r;
 
+	if (n < 0) {
+		log_err("the sockets passed by systemd are unusable: %s", strerror(-n));
+		return n;
+	}
 	if (n > 1) {
 		log_err("systemd passed %d sockets; expected one", n);
 		return -EINVAL;
 	}
 	if (n == 1) {
+		struct sockaddr_un bound = { 0 };
+		socklen_t len = sizeof(bound);
+		int flags;
+
+		/* sd_listen_fds() has set FD_CLOEXEC; the socket must also be a
+		 * listening SOCK_SEQPACKET one (a ListenStream= unit would pass
+		 * a stream socket, and Accept=yes a connected one). */
 		fd = SD_LISTEN_FDS_START;
-		if (sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0) {
-			log_err("the socket systemd passed is not a listening SOCK_SEQPACKET Unix socket");
-			return -EINVAL;
+		r = sd_is_socket_unix(fd, SOCK_SEQPACKET, 1, NULL, 0);
+		if (r <= 0) {
+			log_err("the socket systemd passed (fd %d) is not a listening SOCK_SEQPACKET "
+				"Unix socket%s%s",
+				fd, r < 0 ? ": " : "", r < 0 ? strerror(-r) : "");
+			return r < 0 ? r : -EINVAL;
 		}
+		/* Socket activation promises nothing about O_NONBLOCK (a
+		 * socket from systemd-socket-activate is blocking), and the
+		 * loop accepts until EAGAIN: on a blocking socket the accept4
+		 * after the last pending connection would wait for the next
+		 * one, with signals and every client stopped behind it.  The
+		 * flag belongs to the open file, shared with the copy the
+		 * activator keeps; it only polls that copy, so no harm. */
+		flags = fcntl(fd, F_GETFL);
+		if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+			r = -errno;
+			log_err("making the socket passed by systemd non-blocking: %s", strerror(-r));
+			return r;
+		}
+		/* Clients find the daemon through the configuration's `socket`:
+		 * say so when systemd's socket is elsewhere. */
+		if (getsockname(fd, (struct sockaddr *)&bound, &len) == 0 &&
+		    len > sizeof(sa_family_t) && bound.sun_path[0] != '\0' &&
+		    strncmp(bound.sun_path, path, sizeof(bound.sun_path)) != 0)
+			log_warn("the socket passed by systemd is '%.*s' but the configuration's "
+				 "socket is '%s', where clients will look for it",
+				 (int)sizeof(bound.sun_path), bound.sun_path, path);
 		log_info("using the socket passed by systemd");
 		return fd;
 	}
@@ -94,29 +124,53 @@ static int listen_socket(struct server *srv)
 		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 			goto bound;
 	}
-	{
-		int r = -errno;
-		log_err("cannot bind '%s': %s", path, strerror(errno));
-		close(fd);
-		return r;
-	}
+	r = -errno;
+	log_err("cannot bind '%s': %s", path, strerror(-r));
+	close(fd);
+	return r;
 bound:
 	if (chmod(path, srv->cfg.socket_mode) < 0)
 		log_warn("chmod '%s': %s", path, strerror(errno));
 	if (listen(fd, 128) < 0) {
-		int r = -errno;
+		r = -errno;
 		close(fd);
 		return r;
 	}
 	return fd;
 }
 
-static int add_ev(struct server *srv, int fd, struct ev *ev, enum ev_kind kind)
+static int add_ev(struct server *srv, int fd, struct ev *ev, enum ev_kind kind, void *ptr)
 {
 	struct epoll_event ee = { .events = EPOLLIN, .data.ptr = ev };
 	ev->kind = kind;
-	ev->ptr = srv;
+	ev->ptr = ptr;
 	return epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ee) < 0 ? -errno : 0;
+}
+
+/* The daemon's identity: stable across restarts of the same daemon (its
+ * machine and its state directory), and a fresh instance id per start, so
+ * that what an earlier life left behind is never taken for this one's. */
+static int make_identity(struct server *srv)
+{
+	char buf[PATH_MAX + 64] = "";
+	uint8_t rnd[16];
+	char *mid = NULL;
+	size_t len = 0;
+	int n;
+
+	if (fs_read_file_at(AT_FDCWD, "/etc/machine-id", 256, &mid, &len) < 0) {
+		char host[256] = "";
+		gethostname(host, sizeof(host) - 1);
+		mid = strdup(host);
+	}
+	n = snprintf(buf, sizeof(buf), "%s\n%s", mid ? mid : "", srv->cfg.state_dir);
+	free(mid);
+	store_hash_hex(buf, (size_t)n, srv->self.id);
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		return -EIO;
+	for (int i = 0; i < 16; i++)
+		snprintf(srv->self.instance + 2 * i, 3, "%02x", rnd[i]);
+	return 0;
 }
 
 static int setup(struct server *srv)
@@ -125,6 +179,7 @@ static int setup(struct server *srv)
 		.it_interval = { 0, TICK_MS * 1000000L },
 		.it_value = { 0, TICK_MS * 1000000L },
 	};
+	char err[512];
 	sigset_t mask;
 	int r;
 
@@ -138,51 +193,153 @@ static int setup(struct server *srv)
 	 * that save only, not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 
-	if (pipe2(srv->apipe, O_CLOEXEC | O_NONBLOCK) < 0)
-		return -errno;
+	srv->store = &store_local;
+	creds_init();
+	creds_self(&srv->creds);
+	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
+	/* The default state directory is the system's (under systemd the unit
+	 * makes it for the ckptd user).  A daemon run by a plain user without
+	 * one (a developer's ckptd -r DIR -s SOCK) keeps its state in that
+	 * user's own state directory instead. */
+	if ((r == -EACCES || r == -EROFS || r == -EPERM) && geteuid() != 0 &&
+	    !strcmp(srv->cfg.state_dir, CONFIG_DEFAULT_STATE_DIR)) {
+		const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+		char path[PATH_MAX];
+		int n = xdg && xdg[0] == '/' ? snprintf(path, sizeof(path), "%s/ckptd", xdg) :
+			home && home[0] == '/' ?
+						      snprintf(path, sizeof(path), "%s/.local/state/ckptd", home) :
+						      -1;
+		char *copy = n > 0 && n < (int)sizeof(path) ? strdup(path) : NULL;
+		if (copy) {
+			free(srv->cfg.state_dir);
+			srv->cfg.state_dir = copy;
+			log_info("%s; keeping state in '%s' instead (set state_dir to choose)", err,
+				 copy);
+			r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
+		}
+	}
+	if (r < 0) {
+		log_err("%s", err);
+		return r;
+	}
+	r = make_identity(srv);
+	if (r < 0)
+		return r;
 	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
 	srv->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	srv->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (srv->epfd < 0 || srv->sigfd < 0 || srv->tfd < 0)
 		return -errno;
 	timerfd_settime(srv->tfd, 0, &its, NULL);
+	/* Worker threads start before the socket: a client never waits for
+	 * them.  They block the signals above (inherited mask). */
+	r = workers_start(&srv->work, WORKERS);
+	if (r < 0)
+		return r;
+	r = workers_start(&srv->arenas, ARENA_WORKERS);
+	if (r < 0)
+		return r;
 	srv->lfd = listen_socket(srv);
 	if (srv->lfd < 0)
 		return srv->lfd;
-	if ((r = add_ev(srv, srv->lfd, &srv->ev_listen, EV_LISTEN)) < 0 ||
-	    (r = add_ev(srv, srv->sigfd, &srv->ev_sig, EV_SIGNAL)) < 0 ||
-	    (r = add_ev(srv, srv->tfd, &srv->ev_timer, EV_TIMER)) < 0 ||
-	    (r = add_ev(srv, srv->apipe[0], &srv->ev_arena, EV_ARENA)) < 0)
+	if ((r = add_ev(srv, srv->lfd, &srv->ev_listen, EV_LISTEN, srv)) < 0 ||
+	    (r = add_ev(srv, srv->sigfd, &srv->ev_sig, EV_SIGNAL, srv)) < 0 ||
+	    (r = add_ev(srv, srv->tfd, &srv->ev_timer, EV_TIMER, srv)) < 0 ||
+	    (r = add_ev(srv, srv->work.efd, &srv->ev_work, EV_WORK, &srv->work)) < 0 ||
+	    (r = add_ev(srv, srv->arenas.efd, &srv->ev_arenas, EV_WORK, &srv->arenas)) < 0)
 		return r;
 	return 0;
+}
+
+/* ---- the sweep: on a worker, as the daemon ---- */
+
+struct sweep_job {
+	struct work w;
+	struct server *srv;     /* read in done() only (the loop) */
+	struct registry *reg;
+	char instance[STORE_ID_LEN + 1];
+	int64_t min_age_ms;
+	size_t n_live;
+	char live[][STORE_ID_LEN + 1];
+};
+
+static void sweep_run(struct work *w)
+{
+	struct sweep_job *j = (struct sweep_job *)w;
+
+	registry_sweep(j->reg, j->instance, j->min_age_ms, j->live, j->n_live);
+}
+
+static void sweep_done(struct work *w)
+{
+	struct sweep_job *j = (struct sweep_job *)w;
+
+	j->srv->sweeping = false;
+	free(j);
+}
+
+/* Starts a sweep of the work areas this daemon noted (registry.h), unless
+ * one is running. */
+static void sweep_start(struct server *srv)
+{
+	struct list *p;
+	size_t n = 0;
+	struct sweep_job *j;
+
+	if (srv->sweeping)
+		return;
+	list_for_each(p, &srv->saves)
+		n++;
+	j = calloc(1, sizeof(*j) + (n + 1) * sizeof(j->live[0]));
+	if (!j)
+		return;
+	j->w.run = sweep_run;
+	j->w.done = sweep_done;
+	j->srv = srv;
+	j->reg = &srv->reg;
+	memcpy(j->instance, srv->self.instance, sizeof(j->instance));
+	j->min_age_ms = (int64_t)srv->cfg.commit_deadline_ms;
+	j->n_live = saves_live_ids(srv, j->live, n);
+	srv->sweeping = true;
+	srv->last_sweep_ms = now_ms();
+	workers_submit(&srv->work, &j->w);
 }
 
 /* SIGTERM: take no new clients or saves, fail the saves that can no longer
  * be staged, and let the ones the daemon already owns commit. */
 static void begin_stop(struct server *srv)
 {
-	struct list *p, *t;
-
 	if (srv->stopping)
 		return;
 	srv->stopping = true;
 	sd_notify(0, "STOPPING=1");
 	log_info("stopping: finishing the saves already staged");
 	epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->lfd, NULL);
-	list_for_each_safe(p, t, &srv->saves)
-	{
-		struct save *s = list_entry(p, struct save, link);
-		bool staged = true;
-		for (struct list *q = s->ranks.next; q != &s->ranks; q = q->next)
-			staged &= list_entry(q, struct rank_save, slink)->staged;
-		if (s->state == SAVE_ACTIVE && !staged)
-			save_fail(s, -ESHUTDOWN, "ckptd is shutting down");
-	}
+	saves_stop(srv, false);
 }
 
 static bool busy(struct server *srv)
 {
-	return !list_empty(&srv->saves) || srv->arenas_pending;
+	return !list_empty(&srv->saves) || workers_in_flight(&srv->arenas);
+}
+
+static void reap(struct server *srv)
+{
+	saves_reap(srv);
+	conns_reap(srv);
+}
+
+/* Runs one batch of due checksums per busy writer. */
+static void crc_round(struct server *srv)
+{
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &srv->crc_busy)
+	{
+		struct writer *w = list_entry(p, struct writer, busy_link);
+		if (writer_crc_step(w))
+			srv->more_work = true;
+	}
 }
 
 static int run(struct server *srv)
@@ -191,27 +348,32 @@ static int run(struct server *srv)
 	int64_t stop_at = 0;
 
 	for (;;) {
-		int n = epoll_wait(srv->epfd, evs, 64, -1);
+		int timeout = srv->more_work ? 0 : -1;
+		int n;
+
+		srv->more_work = false;
+		n = epoll_wait(srv->epfd, evs, 64, timeout);
 		if (n < 0 && errno != EINTR) {
 			log_err("epoll_wait: %s", strerror(errno));
 			return -errno;
 		}
+		int64_t t0 = now_us();
 		for (int i = 0; i < n; i++) {
 			struct ev *ev = evs[i].data.ptr;
 			switch (ev->kind) {
 			case EV_LISTEN:
-				for (int k = 0; k < 64; k++)
-					if (server_accept(srv) != 0 || srv->stopping)
+				for (int k = 0; k < 64 && !srv->stopping; k++)
+					if (conn_accept(srv) != 0)
 						break;
 				break;
-			case EV_CLIENT:
-				server_client_event(ev->ptr, evs[i].events);
+			case EV_CONN:
+				conn_event(ev->ptr, evs[i].events);
 				break;
-			case EV_RING:
-				writer_ring_event(ev->ptr);
+			case EV_IO:
+				conn_io_event(ev->ptr);
 				break;
-			case EV_ARENA:
-				server_arena_event(srv);
+			case EV_WORK:
+				workers_complete(ev->ptr);
 				break;
 			case EV_SIGNAL: {
 				struct signalfd_siginfo si;
@@ -234,19 +396,29 @@ static int run(struct server *srv)
 				uint64_t ticks;
 				if (read(srv->tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
 					log_debug("timerfd: %s", strerror(errno));
+				conns_tick(srv);
 				saves_tick(srv);
-				/* A leftover becomes removable one deadline after its
-				 * last change: sweep that often, at least every minute. */
+				/* A leftover of this life becomes removable one
+				 * deadline after it was made: sweep that often, at
+				 * least every minute. */
 				if (now_ms() - srv->last_sweep_ms >
 				    (int64_t)(srv->cfg.commit_deadline_ms < SWEEP_EVERY_MS ?
 						      srv->cfg.commit_deadline_ms :
 						      SWEEP_EVERY_MS))
-					sweep_roots(srv);
+					sweep_start(srv);
 				break;
 			}
 			}
 		}
-		server_reap(srv);
+		crc_round(srv);
+		reap(srv);
+		int64_t spent = now_us() - t0;
+		if (spent > srv->max_stall_us) {
+			srv->max_stall_us = spent;
+			if (spent > 20000)
+				log_debug("the event loop was busy for %.1f ms in one round",
+					  (double)spent / 1000.0);
+		}
 		if (srv->stopping && (!busy(srv) || now_ms() > stop_at)) {
 			if (busy(srv))
 				log_warn("stop grace period over with saves still in flight");
@@ -255,138 +427,79 @@ static int run(struct server *srv)
 	}
 }
 
+/* Stops cleanly: every connection closes, every save still open fails
+ * through the state machine (abort functions, not by zeroing counters), the
+ * writes and jobs in flight finish (bounded), and the reapers free it all. */
 static void teardown(struct server *srv)
 {
 	struct list *p, *t;
 	int64_t until = now_ms() + STOP_GRACE_MS;
 
-	/* Arena workers still hold their clients: wait for them (bounded). */
-	while (srv->arenas_pending && now_ms() < until) {
-		struct pollfd pfd = { .fd = srv->apipe[0], .events = POLLIN };
-		if (poll(&pfd, 1, 100) > 0)
-			server_arena_event(srv);
-	}
-
-	list_for_each_safe(p, t, &srv->clients)
-	{
-		struct client *c = list_entry(p, struct client, link);
-		client_close(c, "daemon stopping");
-	}
-	list_for_each_safe(p, t, &srv->saves)
-	{
-		struct save *s = list_entry(p, struct save, link);
-		save_fail(s, -ESHUTDOWN, "ckptd stopped before the save committed");
-	}
-	/* Writes still in flight complete or are cancelled when the rings go;
-	 * the kernel keeps the pages until then. */
-	list_for_each_safe(p, t, &srv->clients)
-	{
-		struct client *c = list_entry(p, struct client, link);
-		c->ring_inflight = 0;
-		c->slots_held = 0;
-		for (struct list *q = c->ranks.next; q != &c->ranks;) {
-			struct rank_save *rs = list_entry(q, struct rank_save, clink);
-			q = q->next;
-			rs->inflight = rs->held = 0;
+	list_for_each_safe(p, t, &srv->conns)
+		conn_close(list_entry(p, struct conn, link), "daemon stopping");
+	saves_stop(srv, true);
+	while (now_ms() < until) {
+		bool io = false;
+		list_for_each(p, &srv->conns)
+		{
+			struct conn *c = list_entry(p, struct conn, link);
+			if (c->io && srv->store->arena_busy(c->io)) {
+				srv->store->arena_reap(c->io);
+				io = true;
+			}
 		}
+		while (!list_empty(&srv->crc_busy))
+			crc_round(srv);
+		workers_complete(&srv->work);
+		workers_complete(&srv->arenas);
+		reap(srv);
+		if (!io && list_empty(&srv->saves) && list_empty(&srv->conns) &&
+		    !workers_in_flight(&srv->work) && !workers_in_flight(&srv->arenas))
+			break;
+		struct pollfd pfd[2] = { { .fd = srv->work.efd, .events = POLLIN },
+					 { .fd = srv->arenas.efd, .events = POLLIN } };
+		poll(pfd, 2, 10);
 	}
-	server_reap(srv);
+	if (!list_empty(&srv->saves) || !list_empty(&srv->conns))
+		log_warn("stopping with work still in flight");
+	workers_stop(&srv->work);
+	workers_stop(&srv->arenas);
+	registry_close(&srv->reg);
 	if (srv->lfd >= 0 && sd_listen_fds(0) <= 0)
 		unlink(srv->cfg.socket_path);
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "root", required_argument, NULL, 'r' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "check-config", no_argument, NULL, 'C' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
 	struct server srv = { .lfd = -1, .epfd = -1, .sigfd = -1, .tfd = -1 };
-	const char *config_path = NULL;
-	char *sets[256];
-	size_t n_sets = 0;
-	bool check_only = false;
+	struct config_args args;
+	bool check_only;
 	char err[1024];
-	int c, r;
+	int r;
 
-	while ((c = getopt_long(argc, argv, "c:s:r:o:vh", opts, NULL)) != -1) {
-		switch (c) {
-		case 'c':
-			config_path = optarg;
-			break;
-		case 's':
-		case 'r':
-		case 'o': {
-			size_t len = strlen(optarg) + 8;
-			if (n_sets == 256) {
-				fprintf(stderr, "ckptd: too many -o/-s/-r options\n");
-				return 2;
-			}
-			sets[n_sets] = malloc(len);
-			if (!sets[n_sets])
-				return 1;
-			snprintf(sets[n_sets++], len, "%s%s", c == 's' ? "socket=" :
-							      c == 'r' ? "root=" : "",
-				 optarg);
-			break;
-		}
-		case 'v':
-			log_set_level(LOG_DEBUG);
-			break;
-		case 'C':
-			check_only = true;
-			break;
-		case 'V':
+	r = config_args_parse(&args, argc, argv, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "ckptd: %s\n", r == -ENOMEM ? strerror(ENOMEM) : err);
+		if (r != -ENOMEM)
+			config_usage(stderr);
+		return r == -ENOMEM ? 1 : 2;
+	}
+	if (args.help || args.version) {
+		if (args.help)
+			config_usage(stdout);
+		else
 			printf("ckptd %s\n", CKPT_VERSION);
-			return 0;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+		config_args_free(&args);
+		return 0;
 	}
-	if (optind != argc) {
-		fprintf(stderr, "ckptd: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-
-	if (config_defaults(&srv.cfg) < 0)
-		return 1;
-	r = config_load(&srv.cfg, config_path ? config_path : CONFIG_DEFAULT_PATH, err,
-			sizeof(err));
-	if (r == -ENOENT && !config_path) {
-		r = 0; /* no default file: flags alone may configure us */
-	} else if (r < 0) {
-		if (r == -ENOENT)
-			snprintf(err, sizeof(err), "%s: %s", config_path, strerror(ENOENT));
+	if (args.verbose)
+		log_set_level(LOG_DEBUG);
+	check_only = args.check_only;
+	r = config_from_args(&srv.cfg, &args, err, sizeof(err));
+	config_args_free(&args);
+	if (r < 0) {
 		fprintf(stderr, "ckptd: invalid configuration: %s\n", err);
-		return EX_CONFIG_;
-	}
-	for (size_t i = 0; i < n_sets; i++) {
-		char *eq = strchr(sets[i], '=');
-		if (!eq) {
-			fprintf(stderr, "ckptd: -o '%s': expected KEY=VALUE\n", sets[i]);
-			return 2;
-		}
-		*eq = '\0';
-		if (config_set(&srv.cfg, sets[i], eq + 1, err, sizeof(err)) < 0) {
-			fprintf(stderr, "ckptd: invalid option: %s\n", err);
-			return EX_CONFIG_;
-		}
-		free(sets[i]);
-	}
-	if (config_validate(&srv.cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "ckptd: invalid configuration: %s\n", err);
-		return EX_CONFIG_;
+		return r == -ENOMEM ? 1 : EX_CONFIG_;
 	}
 	if (check_only) {
 		printf("configuration is valid\n");
@@ -394,21 +507,17 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	list_init(&srv.clients);
+	list_init(&srv.conns);
 	list_init(&srv.saves);
+	list_init(&srv.crc_busy);
 	srv.start_ms = now_ms();
-	srv.euid_root = geteuid() == 0;
-	{
-		struct rlimit rl;
-		if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-			srv.fsize_limit = (uint64_t)rl.rlim_cur;
-	}
 	r = setup(&srv);
 	if (r < 0) {
 		log_err("start-up failed: %s", strerror(-r));
-		return 1;
+		return r == -EBUSY ? EX_CONFIG_ : 1;
 	}
-	sweep_roots(&srv);
+	/* What earlier lives left behind goes first. */
+	sweep_start(&srv);
 	log_info("ckptd %s ready on '%s' (%zu root%s, arena_max %llu MiB, deadline %llu ms)",
 		 CKPT_VERSION, srv.cfg.socket_path, srv.cfg.n_roots, srv.cfg.n_roots == 1 ? "" : "s",
 		 (unsigned long long)(srv.cfg.arena_max >> 20),

@@ -1,321 +1,161 @@
 /* SPDX-License-Identifier: MIT */
-/*
- * writer.c - drains a client's arena to its shard files with io_uring.
- *
- * Each client has its own ring with its arena registered as fixed buffers,
- * so writes go from the shared pages to the disk with O_DIRECT and no copy,
- * and pages are pinned once, at connect time, not on every write.  One
- * kernel limit shapes the registration: a fixed buffer may be at most 1 GiB,
- * so the arena is registered as consecutive 1 GiB iovecs; slots (<= 8 MiB,
- * aligned) never straddle two of them.
- *
- * Every slot has one wreq.  A write that finds the ring full waits in
- * wait_q; completions make room.  The ring's eventfd wakes the epoll loop.
- */
+/* writer.c - see writer.h. */
+#include "daemon/writer.h"
+
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
-#include "daemon/log.h"
 #include "daemon/server.h"
+#include "format/crc32c.h"
 
-#define FIXED_MAX (1ull << 30)
-#define UD_FSYNC_TAG 1ull /* low bit of user_data: an fsync of a rank */
+/* Checksums per loop round: 32 MiB, a few milliseconds with ISA-L. */
+#define CRC_BATCH_BYTES (32ull << 20)
 
-int writer_init(struct client *c, unsigned depth, char *err, size_t errlen)
+int writer_init(struct writer *w, struct server *srv, uint8_t *base, uint64_t arena_bytes,
+		uint64_t slot_bytes, struct store_arena *io,
+		void (*release)(struct writer *w, uint32_t slot))
 {
-	struct iovec *iov = NULL;
-	unsigned n_iov;
-	int r;
-
-	c->ring_depth = depth;
-	r = io_uring_queue_init(depth + 8, &c->ring, 0);
-	if (r < 0) {
-		snprintf(err, errlen, "io_uring_queue_init: %s", strerror(-r));
-		return r;
+	w->srv = srv;
+	w->store = srv->store;
+	w->io = io;
+	w->base = base;
+	w->slot_bytes = slot_bytes;
+	w->n_slots = (uint32_t)(arena_bytes / slot_bytes);
+	w->held = 0;
+	w->release = release;
+	w->urgent = false;
+	w->last_extent_ms = 0;
+	list_init(&w->crc_q);
+	list_init(&w->busy_link);
+	w->slots = calloc(w->n_slots ? w->n_slots : 1, sizeof(*w->slots));
+	if (!w->slots)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < w->n_slots; i++) {
+		w->slots[i].w = w;
+		list_init(&w->slots[i].clink);
 	}
-	c->ring_ok = true;
-
-	n_iov = (unsigned)((c->arena_bytes + FIXED_MAX - 1) / FIXED_MAX);
-	iov = calloc(n_iov, sizeof(*iov));
-	if (!iov) {
-		r = -ENOMEM;
-		goto out_ring;
-	}
-	for (unsigned i = 0; i < n_iov; i++) {
-		uint64_t off = (uint64_t)i * FIXED_MAX;
-		iov[i].iov_base = c->arena + off;
-		iov[i].iov_len = c->arena_bytes - off < FIXED_MAX ? c->arena_bytes - off : FIXED_MAX;
-	}
-	r = io_uring_register_buffers(&c->ring, iov, n_iov);
-	free(iov);
-	if (r == 0) {
-		c->fixed = true;
-	} else {
-		/* Typically RLIMIT_MEMLOCK: still correct, only slower (pages are
-		 * pinned per write).  The unit file raises the limit. */
-		log_warn("client %u: io_uring buffer registration failed (%s); writing without "
-			 "fixed buffers (raise LimitMEMLOCK)",
-			 c->id, strerror(-r));
-	}
-
-	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (c->efd < 0) {
-		r = -errno;
-		goto out_ring;
-	}
-	r = io_uring_register_eventfd(&c->ring, c->efd);
-	if (r < 0)
-		goto out_efd;
 	return 0;
-
-out_efd:
-	close(c->efd);
-	c->efd = -1;
-out_ring:
-	io_uring_queue_exit(&c->ring);
-	c->ring_ok = false;
-	snprintf(err, errlen, "io_uring setup: %s", strerror(-r));
-	return r;
 }
 
-void writer_exit(struct client *c)
+void writer_free(struct writer *w)
 {
-	if (c->ring_ok) {
-		io_uring_queue_exit(&c->ring);
-		c->ring_ok = false;
-	}
-	if (c->efd >= 0) {
-		close(c->efd);
-		c->efd = -1;
+	list_del(&w->busy_link);
+	free(w->slots);
+	w->slots = NULL;
+}
+
+bool writer_slot_held(const struct writer *w, uint32_t slot)
+{
+	return w->slots[slot].t != NULL;
+}
+
+/* Both the write and the checksum are done: give the slot back, then tell
+ * the target (which may fail its save: the slot is free first). */
+static void slot_finish(struct wslot *s)
+{
+	struct writer *w = s->w;
+	struct wtarget *t = s->t;
+	uint64_t bytes = s->len;
+	int res = s->res;
+
+	s->t = NULL;
+	t->held--;
+	w->held--;
+	w->release(w, (uint32_t)(s - w->slots));
+	t->extent_done(t, bytes, res);
+}
+
+static void io_done(void *ud, int res)
+{
+	struct wslot *s = ud;
+
+	s->writing = false;
+	s->res = res;
+	if (!s->crc_pending)
+		slot_finish(s);
+}
+
+/* Checksums the pieces of t's items that lie in [off, off + len). */
+static void crc_extent(struct wtarget *t, const uint8_t *buf, uint64_t off, uint64_t len)
+{
+	const struct layout *l = t->layout;
+	uint64_t end = off + len;
+
+	for (size_t i = layout_find(l, off); i < l->n_items && l->items[i].begin < end; i++) {
+		const struct layout_item *it = &l->items[i];
+		uint64_t b = it->begin > off ? it->begin : off;
+		uint64_t e = it->end < end ? it->end : end;
+		while (b < e) {
+			uint64_t grid = (b / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
+			uint64_t pe = grid < e ? grid : e;
+			/* Piece index within the item: grid cells since its first. */
+			uint32_t k = (uint32_t)(b / LAYOUT_CRC_BLOCK - it->begin / LAYOUT_CRC_BLOCK);
+			t->crcs[it->crc0 + k] = crc32c(buf + (b - off), pe - b, 0);
+			b = pe;
+		}
 	}
 }
 
-/* Queues the SQE for a slot's next chunk.  Returns false if the ring is full. */
-static bool prep_write(struct client *c, uint32_t slot)
+void writer_crc_due(struct writer *w)
 {
-	struct wreq *w = &c->slots[slot];
-	struct io_uring_sqe *sqe;
-	uint64_t arena_off = (uint64_t)slot * c->slot_bytes;
-	uint64_t done_pad = w->file_off - (w->file_off / c->slot_bytes) * c->slot_bytes;
-	uint8_t *buf = c->arena + arena_off + done_pad;
+	if (list_empty(&w->crc_q))
+		return;
+	w->urgent = true;
+	if (list_empty(&w->busy_link))
+		list_add_tail(&w->srv->crc_busy, &w->busy_link);
+	server_more_work(w->srv);
+}
 
-	if (c->ring_inflight >= c->ring_depth)
+bool writer_crc_step(struct writer *w)
+{
+	uint64_t done = 0;
+
+	while (!list_empty(&w->crc_q) && done < CRC_BATCH_BYTES) {
+		struct wslot *s = list_entry(w->crc_q.next, struct wslot, clink);
+		uint32_t slot = (uint32_t)(s - w->slots);
+
+		list_del(&s->clink);
+		s->crc_pending = false;
+		if (!s->t->no_crc) {
+			crc_extent(s->t, w->base + (uint64_t)slot * w->slot_bytes, s->file_off, s->len);
+			done += s->len;
+		}
+		if (!s->writing)
+			slot_finish(s);
+		/* Keep the disk busy between checksums. */
+		w->store->arena_reap(w->io);
+	}
+	if (list_empty(&w->crc_q)) {
+		w->urgent = false;
+		list_del(&w->busy_link);
 		return false;
-	sqe = io_uring_get_sqe(&c->ring);
-	if (!sqe)
-		return false;
-	if (c->fixed)
-		io_uring_prep_write_fixed(sqe, w->rs->fd, buf, (unsigned)w->len, w->file_off,
-					  (int)(arena_off / FIXED_MAX));
-	else
-		io_uring_prep_write(sqe, w->rs->fd, buf, (unsigned)w->len, w->file_off);
-	io_uring_sqe_set_data64(sqe, (uint64_t)slot << 1);
-	c->ring_inflight++;
-	w->rs->inflight++;
+	}
 	return true;
 }
 
-static void flush(struct client *c)
+void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t file_off,
+		   uint64_t len)
 {
-	int r = io_uring_submit(&c->ring);
-	if (r < 0 && r != -EBUSY && r != -EAGAIN)
-		log_err("client %u: io_uring_submit: %s", c->id, strerror(-r));
-}
+	struct wslot *s = &w->slots[slot];
+	uint64_t padded = (len + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
 
-void writer_submit(struct client *c, uint32_t slot)
-{
-	struct wreq *w = &c->slots[slot];
+	s->t = t;
+	s->file_off = file_off;
+	s->len = len;
+	s->res = 0;
+	s->writing = true;
+	s->crc_pending = true;
+	list_add_tail(&w->crc_q, &s->clink);
+	t->held++;
+	w->held++;
+	w->last_extent_ms = now_ms();
 
-	if (!list_empty(&c->wait_q) || !prep_write(c, slot)) {
-		list_add_tail(&c->wait_q, &w->qlink);
-		return;
-	}
-	flush(c);
-}
-
-void writer_fsync(struct rank_save *rs)
-{
-	struct client *c = rs->client;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
-
-	if (!sqe) {
-		/* The ring reserves room beyond ring_depth for fsyncs; if even
-		 * that is full, do it synchronously rather than lose it. */
-		rank_synced(rs, fsync(rs->fd) < 0 ? -errno : 0);
-		return;
-	}
-	io_uring_prep_fsync(sqe, rs->fd, 0);
-	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)rs | UD_FSYNC_TAG);
-	rs->inflight++;
-	rs->syncing = true;
-	flush(c);
-}
-
-/* A slot's write finished (res bytes, or -errno). */
-/* Starts the fsync once a staged rank is completely written and
- * checksummed: its index, written after the fsync, needs every CRC. */
-static void rank_maybe_sync(struct rank_save *rs)
-{
-	if (!rs->staged || rs->extents_written != rs->n_extents || rs->crc_pending ||
-	    rs->syncing || rs->durable || rs->failed || rs->save->state != SAVE_ACTIVE)
-		return;
-	rs->t_written = now_us();
-	/* The last extent was padded to LAYOUT_ALIGN for O_DIRECT: cut the file
-	 * to its real length before making it durable. */
-	if (ftruncate(rs->fd, (off_t)rs->layout.file_size) < 0)
-		rank_fail(rs, -errno, "truncating the shard of rank %u: %s", rs->rank,
-			  strerror(errno));
+	/* The write goes first; the checksum waits unless it is due.  Both
+	 * only read the slot, and it is released after both. */
+	w->store->shard_write(t->shard, w->io, (uint64_t)slot * w->slot_bytes, file_off, padded,
+			      io_done, s);
+	if (t->crc_now || t->no_crc || w->n_slots - w->held <= 1)
+		writer_crc_due(w);
 	else
-		writer_fsync(rs);
-}
-
-/* Gives a slot back to the client.  The slot must be written (or its save
- * failed) and no longer waiting for its checksum. */
-static void slot_release(struct client *c, uint32_t slot)
-{
-	struct wreq *w = &c->slots[slot];
-	struct rank_save *rs = w->rs;
-
-	if (w->crc_pending) {
-		list_del(&w->clink);
-		w->crc_pending = false;
-		rs->crc_pending--;
-	}
-	w->rs = NULL;
-	w->written = false;
-	c->slots_held--;
-	rs->held--;
-	client_send_release(c, (uint64_t)slot * c->slot_bytes);
-}
-
-/* A slot's write finished (res bytes, or -errno). */
-static void write_done(struct client *c, uint32_t slot, int res)
-{
-	struct wreq *w = &c->slots[slot];
-	struct rank_save *rs = w->rs;
-
-	c->ring_inflight--;
-	rs->inflight--;
-	if (res < 0 || rs->failed || rs->save->state == SAVE_FAILED) {
-		if (res < 0 && !rs->failed) {
-			uint64_t lim = c->srv->fsize_limit;
-			bool over = lim && w->file_off + w->len > lim;
-
-			/* Past RLIMIT_FSIZE an O_DIRECT write is cut short to a
-			 * length it cannot have: the kernel says EINVAL. */
-			rank_fail(rs, res, "writing the shard of rank %u in '%s/%s': %s%s",
-				  rs->rank, rs->save->root, rs->save->work, strerror(-res),
-				  over ? " (the write passes ckptd's file size limit, RLIMIT_FSIZE "
-					 "or systemd's LimitFSIZE=)" : "");
-		}
-		slot_release(c, slot);
-		return;
-	}
-	if ((uint64_t)res < w->len) {
-		/* Short write (a signal, a full disk about to report ENOSPC):
-		 * go on from where it stopped, as with write(2).  A zero-byte
-		 * write would loop forever: treat it as an I/O error. */
-		if (res == 0) {
-			rank_fail(rs, -EIO, "writing the shard of rank %u: no progress", rs->rank);
-			slot_release(c, slot);
-			return;
-		}
-		w->file_off += (uint64_t)res;
-		w->len -= (uint64_t)res;
-		writer_submit(c, slot);
-		return;
-	}
-
-	rs->bytes_written += w->done;
-	rs->extents_written++;
-	c->srv->bytes_written += w->done;
-	w->written = true;
-	if (!w->crc_pending)
-		slot_release(c, slot);
-	rank_maybe_sync(rs);
-}
-
-void writer_crc_drain(struct client *c, uint32_t want_free)
-{
-	while (!list_empty(&c->crc_q) && (want_free == 0 || c->n_slots - c->slots_held < want_free)) {
-		struct wreq *w = list_entry(c->crc_q.next, struct wreq, clink);
-		struct rank_save *rs = w->rs;
-		uint32_t slot = (uint32_t)(w - c->slots);
-		uint64_t ext_off = w->file_off - w->file_off % c->slot_bytes;
-
-		list_del(&w->clink);
-		w->crc_pending = false;
-		rs->crc_pending--;
-		if (!rs->failed && rs->save->state == SAVE_ACTIVE)
-			rank_crc_extent(rs, c->arena + (uint64_t)slot * c->slot_bytes, ext_off,
-					w->done);
-		if (w->written)
-			slot_release(c, slot);
-		rank_maybe_sync(rs);
-		/* Keep the disk busy between checksums. */
-		writer_reap(c);
-	}
-}
-
-void writer_reap(struct client *c)
-{
-	struct io_uring_cqe *cqe;
-	unsigned head, n;
-
-	if (!c->ring_ok)
-		return;
-	for (;;) {
-		n = 0;
-		struct {
-			uint64_t ud;
-			int res;
-		} done[64];
-		io_uring_for_each_cqe(&c->ring, head, cqe)
-		{
-			done[n].ud = cqe->user_data;
-			done[n].res = cqe->res;
-			if (++n == 64)
-				break;
-		}
-		if (n == 0)
-			break;
-		io_uring_cq_advance(&c->ring, n);
-		for (unsigned i = 0; i < n; i++) {
-			if (done[i].ud & UD_FSYNC_TAG) {
-				struct rank_save *rs =
-					(struct rank_save *)(uintptr_t)(done[i].ud & ~UD_FSYNC_TAG);
-				rs->inflight--;
-				rs->syncing = false;
-				rank_synced(rs, done[i].res < 0 ? done[i].res : 0);
-			} else {
-				write_done(c, (uint32_t)(done[i].ud >> 1), done[i].res);
-			}
-		}
-		/* Completions made room: start queued writes. */
-		bool any = false;
-		while (!list_empty(&c->wait_q)) {
-			struct wreq *w = list_entry(c->wait_q.next, struct wreq, qlink);
-			uint32_t slot = (uint32_t)(w - c->slots);
-			if (!prep_write(c, slot))
-				break;
-			list_del(&w->qlink);
-			any = true;
-		}
-		if (any)
-			flush(c);
-	}
-}
-
-void writer_ring_event(struct client *c)
-{
-	uint64_t junk;
-
-	if (read(c->efd, &junk, sizeof(junk)) < 0 && errno != EAGAIN)
-		log_debug("client %u: eventfd read: %s", c->id, strerror(errno));
-	writer_reap(c);
+		w->store->arena_reap(w->io);
 }

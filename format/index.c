@@ -29,7 +29,6 @@
 #include "format/nameset.h"
 
 /* Cap on one index file: ~200 bytes an item plus 11 a CRC. */
-#define INDEX_MAX_BYTES (1ull << 30)
 /* Indexes are parsed by up to this many threads at once. */
 #define MERGE_MAX_THREADS 16
 
@@ -48,6 +47,13 @@ void index_index_name(uint32_t rank, char *buf, size_t len)
 int index_build(const struct layout *l, const uint32_t *crcs, const char *job, uint32_t rank,
 		uint32_t world, char **ret_text)
 {
+	return index_build_origin(l, crcs, job, rank, world, NULL, ret_text);
+}
+
+int index_build_origin(const struct layout *l, const uint32_t *crcs, const char *job,
+		       uint32_t rank, uint32_t world, const struct index_origin *o,
+		       char **ret_text)
+{
 	char file[32];
 	struct jbuf b;
 	int ret;
@@ -64,6 +70,16 @@ int index_build(const struct layout *l, const uint32_t *crcs, const char *job, u
 	jbuf_u64(&b, rank);
 	jbuf_lit(&b, ",\"world\":");
 	jbuf_u64(&b, world);
+	if (o) {
+		jbuf_lit(&b, ",\"attempt\":");
+		jbuf_str(&b, o->attempt);
+		jbuf_lit(&b, ",\"writer\":{\"id\":");
+		jbuf_str(&b, o->writer_id);
+		jbuf_lit(&b, ",\"instance\":");
+		jbuf_str(&b, o->instance);
+		jbuf_lit(&b, "},\"to\":");
+		jbuf_str(&b, o->to ? o->to : "");
+	}
 	jbuf_lit(&b, ",\"file\":");
 	jbuf_str(&b, file);
 	jbuf_lit(&b, ",\"file_size\":");
@@ -164,6 +180,7 @@ struct entry {
 struct merge {
 	int dirfd;
 	const char *job, *name;
+	const struct index_origin *origin; /* NULL: no attempt checks */
 	uint32_t world;
 	const struct index_local *local; /* ranks given in memory */
 	size_t n_local;
@@ -381,6 +398,26 @@ static int load_part(struct merge *m, uint32_t r, char *err, size_t errlen)
 	    (ret = check_u64(root, "world", m->world, r, err, errlen)) ||
 	    (ret = check_u64(root, "crc_block", LAYOUT_CRC_BLOCK, r, err, errlen)))
 		goto out;
+	if (m->origin) {
+		/* Only this attempt's indexes count; and never one an earlier
+		 * life of this daemon wrote (it cannot be part of this one). */
+		json_t *w = json_object_get(root, "writer");
+		const char *wid = json_string_value(json_object_get(w, "id"));
+		const char *inst = json_string_value(json_object_get(w, "instance"));
+
+		if ((ret = check_str(root, "attempt", m->origin->attempt, r, err, errlen)) ||
+		    (ret = check_str(root, "to", m->origin->to, r, err, errlen)))
+			goto out;
+		if (!wid || !inst) {
+			ret = bad("rank %u: index names no writer", r);
+			goto out;
+		}
+		if (!strcmp(wid, m->origin->writer_id) && strcmp(inst, m->origin->instance)) {
+			ret = bad("rank %u: index was written by this daemon before a restart, "
+				  "not by this attempt", r);
+			goto out;
+		}
+	}
 	if (!jread_u64(json_object_get(root, "file_size"), &p->file_size) ||
 	    p->file_size > INT64_MAX) {
 		ret = bad("rank %u: index has no integer 'file_size'", r);
@@ -774,6 +811,10 @@ static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *
 	jbuf_str(&b, tbuf);
 	jbuf_lit(&b, ",\"job\":");
 	jbuf_str(&b, m->job);
+	if (m->origin) {
+		jbuf_lit(&b, ",\"attempt\":");
+		jbuf_str(&b, m->origin->attempt);
+	}
 	jbuf_lit(&b, ",\"world_size\":");
 	jbuf_u64(&b, m->world);
 	jbuf_lit(&b, ",\"crc_block\":");
@@ -856,8 +897,17 @@ int index_merge(int dirfd, const char *job, const char *name, uint32_t world, in
 		const struct index_local *local, size_t n_local, char **ret_text, char *err,
 		size_t errlen)
 {
+	return index_merge_origin(dirfd, job, name, world, time_utc, NULL, local, n_local,
+				  ret_text, err, errlen);
+}
+
+int index_merge_origin(int dirfd, const char *job, const char *name, uint32_t world,
+		       int64_t time_utc, const struct index_origin *origin,
+		       const struct index_local *local, size_t n_local, char **ret_text,
+		       char *err, size_t errlen)
+{
 	struct merge m = { .dirfd = dirfd, .job = job, .name = name, .world = world,
-			   .local = local, .n_local = n_local };
+			   .origin = origin, .local = local, .n_local = n_local };
 	uint32_t *tmp = NULL;
 	int ret = 0;
 

@@ -9,14 +9,15 @@
  *
  * Index (format "ckpt-index-1"):
  *   {"format":"ckpt-index-1", "job":J, "name":N, "step":S, "rank":r,
- *    "world":W, "file":"rank-00003.safetensors", "file_size":F,
+ *    "world":W, "attempt":ID, "writer":{"id":D,"instance":I}, "to":NONCE,
+ *    "file":"rank-00003.safetensors", "file_size":F,
  *    "crc_block":1048576, "meta":{...}, "metrics":{...},
  *    "items":[{"name","kind":"tensor"|"blob","dtype","shape","global_shape",
  *              "offsets","begin","end","crc32c":[u32,...]}]}
  *
  * Manifest (format "ckpt-1"):
  *   {"format":"ckpt-1", "name":N, "step":S, "time":"2026-11-23T03:09:36Z",
- *    "job":J, "world_size":W, "crc_block":1048576,
+ *    "job":J, "attempt":ID, "world_size":W, "crc_block":1048576,
  *    "metadata":{...rank 0's...}, "metrics":{...rank 0's...},
  *    "files":[{"rank":r, "path":"rank-00000.safetensors", "size":F}, ...],
  *    "total_bytes": sum of file sizes,
@@ -38,10 +39,22 @@
 #define INDEX_FORMAT    "ckpt-index-1"
 #define MANIFEST_FORMAT "ckpt-1"
 #define MANIFEST_FILE   "manifest.json"
+#define INDEX_MAX_BYTES (1ull << 30)  /* cap on one rank index we read */
 
 /* "rank-00003.safetensors" / "rank-00003.index.json" into buf (>= 32 bytes). */
 void index_shard_name(uint32_t rank, char *buf, size_t len);
 void index_index_name(uint32_t rank, char *buf, size_t len);
+
+/* Who wrote an index and for which save attempt (store.h): written into
+ * indexes and checked by the merge, so that an index of another attempt, or
+ * one an earlier life of this daemon left behind, is never merged. */
+struct index_origin {
+	const char *attempt;   /* the attempt id */
+	const char *writer_id; /* the writing daemon's stable id */
+	const char *instance;  /* and its life */
+	const char *to;        /* the coordinator claim it is addressed to
+	                        * (store.h); "" when there was none yet */
+};
 
 /*
  * Serialises one rank's index: the placed layout, its CRCs (l->n_crcs
@@ -50,6 +63,10 @@ void index_index_name(uint32_t rank, char *buf, size_t len);
  */
 int index_build(const struct layout *l, const uint32_t *crcs, const char *job, uint32_t rank,
 		uint32_t world, char **ret_text);
+/* The same, recording the origin ("attempt", "writer":{"id","instance"}). */
+int index_build_origin(const struct layout *l, const uint32_t *crcs, const char *job,
+		       uint32_t rank, uint32_t world, const struct index_origin *o,
+		       char **ret_text);
 
 /* A rank whose index the caller has in memory (the daemon's own ranks):
  * its layout and CRCs, as index_build() would write them. */
@@ -77,6 +94,13 @@ struct index_local {
 int index_merge(int dirfd, const char *job, const char *name, uint32_t world, int64_t time_utc,
 		const struct index_local *local, size_t n_local, char **ret_text, char *err,
 		size_t errlen);
+/* The same for one attempt: every index read from dirfd must name
+ * origin->attempt, be addressed to origin->to, and must not come from
+ * origin->writer_id with another instance; the manifest records "attempt". */
+int index_merge_origin(int dirfd, const char *job, const char *name, uint32_t world,
+		       int64_t time_utc, const struct index_origin *origin,
+		       const struct index_local *local, size_t n_local, char **ret_text,
+		       char *err, size_t errlen);
 
 /* ---- the parsed manifest, for readers and ckptctl ---- */
 
@@ -108,6 +132,7 @@ struct manifest_file {
 struct manifest {
 	char name[CKPT_MAX_NAME_LEN + 1];
 	char job[CKPT_MAX_JOB_LEN + 1];
+	char attempt[33];     /* the attempt id that committed it, or "" */
 	uint64_t step;
 	uint32_t world;
 	char time[40];

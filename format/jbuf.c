@@ -7,17 +7,22 @@
 
 #include "format/jbuf.h"
 
+/*
+ * Invariant: cap <= max, and buf (when not NULL) has cap + 1 bytes, the one
+ * past cap kept for the NUL jbuf_finish may add.  Keeping cap within max is
+ * what makes the cap hold: jbuf_reserve's fast path checks only cap.
+ */
 void jbuf_init(struct jbuf *b, size_t hint, size_t max)
 {
 	b->buf = NULL;
 	b->len = 0;
 	b->cap = 0;
-	b->max = max ? max : SIZE_MAX;
+	b->max = max ? max : SIZE_MAX - 1;
 	b->err = 0;
 	if (hint > b->max)
 		hint = b->max;
 	if (hint) {
-		b->buf = malloc(hint);
+		b->buf = malloc(hint + 1);
 		if (b->buf)
 			b->cap = hint;
 	}
@@ -39,11 +44,10 @@ bool jbuf_grow(struct jbuf *b, size_t n)
 		return true;
 	cap = b->cap ? b->cap : 256;
 	while (cap < need)
-		cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-	/* One spare byte so jbuf_finish() can always add the NUL. */
-	if (cap < SIZE_MAX)
-		cap++;
-	p = realloc(b->buf, cap);
+		cap = cap > SIZE_MAX / 4 ? need : cap * 2;
+	if (cap > b->max)
+		cap = b->max;
+	p = realloc(b->buf, cap + 1);
 	if (!p) {
 		b->err = -ENOMEM;
 		return false;
@@ -133,19 +137,23 @@ void jbuf_json(struct jbuf *b, const void *json)
 
 int jbuf_finish(struct jbuf *b, bool nul, char **ret_text, size_t *ret_len)
 {
-	if (nul)
-		jbuf_ch(b, '\0');
-	else if (!b->buf)
-		jbuf_grow(b, 1);
-	if (b->err || !b->buf) {
-		int err = b->err ? b->err : -ENOMEM;
+	/* Even an empty text is a buffer the caller can free. */
+	if (!b->err && !b->buf) {
+		b->buf = malloc(1);
+		if (!b->buf)
+			b->err = -ENOMEM;
+	}
+	if (b->err) {
+		int err = b->err;
 
 		jbuf_free(b);
 		return err;
 	}
+	if (nul)
+		b->buf[b->len] = '\0'; /* the byte past cap (see the invariant) */
 	*ret_text = b->buf;
 	if (ret_len)
-		*ret_len = b->len - (nul ? 1 : 0);
+		*ret_len = b->len;
 	b->buf = NULL;
 	b->len = b->cap = 0;
 	return 0;

@@ -8,8 +8,9 @@
  * buffer that doubles when full.
  *
  * Errors are sticky: after the first failure (-ENOMEM, or -E2BIG when the
- * text would pass `max`) every append is a no-op, and jbuf_finish() reports
- * it.  Callers therefore append without checking and check once at the end.
+ * text would pass `max` bytes, the NUL jbuf_finish() may add not counted)
+ * every append is a no-op, and jbuf_finish() reports it.  Callers therefore
+ * append without checking and check once at the end.
  */
 #ifndef CKPT_FORMAT_JBUF_H
 #define CKPT_FORMAT_JBUF_H

@@ -397,6 +397,10 @@ int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, 
 	strcpy(m->name, name);
 	strcpy(m->job, job);
 	strcpy(m->time, tm);
+	/* Optional (older manifests have none): the attempt that committed. */
+	s = json_string_value(json_object_get(root, "attempt"));
+	if (s && strlen(s) < sizeof(m->attempt))
+		strcpy(m->attempt, s);
 	if (!jread_u64(json_object_get(root, "step"), &m->step)) {
 		ret = bad("manifest step is not a non-negative integer");
 		goto fail;

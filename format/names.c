@@ -12,7 +12,7 @@
 #define show(s, buf) errmsg_safe((s), (buf))
 #define SHOWBUF ERRMSG_SAFE_LEN
 
-static bool portable_char(char c)
+bool name_portable_char(char c)
 {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
 	       c == '.' || c == '_' || c == '-';
@@ -30,7 +30,7 @@ static bool portable_ok(const char *what, const char *s, size_t max, char *err, 
 	if (n > max)
 		return reject(err, errlen, "%s '%s' is longer than %zu bytes", what, show(s, buf), max);
 	for (size_t i = 0; i < n; i++) {
-		if (portable_char(s[i]))
+		if (name_portable_char(s[i]))
 			continue;
 		if (s[i] == '/')
 			return reject(err, errlen, "%s '%s' contains '/'", what, show(s, buf));
@@ -38,6 +38,12 @@ static bool portable_ok(const char *what, const char *s, size_t max, char *err, 
 			      what, show(s, buf), i);
 	}
 	return true;
+}
+
+bool name_run_ok(const char *run, char *err, size_t errlen)
+{
+	/* Empty: no run id (one run of the job at a time is assumed). */
+	return (run && !*run) || portable_ok("run id", run, CKPT_MAX_RUN_LEN, err, errlen);
 }
 
 bool name_checkpoint_ok(const char *name, char *err, size_t errlen)

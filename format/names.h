@@ -18,6 +18,12 @@ bool name_checkpoint_ok(const char *name, char *err, size_t errlen);
 /* Job id: 1..CKPT_MAX_JOB_LEN of [A-Za-z0-9._-]. */
 bool name_job_ok(const char *job, char *err, size_t errlen);
 
+/* A run id: "" (none) or the job id's rule with CKPT_MAX_RUN_LEN. */
+bool name_run_ok(const char *run, char *err, size_t errlen);
+
+/* True for the characters of names, job and run ids: [A-Za-z0-9._-]. */
+bool name_portable_char(char c);
+
 /* Tensor or blob name, metadata/metric key: 1..CKPT_MAX_ITEM_NAME bytes of
  * printable ASCII (0x20..0x7e), not starting with "__" (reserved, e.g.
  * safetensors' "__metadata__"). */

@@ -74,6 +74,52 @@ void nameset_free(struct nameset *s)
 	memset(s, 0, sizeof(*s));
 }
 
+int64_t nameset_get(const struct nameset *s, const char *name)
+{
+	uint32_t h;
+
+	if (!s->slots)
+		return -1;
+	h = hash_name(name);
+	for (size_t i = h & s->mask;; i = (i + 1) & s->mask) {
+		const struct nameset_slot *sl = &s->slots[i];
+
+		if (!sl->name)
+			return -1;
+		if (sl->hash == h && strcmp(sl->name, name) == 0)
+			return sl->val;
+	}
+}
+
+int nameset_reserve(struct nameset *s, size_t max)
+{
+	struct nameset bigger;
+	int r;
+
+	if (s->slots && max <= s->max)
+		return 0;
+	r = nameset_init(&bigger, max);
+	if (r < 0)
+		return r;
+	if (s->slots) {
+		/* Rehash: the slots keep their names, hashes and values. */
+		for (size_t i = 0; i <= s->mask; i++) {
+			const struct nameset_slot *sl = &s->slots[i];
+			size_t j;
+
+			if (!sl->name)
+				continue;
+			for (j = sl->hash & bigger.mask; bigger.slots[j].name; j = (j + 1) & bigger.mask)
+				;
+			bigger.slots[j] = *sl;
+			bigger.count++;
+		}
+		free(s->slots);
+	}
+	*s = bigger;
+	return 0;
+}
+
 int64_t nameset_put(struct nameset *s, const char *name, uint32_t val)
 {
 	uint32_t h = hash_name(name);

@@ -32,4 +32,11 @@ void nameset_free(struct nameset *s);
  */
 int64_t nameset_put(struct nameset *s, const char *name, uint32_t val);
 
+/* The value stored with `name`, or -1 if absent (or the set is zeroed). */
+int64_t nameset_get(const struct nameset *s, const char *name);
+
+/* Makes room for at least `max` names (a zeroed set is initialised), keeping
+ * what is in it.  Returns 0 or -ENOMEM (the set is unchanged). */
+int nameset_reserve(struct nameset *s, size_t max);
+
 #endif

@@ -20,10 +20,51 @@
  *   - ret_* output parameters are written only on success;
  *   - synchronous calls leave a human-readable reason in ckpt_last_error()
  *     (per thread); asynchronous failures are read with ckpt_future_error();
- *   - the library never prints.
+ *   - the library never prints; it can report what it does through a log
+ *     callback (ckpt_set_log_fn()).
  *
- * Thread safety: a client may be used from several threads, but one save must
- * be built (add_*, commit) by one thread at a time.
+ * ABI and versions:
+ *   - The soname is libckpt.so.0.  Every symbol carries a version node
+ *     (LIBCKPT_0.2 for this release); symbols added later go into a new node,
+ *     so a program linked against this release keeps running with later ones.
+ *   - Structs the caller fills in (ckpt_connect_opts, ckpt_save_opts,
+ *     ckpt_tensor) start with a `size` field, which the caller sets to the
+ *     sizeof the struct it was compiled with through the *_INIT macro.  The
+ *     library reads only `size` bytes and treats every field beyond them as
+ *     zero, so a new field's zero value always means "as before".  A size
+ *     smaller than the first version of the struct is -EINVAL; a size larger
+ *     than the library knows (a program built against a newer header running
+ *     with an older library) is accepted only if every byte the library does
+ *     not know is zero, else -E2BIG: the caller asked for something this
+ *     library cannot do.  Sizes above 4096 are -E2BIG without being read.
+ *     Fields are only ever appended.
+ *   - Enums are append-only: values never change meaning or get reused, new
+ *     ones are added at the end.  Treat a value you do not know as an error
+ *     (or, for log levels, as CKPT_LOG_DEBUG).
+ *
+ * Initialising a struct: the *_INIT macros expand to a designator, used first
+ * inside the braces; every field not named is zero:
+ *
+ *     struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32,
+ *                              .ndim = 2, .shape = shape, .data = w };
+ *     struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT };
+ *     o.job = "llama"; ...
+ *
+ * A struct whose size field is 0 (initialised without the macro, or by a
+ * program written for libckpt 0.1) is refused with -EINVAL.
+ *
+ * Thread safety:
+ *   - ckpt_connect/ckpt_disconnect, ckpt_version, ckpt_dtype_*,
+ *     ckpt_set_log_fn and ckpt_last_error may be called from any thread.
+ *   - A client may be used from several threads at once (each building its
+ *     own saves), but one save must be built (set_*, add_*, commit) by one
+ *     thread at a time.
+ *   - Futures: ckpt_future_poll, ckpt_future_wait and ckpt_future_error may
+ *     be called from any number of threads at once, for as long as their save
+ *     has not been freed.
+ *   - Readers are not thread-safe: use one reader per thread, or hold a lock
+ *     around every call on a reader shared between threads.  Several readers,
+ *     also of the same checkpoint, may be used from different threads at once.
  */
 #ifndef CKPT_H
 #define CKPT_H
@@ -37,6 +78,11 @@ extern "C" {
 #endif
 
 #define CKPT_API __attribute__((visibility("default")))
+
+/* Version of this header; ckpt_version() is that of the library at run time. */
+#define CKPT_VERSION_MAJOR 0
+#define CKPT_VERSION_MINOR 2
+#define CKPT_VERSION_PATCH 0
 
 /* Socket used when neither the options nor $CKPTD_SOCKET name one. */
 #define CKPT_DEFAULT_SOCKET "/run/ckptd/ckptd.sock"
@@ -57,7 +103,11 @@ struct ckpt_save;
 struct ckpt_future;
 struct ckpt_reader;
 
-/* Element types; the names are those of the safetensors format. */
+/* Returns the library's version, "MAJOR.MINOR.PATCH" (static storage). */
+CKPT_API const char *ckpt_version(void);
+
+/* Element types; the names are those of the safetensors format.  Append-only
+ * (CKPT_DTYPE_COUNT moves; do not store it). */
 enum ckpt_dtype {
 	CKPT_BOOL = 0,
 	CKPT_U8,
@@ -82,7 +132,8 @@ CKPT_API const char *ckpt_dtype_name(enum ckpt_dtype dtype);
 /* Returns the size in bytes of one element, or 0 if out of range. */
 CKPT_API size_t ckpt_dtype_size(enum ckpt_dtype dtype);
 
-/* Where a tensor's bytes live; selects the copy engine for that tensor. */
+/* Where a tensor's bytes live; selects the copy engine for that tensor.
+ * Append-only. */
 enum ckpt_device {
 	CKPT_DEVICE_HOST = 0, /* ordinary (pageable or pinned) host memory */
 	CKPT_DEVICE_CUDA = 1, /* CUDA device memory: needs a CUDA build */
@@ -93,32 +144,110 @@ enum ckpt_device {
  * thread. */
 CKPT_API const char *ckpt_last_error(void);
 
+/* ---- logging ------------------------------------------------------------- */
+
+/* Severity of a log message, most severe first.  Append-only: a level added
+ * later is less severe than every existing one. */
+enum ckpt_log_level {
+	CKPT_LOG_ERROR = 0,   /* a save or the connection failed */
+	CKPT_LOG_WARNING = 1, /* a fallback was taken (e.g. the umask could not
+	                       * be read) or an input was corrected */
+	CKPT_LOG_INFO = 2,    /* once per connection: what was negotiated */
+	CKPT_LOG_DEBUG = 3,   /* per save: timings; the defaults picked */
+};
+
+/* msg is one line without a trailing newline, valid during the call. */
+typedef void (*ckpt_log_fn)(enum ckpt_log_level level, const char *msg, void *userdata);
+
+/*
+ * Sets the process-wide log callback (NULL: none, the default; the library
+ * then formats nothing).  It receives every level: filter in the callback.
+ *
+ * The callback runs on library threads and on the caller's threads, at any
+ * time and possibly while the library holds internal locks: it must be
+ * thread-safe, return quickly, and call no libckpt function.  When
+ * ckpt_set_log_fn() returns, no call to the previous callback is running or
+ * will start, so its userdata may be freed.
+ */
+CKPT_API void ckpt_set_log_fn(ckpt_log_fn fn, void *userdata);
+
 /* ---- connection ---------------------------------------------------------- */
 
+/* Connect timeout used when ckpt_connect_opts.timeout_ms is 0: generous,
+ * because the daemon allocates and touches the whole arena before it
+ * answers, which takes seconds for tens of GiB. */
+#define CKPT_DEFAULT_CONNECT_TIMEOUT_MS 60000
+
 struct ckpt_connect_opts {
-	const char *socket_path; /* NULL: $CKPTD_SOCKET, else CKPT_DEFAULT_SOCKET */
-	const char *job;         /* job id shared by all ranks; required */
+	uint32_t size;           /* set by CKPT_CONNECT_OPTS_INIT */
 	uint32_t rank;           /* 0 <= rank < world */
 	uint32_t world;          /* number of ranks in the job, >= 1 */
+	uint32_t copy_threads;   /* host copy threads (at most 64).  0: the
+	                          * CPUs this process may run on
+	                          * (sched_getaffinity) divided by the ranks on
+	                          * this node ($LOCAL_WORLD_SIZE when set, as
+	                          * torchrun does; else 1), at least 1, at most
+	                          * 64. */
 	uint64_t arena_bytes;    /* staging arena wanted; 0: 1 GiB.  The daemon
 	                          * may grant less (its cap); a save larger than
 	                          * the arena still works, staging then waits for
 	                          * the daemon to drain (backpressure). */
-	unsigned copy_threads;   /* host copy threads; 0: 2 */
+	int64_t timeout_ms;      /* limit on connecting, sending HELLO and
+	                          * waiting for the daemon's answer (not on
+	                          * mapping the arena afterwards).  0:
+	                          * CKPT_DEFAULT_CONNECT_TIMEOUT_MS; < 0: none */
+	const char *socket_path; /* NULL: $CKPTD_SOCKET, else CKPT_DEFAULT_SOCKET */
+	const char *job;         /* job id shared by all ranks; required */
+	const char *run;         /* run id (see below); NULL: from the
+	                          * environment; "": none */
 };
+
+#define CKPT_CONNECT_OPTS_INIT .size = sizeof(struct ckpt_connect_opts)
+/* Size of the first version of the struct (libckpt 0.2). */
+#define CKPT_CONNECT_OPTS_SIZE_VER0 (offsetof(struct ckpt_connect_opts, run) + sizeof(const char *))
+
+/*
+ * The run id.  ckptd tells one save attempt from another by (job, run,
+ * checkpoint name, step, attempt).  A job that restarts after a failure
+ * keeps its job id, so every restart of the job must bring a new run id,
+ * the same on all its ranks on all nodes; otherwise a restarted rank could
+ * be taken for a rank of the run that failed.  torchrun and SLURM give one
+ * automatically, so most jobs need not set it.  In order, the first that is
+ * set wins:
+ *
+ *   1. opts->run (checked: "" or [A-Za-z0-9._-]+, at most CKPT_MAX_RUN_LEN,
+ *      else -EINVAL);
+ *   2. $CKPT_RUN_ID;
+ *   3. $TORCHELASTIC_RUN_ID "-" $TORCHELASTIC_RESTART_COUNT (0 if unset)
+ *      (torchrun; note that without --rdzv-id its run id is "none", so only
+ *      the restart count tells two launches apart);
+ *   4. $SLURM_JOB_ID "." $SLURM_RESTART_COUNT (0 if unset);
+ *   5. "" (no run id).
+ *
+ * Values from the environment are made to fit: characters outside
+ * [A-Za-z0-9._-] become '_', and a value longer than CKPT_MAX_RUN_LEN is cut
+ * and ends in a hash of the whole value.
+ */
 
 /*
  * Connects to ckptd as rank opts->rank of job opts->job, receives the staging
  * arena, maps it and touches every page once (so the first save pays no page
  * faults).  This can take a while for a large arena; do it once at start-up.
+ * HELLO also tells the daemon the process's umask (files of its saves are
+ * created with it) and the run id.
  *
  * Returns 0 and *ret_client, or:
  *   -EINVAL        bad options (see ckpt_last_error())
+ *   -E2BIG         opts->size is larger than this library knows and the
+ *                  extra bytes are not zero
  *   -ENOENT,
  *   -ECONNREFUSED  no daemon listens on the socket
  *   -EACCES        the socket or the job is not ours
+ *   -ETIMEDOUT     the daemon did not accept or answer within the timeout
  *   -EPROTO        the daemon speaks another protocol version
  *   -ENOMEM        the arena could not be mapped
+ *   or the errno the daemon refused the connection with (e.g. -EUSERS, too
+ *   many clients), with the daemon's reason in ckpt_last_error().
  */
 CKPT_API int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_client);
 
@@ -136,53 +265,90 @@ CKPT_API uint64_t ckpt_client_arena_bytes(const struct ckpt_client *client);
 
 /* ---- save ---------------------------------------------------------------- */
 
+struct ckpt_save_opts {
+	uint32_t size;        /* set by CKPT_SAVE_OPTS_INIT */
+	uint32_t flags;       /* none defined yet: must be 0 */
+	const char *root;     /* absolute directory inside one of the daemon's
+	                       * allowed roots */
+	const char *name;     /* checkpoint name, e.g. "step-000100" */
+	uint64_t step;        /* training step, recorded in the manifest */
+};
+
+#define CKPT_SAVE_OPTS_INIT .size = sizeof(struct ckpt_save_opts)
+#define CKPT_SAVE_OPTS_SIZE_VER0 (offsetof(struct ckpt_save_opts, step) + sizeof(uint64_t))
+
 /*
- * Starts describing a save of checkpoint `name` (e.g. "step-000100") under
- * the directory `root` (absolute; must lie inside one of the daemon's allowed
- * roots).  Every rank of the job saves the same name.  Nothing is sent until
+ * Starts describing a save of checkpoint opts->name under opts->root.  Every
+ * rank of the job saves the same name.  Nothing is sent until
  * ckpt_save_commit().
  *
+ * Attempts: each call counts as one attempt of that checkpoint name on this
+ * client (the client remembers the last 64 names), and the daemon is told
+ * the attempt number.  Ranks retry in step, so after a failed save every
+ * rank that begins the same name again is at the same attempt, and the new
+ * attempt never reuses anything written by the failed one.
+ *
  * Returns 0 and *ret_save (free with ckpt_save_free()), or -EINVAL for a bad
- * name or root, -ENOMEM.
+ * name, root, flags or size, -E2BIG (see the ABI rules above), -ENOMEM.
  */
+CKPT_API int ckpt_save_begin_opts(struct ckpt_client *client, const struct ckpt_save_opts *opts,
+				  struct ckpt_save **ret_save);
+
+/* The same, without options struct: ckpt_save_begin_opts() with root, name
+ * and step. */
 CKPT_API int ckpt_save_begin(struct ckpt_client *client, const char *root, const char *name,
 			     uint64_t step, struct ckpt_save **ret_save);
 
+/*
+ * Building a save: set_metadata, set_metric, add_tensor and add_blob.  A
+ * save must be saved whole or not at all, so the first of these calls that
+ * fails (for any reason other than -EBUSY, the save being committed
+ * already) makes the save incomplete: later calls still check their
+ * arguments, but ckpt_save_commit() then refuses the save with that first
+ * failure's errno and a message naming the failed call.  Free it and begin
+ * again.
+ */
+
 /* Adds a user metadata string (recorded in manifest.json).  Rank 0's metadata
- * is the checkpoint's.  Returns 0, -EINVAL (bad key/value), -E2BIG, -EEXIST. */
+ * is the checkpoint's.  Returns 0, -EINVAL (bad key/value), -E2BIG, -EEXIST,
+ * -EBUSY (already committed). */
 CKPT_API int ckpt_save_set_metadata(struct ckpt_save *save, const char *key, const char *value);
 
 /* Adds a metric (e.g. "loss"), used later for keep-best pruning.  Finite
- * values only.  Returns 0, -EINVAL, -E2BIG, -EEXIST. */
+ * values only.  Returns 0, -EINVAL, -E2BIG, -EEXIST, -EBUSY. */
 CKPT_API int ckpt_save_set_metric(struct ckpt_save *save, const char *key, double value);
 
 /* One tensor, or one chunk of a sharded tensor. */
 struct ckpt_tensor {
+	uint32_t size;             /* set by CKPT_TENSOR_INIT */
+	enum ckpt_dtype dtype;
 	const char *name;          /* unique in the checkpoint across all ranks'
 	                            * tensors and blobs, except chunks of one
 	                            * sharded tensor, which share it */
-	enum ckpt_dtype dtype;
-	unsigned ndim;             /* 0 (a scalar) .. CKPT_MAX_NDIM */
 	const uint64_t *shape;     /* this chunk's shape, ndim entries */
 	const void *data;          /* contiguous, row-major; must stay valid and
 	                            * unchanged until the staged future completes */
-	enum ckpt_device device;
-	int device_index;          /* CUDA device ordinal, for CKPT_DEVICE_CUDA */
 	const uint64_t *global_shape; /* NULL: the tensor is not sharded */
 	const uint64_t *offsets;      /* where this chunk starts in the global
 	                               * tensor; NULL iff global_shape is NULL */
+	uint32_t ndim;             /* 0 (a scalar) .. CKPT_MAX_NDIM */
+	enum ckpt_device device;
+	int32_t device_index;      /* CUDA device ordinal, for CKPT_DEVICE_CUDA */
 	uint32_t replica;          /* data-parallel copies of the same chunk: only
 	                            * replica 0 is written, others are skipped */
 };
+
+#define CKPT_TENSOR_INIT .size = sizeof(struct ckpt_tensor)
+#define CKPT_TENSOR_SIZE_VER0 (offsetof(struct ckpt_tensor, replica) + sizeof(uint32_t))
 
 /*
  * Adds a tensor.  The bytes are not read until the save is committed, and
  * only on library threads.  The strings and arrays of *tensor are copied.
  *
- * Returns 0, or -EINVAL (bad name, dtype, shape, offsets outside the global
- * shape), -EEXIST (name already in this save), -EOPNOTSUPP (device memory in
- * a build without the CUDA engine), -E2BIG (too many items), -EBUSY (already
- * committed), -ENOMEM.
+ * Returns 0, or -EINVAL (bad size, name, dtype, shape, offsets outside the
+ * global shape), -E2BIG (too many items, or see the ABI rules above),
+ * -EEXIST (name already in this save), -EOPNOTSUPP (device memory in a build
+ * without the CUDA engine), -EBUSY (already committed), -ENOMEM.
  */
 CKPT_API int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor);
 
@@ -196,9 +362,14 @@ CKPT_API int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const v
  * hand-off to the daemon happen on library threads.  *ret_staged and
  * *ret_committed are borrowed: they live as long as the save.
  *
- * Returns 0, -EBUSY (committed twice), -ENOTCONN (the connection to the
- * daemon is lost).  Every later failure (refused by the daemon, another rank
- * failed, deadline) is reported through the futures.
+ * Returns 0, or:
+ *   the errno of the first failed set_ or add_ call on this save (the save
+ *   is incomplete, see above; ckpt_last_error() names the call): the save
+ *   is not committed;
+ *   -EBUSY      committed twice;
+ *   -ENOTCONN   the connection to the daemon is lost.
+ * Every later failure (refused by the daemon, another rank failed, deadline)
+ * is reported through the futures.
  */
 CKPT_API int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 			      struct ckpt_future **ret_committed);
@@ -229,22 +400,32 @@ CKPT_API const char *ckpt_future_error(const struct ckpt_future *future);
  * committed), -EBADMSG (corrupt manifest), -ENOMEM.
  */
 CKPT_API int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader);
+/* Closes the reader and frees it; names it returned become invalid.  Accepts
+ * NULL. */
 CKPT_API void ckpt_reader_close(struct ckpt_reader *reader);
 
 /* Step and world size recorded at save time. */
 CKPT_API uint64_t ckpt_reader_step(const struct ckpt_reader *reader);
 CKPT_API uint32_t ckpt_reader_world(const struct ckpt_reader *reader);
 
-/* Number of tensors, and the name of the i-th (borrowed, lives as long as
- * the reader).  Returns NULL if i is out of range. */
+/* Number of tensors, and the name of the i-th in byte order of the names
+ * (borrowed, lives as long as the reader).  Returns NULL if i is out of
+ * range. */
 CKPT_API size_t ckpt_reader_tensor_count(const struct ckpt_reader *reader);
 CKPT_API const char *ckpt_reader_tensor_name(const struct ckpt_reader *reader, size_t i);
 
-/* Dtype and global shape of a tensor.  `shape` must hold CKPT_MAX_NDIM
- * entries.  Returns 0 or -ENOENT. */
+/*
+ * Dtype, number of dimensions and global shape of tensor `name`.  ret_shape
+ * has room for shape_cap entries; it may be NULL with shape_cap 0 to learn
+ * the dtype and ndim only.  Any of the ret_* may be NULL.
+ *
+ * Returns 0, -ENOENT (no such tensor), or -ERANGE: ret_shape is not NULL and
+ * the tensor has more than shape_cap dimensions (nothing is written; ask
+ * again with shape_cap >= ndim, or CKPT_MAX_NDIM, which always suffices).
+ */
 CKPT_API int ckpt_reader_tensor_info(const struct ckpt_reader *reader, const char *name,
-				     enum ckpt_dtype *ret_dtype, unsigned *ret_ndim,
-				     uint64_t *ret_shape);
+				     size_t shape_cap, enum ckpt_dtype *ret_dtype,
+				     unsigned *ret_ndim, uint64_t *ret_shape);
 
 /*
  * Reads the whole global tensor `name` into buf (len must equal its size in
@@ -254,6 +435,12 @@ CKPT_API int ckpt_reader_tensor_info(const struct ckpt_reader *reader, const cha
  */
 CKPT_API int ckpt_reader_read_tensor(struct ckpt_reader *reader, const char *name, void *buf,
 				     size_t len);
+
+/* Number of blobs, and the key of the i-th in byte order of the keys
+ * (borrowed, lives as long as the reader).  Returns NULL if i is out of
+ * range. */
+CKPT_API size_t ckpt_reader_blob_count(const struct ckpt_reader *reader);
+CKPT_API const char *ckpt_reader_blob_name(const struct ckpt_reader *reader, size_t i);
 
 /* Size of blob `key`, or -ENOENT. */
 CKPT_API int64_t ckpt_reader_blob_size(const struct ckpt_reader *reader, const char *key);

@@ -9,7 +9,12 @@
 #                                   name the missing ones; installs nothing
 #   scripts/deps.sh --quiet         say something only when installing
 #
-# Runs apt-get as root, or through sudo when not root and sudo exists.
+# Runs apt-get as root, or through sudo when not root and sudo exists.  It
+# installs only the packages that are missing (--no-upgrade: an installed
+# package is never upgraded because it is listed here) and prints first what
+# apt-get will install, including the dependencies it pulls in and any
+# installed package it must upgrade for them.  It never runs upgrade or
+# dist-upgrade.
 set -euo pipefail
 
 prog=deps.sh
@@ -17,6 +22,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 build_pkgs=(gcc make pkg-config liburing-dev libjansson-dev libisal-dev libsystemd-dev
 	check libcurl4-openssl-dev)
+# pkg-config names of the libraries above, for systems without dpkg.
+build_pcs=(liburing jansson libisal libsystemd check libcurl)
 # fio: the bench compares against it, and integration tests may use it.
 test_pkgs=(python3 python3-venv fio)
 
@@ -25,7 +32,7 @@ quiet=0
 bench=0
 
 usage() {
-	sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+	sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 for arg in "$@"; do
@@ -64,7 +71,19 @@ command -v dpkg-query >/dev/null 2>&1 || have_dpkg=0
 
 if [ "$check_build" = 1 ]; then
 	if [ "$have_dpkg" = 0 ]; then
-		echo "$prog: no dpkg-query: not a Debian system, cannot check packages" >&2
+		# Not Debian: ask pkg-config for the libraries instead.
+		if ! command -v pkg-config >/dev/null 2>&1; then
+			echo "$prog: missing: pkg-config (and cannot check the libraries without it)" >&2
+			exit 1
+		fi
+		miss=()
+		for p in "${build_pcs[@]}"; do
+			pkg-config --exists "$p" || miss+=("$p")
+		done
+		if [ "${#miss[@]}" -gt 0 ]; then
+			echo "$prog: missing libraries (pkg-config names): ${miss[*]}" >&2
+			exit 1
+		fi
 		exit 0
 	fi
 	mapfile -t miss < <(missing_pkgs "${build_pkgs[@]}")
@@ -88,10 +107,26 @@ if [ "$have_dpkg" = 1 ]; then
 				exit 1
 			fi
 		fi
-		echo "$prog: installing ${miss[*]}"
+		echo "$prog: missing packages: ${miss[*]}"
 		export DEBIAN_FRONTEND=noninteractive
 		"${sudo[@]}" apt-get update -q
-		"${sudo[@]}" apt-get install -y -q "${miss[@]}"
+		# Say exactly what will change before changing it: apt-get's
+		# simulation lists each package to install ("Inst NAME (VER ...)")
+		# and each installed one it must upgrade ("Inst NAME [OLD] (NEW
+		# ...)") because a new package needs a newer version.
+		apt_opts=(-y -q --no-upgrade --no-install-recommends)
+		plan=$(apt-get install -s "${apt_opts[@]}" "${miss[@]}" 2>&1) || {
+			printf '%s\n' "$plan" >&2
+			echo "$prog: apt-get cannot install ${miss[*]}" >&2
+			exit 1
+		}
+		new=$(awk '$1 == "Inst" && $3 !~ /^\[/ { printf "%s ", $2 }' <<<"$plan")
+		upg=$(awk '$1 == "Inst" && $3 ~ /^\[/ { v = $4; sub(/^\(/, "", v); printf "%s (%s -> %s) ", $2, substr($3, 2, length($3) - 2), v }' <<<"$plan")
+		echo "$prog: installing: ${new:-${miss[*]}}"
+		if [ -n "$upg" ]; then
+			echo "$prog: note: to satisfy their dependencies apt-get also upgrades these installed packages: $upg"
+		fi
+		"${sudo[@]}" apt-get install "${apt_opts[@]}" "${miss[@]}"
 		mapfile -t still < <(missing_pkgs "${miss[@]}")
 		if [ "${#still[@]}" -gt 0 ]; then
 			echo "$prog: still missing after apt-get install: ${still[*]}" >&2

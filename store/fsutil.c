@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int fs_mkdir_p(const char *path, int chown_ids, uid_t uid, gid_t gid)
+int fs_mkdir_p(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
 	size_t len = strlen(path);
@@ -26,12 +26,8 @@ int fs_mkdir_p(const char *path, int chown_ids, uid_t uid, gid_t gid)
 			continue;
 		char saved = buf[i];
 		buf[i] = '\0';
-		if (mkdir(buf, 0755) == 0) {
-			if (chown_ids && chown(buf, uid, gid) < 0)
-				return -errno;
-		} else if (errno != EEXIST) {
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
 			return -errno;
-		}
 		buf[i] = saved;
 	}
 	return 0;

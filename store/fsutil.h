@@ -10,9 +10,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Creates the absolute directory `path` and its missing parents (mode 0755;
- * chown'd to uid/gid if chown_ids).  Returns 0 or -errno. */
-int fs_mkdir_p(const char *path, int chown_ids, uid_t uid, gid_t gid);
+/* Creates the absolute directory `path` and its missing parents with `mode`
+ * (less the umask), owned by whoever the calling thread acts as.  Returns 0
+ * or -errno. */
+int fs_mkdir_p(const char *path, mode_t mode);
 
 /* Removes `name` in dirfd and everything below it, never following
  * symlinks.  Returns 0 (also if it did not exist) or -errno. */

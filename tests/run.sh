@@ -23,6 +23,15 @@
 # A script passes with exit 0, is skipped with exit 77 (its last line of
 # output is the reason), and fails otherwise.
 #
+# Skips inside a test: a test that cannot check what it is for on this
+# machine (no GPU, no test Python, not root) prints one line starting
+# "SKIP: " -- "SKIP: [NAME] reason", NAME naming the test -- on stdout or
+# stderr, and returns without failing (as td_st_verify of tests/lib/testd.c
+# does).  Such a test counts as skipped, not passed: for a Check program each
+# distinct "SKIP: [NAME]" (or distinct SKIP line without a NAME) takes one of
+# its passed checks, for a script exit 0 with a SKIP line is a skip.  The
+# reasons are printed with the program's result.
+#
 # Last line: "N passed, F failed" (", S skipped" if any); exit 1 if F > 0.
 set -uo pipefail
 
@@ -34,7 +43,7 @@ for arg in "$@"; do
 	--unit) mode=unit ;;
 	--integration) mode=integration ;;
 	-h | --help)
-		sed -n '2,27s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+		sed -n '2,37s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 		exit 0
 		;;
 	*)
@@ -92,6 +101,17 @@ fail() {
 	failed_names+=("$1")
 }
 
+# The skips a test reported in its log $1, one line each: every distinct
+# "SKIP: [NAME]" once (its first line), and every other distinct SKIP line.
+skip_lines() {
+	grep -E '^SKIP: ' "$1" | awk '{
+		key = $0
+		if (match($0, /^SKIP: \[[^]]*\]/))
+			key = substr($0, 1, RLENGTH)
+		if (!(key in seen)) { seen[key] = 1; print }
+	}'
+}
+
 # Why a command exited with status $1 (for 124: timed out; > 128: signal).
 describe_status() {
 	case $1 in
@@ -134,7 +154,15 @@ run_check_prog() {
 		skipped=$((skipped + 1))
 		return
 	fi
-	passed=$((passed + n - f - e))
+	# A check that said SKIP did not check what it is for: count it as
+	# skipped (never more than the checks that passed).
+	local skips=() s=0 ok=$((n - f - e))
+	mapfile -t skips < <(skip_lines "$log")
+	s=${#skips[@]}
+	[ "$s" -gt "$ok" ] && s=$ok
+	[ "$ok" -lt 0 ] && ok=0 s=0
+	passed=$((passed + ok - s))
+	skipped=$((skipped + s))
 	if [ "$n" -eq 0 ]; then
 		echo "FAIL: $name: no Check summary ($(describe_status "$rc"))"
 		fail "$name" 1
@@ -150,9 +178,14 @@ run_check_prog() {
 		echo "FAIL: $name: $n checks passed, then $(describe_status "$rc")"
 		fail "$name" 1
 		show_tail "$log"
+	elif [ "$s" -gt 0 ]; then
+		echo "PASS: $name ($((n - s)) checks, $s skipped)"
 	else
 		echo "PASS: $name ($n checks)"
 	fi
+	for line in "${skips[@]}"; do
+		echo "    $line"
+	done
 }
 
 run_script() {
@@ -164,8 +197,15 @@ run_script() {
 	rc=$?
 	case $rc in
 	0)
-		echo "PASS: $name"
-		passed=$((passed + 1))
+		local skip
+		skip=$(skip_lines "$log" | head -n 1)
+		if [ -n "$skip" ]; then
+			echo "SKIP: $name: ${skip#SKIP: }"
+			skipped=$((skipped + 1))
+		else
+			echo "PASS: $name"
+			passed=$((passed + 1))
+		fi
 		;;
 	77)
 		echo "SKIP: $name: $(grep -v '^[[:space:]]*$' "$log" | tail -n 1)"

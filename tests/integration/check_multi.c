@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "ckpt.h"
+#include "store/store.h"
 #include "tests/lib/testd.h"
 
 #define MiB (1024ull * 1024ull)
@@ -117,7 +118,7 @@ static int rank_main(void *arg, int rep, int go)
 	}
 	for (unsigned i = 0; i < n; i++) {
 		struct ckpt_tensor tn = {
-			.name = it[i].name, .dtype = it[i].dt, .ndim = it[i].ndim,
+			CKPT_TENSOR_INIT, .name = it[i].name, .dtype = it[i].dt, .ndim = it[i].ndim,
 			.shape = it[i].shape, .data = bufs[i], .device = CKPT_DEVICE_HOST,
 			.global_shape = it[i].sharded ? it[i].gshape : NULL,
 			.offsets = it[i].sharded ? it[i].offs : NULL,
@@ -217,7 +218,7 @@ static void verify_multi(struct testd *t, const char *name, uint32_t world)
 
 	td_path(p, sizeof(p), "%s/%s/manifest.json", t->root, name);
 	ck_assert_msg(td_exists(p), "%s is missing", p);
-	ck_assert_msg(td_wait_count(t->root, ".partial", 0, 10000), "a .partial dir is left");
+	ck_assert_msg(td_wait_count(t->root, STORE_WORK_PREFIX, 0, 10000), "a .partial dir is left");
 	td_path(p, sizeof(p), "%s/%s", t->root, name);
 	rc = ckpt_reader_open(p, &r);
 	ck_assert_msg(rc == 0, "reader_open(%s) = %d: %s", p, rc, ckpt_last_error());

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "ckpt.h"
+#include "store/store.h"
 #include "tests/lib/testd.h"
 
 #define MiB (1024ull * 1024ull)
@@ -29,7 +30,7 @@ static void assert_committed(const struct testd *t, const char *name)
 
 	td_path(p, sizeof(p), "%s/%s/manifest.json", t->root, name);
 	ck_assert_msg(td_exists(p), "%s missing after a successful commit", p);
-	ck_assert_msg(td_wait_count(t->root, ".partial", 0, 10000),
+	ck_assert_msg(td_wait_count(t->root, STORE_WORK_PREFIX, 0, 10000),
 		      "a .partial work dir is still in %s after the commit", t->root);
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ckptctl.sh - the operator command: list and show on a root made here
-# (committed, partial, incomplete and corrupt checkpoints), status against a
+# (committed checkpoints at the root and in per-job directories below it,
+# saves in progress, incomplete and corrupt checkpoints), status against a
 # stand-in daemon speaking the control protocol, socket resolution, errors
 # and usage.  Needs only the system python3 (standard library).
 set -euo pipefail
@@ -62,7 +63,7 @@ mkdir -p "$root"
 
 # ---- fixtures: real shard files and manifests in the ckpt-1 format ----
 "$py" - "$root" <<'EOF'
-import json, os, struct, sys
+import json, os, struct, sys, time
 
 root = sys.argv[1]
 BLOCK = 1 << 20
@@ -106,9 +107,10 @@ def shard(path, items):
     return [(start + hdr[n]["data_offsets"][0], start + hdr[n]["data_offsets"][1])
             for n, *_ in items], start + off
 
-def checkpoint(name, step, world, ranks, blobs_on, meta, metrics):
+def checkpoint(rel, step, world, ranks, blobs_on, meta, metrics):
     """ranks: per rank a list of (tensor, dtype, gshape, offsets, shape, bytes)."""
-    d = os.path.join(root, name)
+    d = os.path.join(root, rel)
+    name = os.path.basename(rel)
     os.makedirs(d)
     files, tensors, blobs = [], {}, {}
     for r, items in enumerate(ranks):
@@ -144,7 +146,9 @@ checkpoint("step-000020", 20, 1,
            [[("emb", "F16", [1024, 1024], [0, 0], [1024, 1024], b"\x00" * (2 << 20))]],
            {}, {}, {})
 os.makedirs(os.path.join(root, ".partial-step-000300-7f3a"))
+# shards but no manifest: an incomplete checkpoint
 os.makedirs(os.path.join(root, "half-done"))
+open(os.path.join(root, "half-done", "rank-00000.safetensors"), "wb").write(b"\0" * 64)
 os.makedirs(os.path.join(root, "broken"))
 with open(os.path.join(root, "broken", "manifest.json"), "w") as f:
     f.write('{"format": "ckpt-1", "name": ')
@@ -152,49 +156,113 @@ os.makedirs(os.path.join(root, "wrong-total"))
 man = json.load(open(os.path.join(root, "step-000100", "manifest.json")))
 man["total_bytes"] += 1
 json.dump(man, open(os.path.join(root, "wrong-total", "manifest.json"), "w"))
-os.makedirs(os.path.join(root, ".hidden"))
+os.makedirs(os.path.join(root, ".hidden", "step-000001"))
+open(os.path.join(root, ".hidden", "step-000001", "manifest.json"), "w").write("{}")
 open(os.path.join(root, "README"), "w").write("not a checkpoint\n")
+# a directory inside a checkpoint is never searched
+os.makedirs(os.path.join(root, "step-000020", "inner"))
+open(os.path.join(root, "step-000020", "inner", "manifest.json"), "w").write("{}")
+# containers: an empty one (not shown) and a job's directory as the daemon
+# makes them, with a checkpoint and a save in progress
+os.makedirs(os.path.join(root, "empty-job"))
+checkpoint("llm-7b/step-000050", 50, 1,
+           [[("w", "F32", [2], [0], [2], f32(2, 3.0))]], {}, {}, {})
+work = os.path.join(root, "llm-7b", ".ckpt-work-" + "0123456789abcdef" * 2)
+os.makedirs(work)
+json.dump({"job": "llm-7b", "name": "step-000060", "step": 60, "run": "r1", "attempt": 1,
+           "world": 2, "created": int(time.time()) - 2 * 3600 - 5 * 60},
+          open(os.path.join(work, "attempt.json"), "w"))
+# a work directory whose attempt.json is unreadable: still in progress
+bad = os.path.join(root, ".ckpt-work-" + "f" * 32)
+os.makedirs(bad)
+open(os.path.join(bad, "attempt.json"), "w").write("not json")
+# not work directories (wrong length, not hex): hidden, not shown
+os.makedirs(os.path.join(root, ".ckpt-work-1234"))
+os.makedirs(os.path.join(root, ".ckpt-work-" + "g" * 32))
+# 8 levels below the root are searched, 9 are not
+deep = os.path.join(*["d%d" % i for i in range(1, 8)])
+checkpoint(os.path.join(deep, "ck8"), 8, 1,
+           [[("w", "F32", [1], [0], [1], f32(1, 0.0))]], {}, {}, {})
+checkpoint(os.path.join(deep, "d8", "ck9"), 9, 1,
+           [[("w", "F32", [1], [0], [1], f32(1, 0.0))]], {}, {}, {})
+# symlinks are neither shown nor followed
+os.symlink("step-000100", os.path.join(root, "latest"))
+os.symlink(".", os.path.join(root, "loop"))
 EOF
 
 # ---- list ----
-out=$("$ctl" list "$root")
+# Changed on purpose with the layout decision of issue 7: list searches
+# below the root and prints paths relative to it, calls work directories
+# "in progress" (was "partial"), shows plain directories as containers (only
+# what they hold) and "incomplete" only for a directory with shards but no
+# manifest; --json prints one object per line with "path" (was an array
+# with "name").
+"$ctl" list "$root" >"$tmp/list.out" 2>"$tmp/list.err"
+out=$(cat "$tmp/list.out")
 echo "$out"
-# committed by step (20 before 100), then the rest by name
+# by directory; in one, committed by step (20 before 100), then the rest by name
 order=$(awk 'NR > 1 { print $1 }' <<<"$out" | tr '\n' ' ')
-[ "$order" = "step-000020 step-000100 .partial-step-000300-7f3a broken half-done wrong-total " ] ||
-	fail "list order: '$order'"
+want="step-000020 step-000100 .ckpt-work-ffffffffffffffffffffffffffffffff"
+want="$want .partial-step-000300-7f3a broken half-done wrong-total d1/d2/d3/d4/d5/d6/d7/ck8"
+want="$want llm-7b/step-000050 llm-7b/.ckpt-work-0123456789abcdef0123456789abcdef "
+[ "$order" = "$want" ] || fail "list order: '$order'"
 grep -Eq '^step-000100 +100 +[0-9.]+ KiB +2026-11-23T03:09:36Z +2 +committed$' <<<"$out" ||
 	fail "step-000100 line"
 grep -Eq '^step-000020 +20 +2\.0 MiB ' <<<"$out" || fail "step-000020 size"
-grep -Eq '^\.partial-step-000300-7f3a .* partial \([0-9.]+(ms|s) old\)$' <<<"$out" || fail "partial"
-grep -Eq '^half-done .* incomplete' <<<"$out" || fail "incomplete"
+grep -Eq '^llm-7b/step-000050 +50 +.* +1 +committed$' <<<"$out" || fail "checkpoint in a job dir"
+grep -Eq '^\.partial-step-000300-7f3a .* in progress \([0-9.]+(ms|s) old\)$' <<<"$out" ||
+	fail "legacy work dir"
+grep -Eq '^llm-7b/\.ckpt-work-(0123456789abcdef){2} +60 +- +- +2 +in progress \(2h 5m old\): step-000060 of job llm-7b$' <<<"$out" ||
+	fail "work dir with attempt.json"
+grep -Eq '^\.ckpt-work-f{32} +- +- +- +- +in progress \([0-9.]+(ms|s) old\)$' <<<"$out" ||
+	fail "work dir without a readable attempt.json"
+grep -Eq '^half-done .* incomplete \(shards but no manifest.json\)$' <<<"$out" || fail "incomplete"
 grep -Eq '^broken .* corrupt: manifest is not valid JSON' <<<"$out" || fail "corrupt JSON"
 grep -Eq '^wrong-total .* corrupt: .*total_bytes' <<<"$out" || fail "corrupt total"
-if grep -Eq 'README|\.hidden' <<<"$out"; then fail "list shows a file or hidden dir"; fi
+if grep -Eq 'README|hidden|inner|empty-job|latest|loop|ck9|ckpt-work-1234|ckpt-work-g' <<<"$out"; then
+	fail "list shows a file, a hidden dir, a container, a symlink or what lies too deep"
+fi
+grep -q "note: 1 directory more than 8 levels below '$root' not searched" "$tmp/list.err" ||
+	fail "no note about the depth limit: $(cat "$tmp/list.err")"
 
 "$ctl" list "$root" --json >"$tmp/list.json"
 "$py" - "$tmp/list.json" "$root" <<'EOF'
 import json, os, sys
-ents = json.load(open(sys.argv[1]))
-by = {e["name"]: e for e in ents}
-assert [e["name"] for e in ents][:2] == ["step-000020", "step-000100"], ents
+lines = open(sys.argv[1]).read().splitlines()
+ents = [json.loads(l) for l in lines]   # JSON Lines: one compact object per line
+assert all(l.startswith("{") and l.endswith("}") for l in lines), lines
+by = {e["path"]: e for e in ents}
+assert [e["path"] for e in ents][:2] == ["step-000020", "step-000100"], ents
 e = by["step-000100"]
 assert e["state"] == "committed" and e["step"] == 100 and e["world"] == 2, e
+assert e["name"] == "step-000100", e
 sizes = [os.path.getsize(os.path.join(sys.argv[2], "step-000100", f))
          for f in ("rank-00000.safetensors", "rank-00001.safetensors")]
 assert e["total_bytes"] == sum(sizes), (e, sizes)
 assert e["time"] == "2026-11-23T03:09:36Z" and e["job"] == "llm-7b", e
-assert by[".partial-step-000300-7f3a"]["state"] == "partial"
+e = by["llm-7b/step-000050"]
+assert e["state"] == "committed" and e["name"] == "step-000050" and e["step"] == 50, e
+assert by[".partial-step-000300-7f3a"]["state"] == "in_progress"
 assert by[".partial-step-000300-7f3a"]["age_s"] >= 0
+w = by["llm-7b/.ckpt-work-" + "0123456789abcdef" * 2]
+assert w["state"] == "in_progress" and w["name"] == "step-000060" and w["job"] == "llm-7b", w
+assert w["step"] == 60 and w["world"] == 2 and w["run"] == "r1" and w["attempt"] == 1, w
+assert 7500 <= w["age_s"] < 7500 + 600, w
+assert w["age_s"] == round(w["age_s"], 3), w
+b = by[".ckpt-work-" + "f" * 32]
+assert b["state"] == "in_progress" and "name" not in b and "job" not in b, b
 assert by["half-done"]["state"] == "incomplete"
 assert by["broken"]["state"] == "corrupt" and "JSON" in by["broken"]["error"]
 assert by["wrong-total"]["state"] == "corrupt"
-assert "README" not in by and ".hidden" not in by
+assert by["d1/d2/d3/d4/d5/d6/d7/ck8"]["step"] == 8
+assert len(ents) == 10, sorted(by)
 EOF
 
 mkdir "$tmp/empty"
 expect_out 0 "no checkpoints in" -- "$ctl" list "$tmp/empty"
-[ "$("$ctl" list "$tmp/empty" --json | tr -d ' \n')" = "[]" ] || fail "empty --json"
+[ -z "$("$ctl" list "$tmp/empty" --json)" ] || fail "empty --json prints lines"
+expect_out 0 "no checkpoints in '$root/step-000100' \(it is a checkpoint itself: ckptctl show" -- \
+	"$ctl" list "$root/step-000100"
 expect_out 1 "^ckptctl: cannot open root '$tmp/nope': No such file or directory$" -- \
 	"$ctl" list "$tmp/nope"
 expect_out 1 "Not a directory" -- "$ctl" list "$root/README"
@@ -217,9 +285,11 @@ expect_out 0 \
 	"^      chunk 1: rank-00001.safetensors offsets \[2, 0\] shape \[2, 3\] bytes \[4096, 4120\)$" \
 	-- "$ctl" show "$root/step-000100" -v
 "$ctl" show "$root/step-000100" --json >"$tmp/show.json"
+[ "$(wc -l <"$tmp/show.json")" = 1 ] || fail "show --json is not one line"
 "$py" -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a == b' \
 	"$tmp/show.json" "$root/step-000100/manifest.json" || fail "show --json is not the manifest"
 expect_out 1 "is not a committed checkpoint \(no manifest.json\)" -- "$ctl" show "$root/half-done"
+expect_out 0 "^checkpoint step-000050 " -- "$ctl" show "$root/llm-7b/step-000050"
 expect_out 1 "manifest.json' is corrupt: manifest is not valid JSON" -- "$ctl" show "$root/broken"
 expect_out 1 "cannot open checkpoint '$root/absent'" -- "$ctl" show "$root/absent"
 
@@ -280,6 +350,12 @@ report = {
     "totals": {"saves_committed": 3, "saves_failed": 1, "bytes_written": 12 << 30},
 }
 
+if mode == "new":
+    # Fields of newer daemons, and an uptime as jansson prints a double.
+    report["uptime_s"] = 43.101
+    report["max_loop_stall_ms"] = 3.4
+    report["totals"]["saves_refused"] = 2
+
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 srv.bind(path)
 srv.listen(4)
@@ -299,7 +375,8 @@ if mode == "refuse":
 conn.send(msg(HELLO_OK, struct.pack("<QQII", 0, 0, 7, 0)))
 req = conn.recv(1024)
 assert HDR.unpack_from(req)[2] == STATUS_REQ and len(req) == HDR.size, req
-data = json.dumps(report).encode()
+data = json.dumps(report).replace('"uptime_s": 43.101,',
+                                  '"uptime_s": 43.100999999999999,').encode()
 fd = os.memfd_create("status")
 os.write(fd, data + b"trailing bytes past len are not read")
 socket.send_fds(conn, [msg(STATUS_REPLY, struct.pack("<Q", len(data)))], [fd])
@@ -342,6 +419,27 @@ expect_out 0 \
 	"^totals: 3 committed, 1 failed, 12\.0 GiB written$" \
 	-- "$ctl" -s "$tmp/d.sock" status
 stop_fake
+
+# A report without the newer fields prints without them.
+start_fake ok
+"$ctl" -s "$tmp/d.sock" status >"$tmp/out" 2>&1 || fail "status: $(cat "$tmp/out")"
+stop_fake
+if grep -Eq 'refused|stall' "$tmp/out"; then fail "status invents fields: $(cat "$tmp/out")"; fi
+
+start_fake new
+expect_out 0 \
+	"^ckptd 0\.1\.0, pid 4242, up 43\.1s$" \
+	"^  loop +longest stall 3\.4 ms " \
+	"^totals: 3 committed, 1 failed, 2 refused, 12\.0 GiB written$" \
+	-- "$ctl" -s "$tmp/d.sock" status
+stop_fake
+
+start_fake new
+"$ctl" -s "$tmp/d.sock" status --json >"$tmp/status-new.json"
+stop_fake
+[ "$(wc -l <"$tmp/status-new.json")" = 1 ] || fail "status --json is not one line"
+grep -q '"uptime_s":43.101,' "$tmp/status-new.json" ||
+	fail "status --json uptime: $(cat "$tmp/status-new.json")"
 
 start_fake ok
 CKPTD_SOCKET=$tmp/d.sock "$ctl" status --json >"$tmp/status.json"

@@ -46,6 +46,7 @@ struct fconn {
 	uint8_t *held;          /* per slot: an extent the fake has not released */
 	uint64_t n_held;
 	uint64_t extents;
+	bool hello_seen;
 	struct release *rel;    /* FIFO of releases (due times increase) */
 	size_t rel_head, rel_len, rel_cap;
 };
@@ -233,10 +234,18 @@ static int on_hello(struct fake_ckptd *f, struct fconn *c, const struct proto_he
 	char name[64];
 	int fd;
 
+	pthread_mutex_lock(&f->lock);
+	f->st.hellos++;
+	f->st.hello_umask = m->umask;
+	snprintf(f->st.hello_run, sizeof(f->st.hello_run), "%s", m->run);
+	snprintf(f->st.hello_job, sizeof(f->st.hello_job), "%s", m->job);
+	pthread_mutex_unlock(&f->lock);
 	if (m->role != PROTO_ROLE_CLIENT || m->rank >= m->world) {
 		violation(f, "bad HELLO (role %u rank %u world %u)", m->role, m->rank, m->world);
 		return -EBADMSG;
 	}
+	if (f->o.silent)
+		return 0;
 	if (f->o.refuse_hello) {
 		struct proto_error e;
 		proto_init(&e.h, PROTO_ERROR, sizeof(e));
@@ -291,6 +300,7 @@ static int on_begin(struct fake_ckptd *f, struct fconn *c, const struct proto_sa
 		return -ENOMEM;
 	s->pub.client_id = c->id;
 	s->pub.token = m->token;
+	s->pub.attempt = m->attempt;
 	err[0] = '\0';
 	r = desc_parse((const char *)c->arena + m->desc_off, m->desc_len, &s->pub.layout, err,
 		       sizeof(err));
@@ -429,16 +439,17 @@ static int on_message(struct fake_ckptd *f, struct fconn *c)
 		violation(f, "bad message: %s", err);
 		return type;
 	}
-	if (type != PROTO_HELLO && !c->arena) {
+	if (type != PROTO_HELLO && !c->arena && !f->o.silent) {
 		violation(f, "message type %d before HELLO", type);
 		return -EBADMSG;
 	}
 	switch (type) {
 	case PROTO_HELLO:
-		if (c->arena) {
+		if (c->arena || c->hello_seen) {
 			violation(f, "second HELLO");
 			return -EBADMSG;
 		}
+		c->hello_seen = true;
 		return on_hello(f, c, (const void *)buf.b);
 	case PROTO_SAVE_BEGIN:
 		return on_begin(f, c, (const void *)buf.b);
@@ -470,6 +481,18 @@ static void accept_one(struct fake_ckptd *f)
 
 	if (fd < 0)
 		return;
+	if (f->o.refuse_at_accept) {
+		struct proto_error e;
+		proto_init(&e.h, PROTO_ERROR, sizeof(e));
+		e.err = f->o.refuse_at_accept;
+		proto_set_msg(e.msg, "fake ckptd: too many clients, refused at accept");
+		(void)proto_send(fd, &e, sizeof(e), -1);
+		close(fd);
+		pthread_mutex_lock(&f->lock);
+		f->st.disconnects++;
+		pthread_mutex_unlock(&f->lock);
+		return;
+	}
 	for (i = 0; i < FAKE_MAX_CONNS && f->conns[i]; i++)
 		;
 	struct fconn *c = i < FAKE_MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "format/layout.h"
 
 struct fake_ckptd_opts {
@@ -32,12 +33,17 @@ struct fake_ckptd_opts {
 	                                * EXTENTs (no RELEASE for the last) */
 	bool discard;              /* keep no image (benchmarks): extents are
 	                            * checked and released, not copied */
+	bool silent;               /* accept and read HELLO, never answer */
+	int refuse_at_accept;      /* < 0: on accept, send ERROR(this errno)
+	                            * and close without reading anything (as
+	                            * ckptd does with too many clients) */
 };
 
 /* One save as the fake saw it. */
 struct fake_save {
 	uint32_t client_id;
 	uint32_t token;
+	uint32_t attempt;       /* from SAVE_BEGIN */
 	struct layout layout;   /* from desc_parse */
 	uint8_t *image;         /* layout.file_size bytes (NULL with discard) */
 	uint64_t received;      /* bytes received */
@@ -76,6 +82,10 @@ struct fake_ckptd_stats {
 	uint64_t max_held;       /* most slots held by the fake at once */
 	uint64_t violations;     /* protocol breaches by the client */
 	uint64_t disconnects;    /* connections closed (by either side) */
+	uint64_t hellos;         /* HELLO messages received */
+	uint32_t hello_umask;    /* the last HELLO's fields */
+	char hello_run[CKPT_MAX_RUN_LEN + 1];
+	char hello_job[CKPT_MAX_JOB_LEN + 1];
 	char violation[256];     /* the last breach */
 };
 void fake_ckptd_stats(struct fake_ckptd *f, struct fake_ckptd_stats *ret);

@@ -192,6 +192,18 @@ static int mkdir_p(const char *path, mode_t mode)
 
 /* ---- files ----------------------------------------------------------------- */
 
+void td_skip(const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("SKIP: [%s] ", name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
 int td_rm_rf(const char *path)
 {
 	return fs_rm_rf_at(AT_FDCWD, path);
@@ -489,8 +501,11 @@ int td_daemon_start_raw(struct testd *t, int idx, const char *conf_text)
 
 	ck_assert(idx >= 0 && idx < TD_MAX_DAEMONS);
 	ck_assert_msg(d->pid == 0, "daemon %d already running", idx);
-	td_path(text, sizeof(text), "# written by %s\nsocket = %s\n%s", t->name, d->sock,
-		conf_text);
+	/* Each daemon has its own state directory (it is locked), kept across
+	 * restarts of the same daemon so that a restart finds what the crashed
+	 * one noted; a test's own state_dir line comes later and wins. */
+	td_path(text, sizeof(text), "# written by %s\nsocket = %s\nstate_dir = %s/state-%d\n%s",
+		t->name, d->sock, t->dir, idx, conf_text);
 	r = td_write_file(d->conf, text);
 	if (r < 0)
 		return r;
@@ -985,6 +1000,7 @@ int td_connect_rc(const char *sock, const char *job, uint32_t rank, uint32_t wor
 		  uint64_t arena_bytes, struct ckpt_client **ret)
 {
 	struct ckpt_connect_opts o = {
+		CKPT_CONNECT_OPTS_INIT,
 		.socket_path = sock,
 		.job = job,
 		.rank = rank,
@@ -1011,6 +1027,7 @@ void td_add(struct ckpt_save *s, const char *name, enum ckpt_dtype dt, unsigned 
 	    const uint64_t *shape, const void *data)
 {
 	struct ckpt_tensor tn = {
+		CKPT_TENSOR_INIT,
 		.name = name,
 		.dtype = dt,
 		.ndim = ndim,
@@ -1075,7 +1092,7 @@ bool td_verify_tensor(struct ckpt_reader *r, const char *tname, enum ckpt_dtype 
 	int64_t bad;
 	int rc;
 
-	rc = ckpt_reader_tensor_info(r, tname, &gdt, &gndim, gshape);
+	rc = ckpt_reader_tensor_info(r, tname, CKPT_MAX_NDIM, &gdt, &gndim, gshape);
 	if (rc < 0) {
 		fprintf(stderr, "tensor_info(%s) = %d (%s): %s\n", tname, rc, strerror(-rc),
 			ckpt_last_error());

@@ -74,6 +74,13 @@ int td_main(Suite *s, const char *prog);
  * timeout of timeout_s seconds. */
 void td_case(Suite *s, const char *name, const TTest *fn, int timeout_s, int lo, int hi);
 
+/*
+ * A check that cannot run here says so with td_skip() instead of passing
+ * silently: it prints "SKIP: [NAME] reason" on stdout, which tests/run.sh
+ * counts as a skip (once per NAME), not as a pass.  The test then returns.
+ */
+void td_skip(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ---- paths --------------------------------------------------------------- */
 
 /* The build directory: $CKPT_BUILD_DIR, else the directory two levels above

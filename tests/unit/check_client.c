@@ -49,6 +49,7 @@ static void env_dir(struct env *e)
 static struct ckpt_connect_opts opts_for(const struct env *e, uint64_t arena)
 {
 	return (struct ckpt_connect_opts){
+		CKPT_CONNECT_OPTS_INIT,
 		.socket_path = e->sock,
 		.job = JOB,
 		.rank = 0,
@@ -179,6 +180,20 @@ static int wait_fut(struct ckpt_future *f)
 	return ckpt_future_wait(f, 30000);
 }
 
+/* Commits s, waits for both futures, frees s.  Returns the committed
+ * future's result (staged must succeed). */
+static int td_commit_ok(struct ckpt_save *s)
+{
+	struct ckpt_future *st, *cm;
+	int r;
+
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), 0);
+	r = wait_fut(cm);
+	ckpt_save_free(s);
+	return r;
+}
+
 /* ---- connect ---- */
 
 START_TEST(test_connect_no_daemon)
@@ -219,7 +234,8 @@ START_TEST(test_connect_bad_opts)
 {
 	struct ckpt_client *c = (void *)1;
 	struct ckpt_connect_opts good = {
-		.socket_path = "/nonexistent/ckptd.sock", .job = JOB, .rank = 0, .world = 1,
+		CKPT_CONNECT_OPTS_INIT, .socket_path = "/nonexistent/ckptd.sock", .job = JOB,
+		.rank = 0, .world = 1,
 	};
 	struct ckpt_connect_opts o;
 
@@ -283,6 +299,362 @@ START_TEST(test_connect_ok)
 }
 END_TEST
 
+/* A daemon that accepts and never answers: connect gives up after
+ * timeout_ms with -ETIMEDOUT and says what it waited for. */
+START_TEST(test_connect_timeout)
+{
+	struct env e;
+	struct ckpt_client *c = (void *)1;
+	struct fake_ckptd_opts fo = { .silent = true };
+	struct fake_ckptd_stats st;
+
+	memset(&e, 0, sizeof(e));
+	env_dir(&e);
+	fo.socket_path = e.sock;
+	ck_assert_int_eq(fake_ckptd_start(&fo, &e.fake), 0);
+	struct ckpt_connect_opts o = opts_for(&e, 0);
+	o.timeout_ms = 300;
+	ck_assert_int_eq(ckpt_connect(&o, &c), -ETIMEDOUT);
+	ck_assert_ptr_eq(c, (void *)1);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "did not answer HELLO within 300 ms"));
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), e.sock));
+	fake_ckptd_stats(e.fake, &st);
+	ck_assert_uint_eq(st.hellos, 1);
+	fake_ckptd_stop(e.fake);
+	rm_rf(e.dir);
+}
+END_TEST
+
+/* A daemon whose listen queue is full: connect() itself is bounded. */
+START_TEST(test_connect_timeout_backlog)
+{
+	struct env e;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ckpt_client *c = (void *)1;
+	int lfd, filler, r;
+
+	memset(&e, 0, sizeof(e));
+	env_dir(&e);
+	strcpy(sa.sun_path, e.sock);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(lfd, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 0), 0);
+	/* Nobody accepts: fill the queue (a backlog of 0 holds one). */
+	filler = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	ck_assert_int_eq(connect(filler, (struct sockaddr *)&sa, sizeof(sa)), 0);
+
+	struct ckpt_connect_opts o = opts_for(&e, 0);
+	o.timeout_ms = 200;
+	r = ckpt_connect(&o, &c);
+	ck_assert_msg(r == -ETIMEDOUT, "connect = %d: %s", r, ckpt_last_error());
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "did not accept the connection within"));
+	ck_assert_ptr_eq(c, (void *)1);
+	close(filler);
+	close(lfd);
+	rm_rf(e.dir);
+}
+END_TEST
+
+/* A daemon that refuses at accept (ERROR, then close, reading nothing):
+ * whether the client first sees EPIPE on HELLO or a reset on the answer,
+ * it reports the daemon's errno and reason. */
+START_TEST(test_connect_refused_reason)
+{
+	struct env e;
+	struct ckpt_client *c = (void *)1;
+	struct fake_ckptd_opts fo = { .refuse_at_accept = -EUSERS };
+
+	memset(&e, 0, sizeof(e));
+	env_dir(&e);
+	fo.socket_path = e.sock;
+	ck_assert_int_eq(fake_ckptd_start(&fo, &e.fake), 0);
+	struct ckpt_connect_opts o = opts_for(&e, 0);
+	for (int i = 0; i < 20; i++) {
+		int r = ckpt_connect(&o, &c);
+		ck_assert_msg(r == -EUSERS, "try %d: connect = %d (%s): %s", i, r, strerror(-r),
+			      ckpt_last_error());
+		ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "refused the connection: fake "
+					     "ckptd: too many clients"));
+		ck_assert_ptr_null(strstr(ckpt_last_error(), "Broken pipe"));
+	}
+	ck_assert_ptr_eq(c, (void *)1);
+	fake_ckptd_stop(e.fake);
+	rm_rf(e.dir);
+}
+END_TEST
+
+static void send_error(int fd, int err, const char *msg)
+{
+	struct proto_error m;
+
+	proto_init(&m.h, PROTO_ERROR, sizeof(m));
+	m.err = err;
+	proto_set_msg(m.msg, msg);
+	ck_assert_int_eq(proto_send(fd, &m, sizeof(m), -1), 0);
+}
+
+/* Both ways the refusal can surface, made to happen one at a time. */
+START_TEST(test_read_refusal)
+{
+	struct proto_hello hello;
+	char msg[PROTO_MSG_LEN];
+	int sv[2];
+
+	proto_init(&hello.h, PROTO_HELLO, sizeof(hello));
+
+	/* The daemon refused and closed before HELLO was sent: EPIPE. */
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	send_error(sv[1], -EUSERS, "too many clients");
+	close(sv[1]);
+	ck_assert_int_eq(proto_send(sv[0], &hello, sizeof(hello), -1), -EPIPE);
+	ck_assert_int_eq(conn_read_refusal(sv[0], msg, sizeof(msg)), -EUSERS);
+	ck_assert_str_eq(msg, "too many clients");
+	close(sv[0]);
+
+	/* ... after HELLO was sent, leaving it unread: the answer is a reset
+	 * first, then the ERROR behind it. */
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	ck_assert_int_eq(proto_send(sv[0], &hello, sizeof(hello), -1), 0);
+	send_error(sv[1], -EACCES, "job belongs to another user");
+	close(sv[1]);
+	union {
+		char b[PROTO_MSG_MAX];
+		uint64_t align;
+	} buf;
+	ck_assert_int_eq(proto_recv(sv[0], buf.b, NULL), -ECONNRESET);
+	ck_assert_int_eq(conn_read_refusal(sv[0], msg, sizeof(msg)), -EACCES);
+	ck_assert_str_eq(msg, "job belongs to another user");
+	close(sv[0]);
+
+	/* Nothing queued, or something else: no refusal, and no waiting. */
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	ck_assert_int_eq(conn_read_refusal(sv[0], msg, sizeof(msg)), 0);
+	ck_assert_int_eq(proto_send(sv[1], &hello, sizeof(hello), -1), 0);
+	ck_assert_int_eq(conn_read_refusal(sv[0], msg, sizeof(msg)), 0);
+	close(sv[1]);
+	ck_assert_int_eq(conn_read_refusal(sv[0], msg, sizeof(msg)), 0);
+	close(sv[0]);
+}
+END_TEST
+
+/* HELLO carries the umask (read, not changed) and the run id. */
+START_TEST(test_hello_fields)
+{
+	struct env e;
+	struct fake_ckptd_stats st;
+	struct ckpt_client *c = (void *)1;
+
+	umask(0027);
+	setenv("CKPT_RUN_ID", "from env/1", 1);
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 4 * MiB);
+	ck_assert_uint_eq(umask(0022), 0027);
+	fake_ckptd_stats(e.fake, &st);
+	ck_assert_uint_eq(st.hello_umask, 0027);
+	ck_assert_str_eq(st.hello_run, "from_env_1");
+	ck_assert_str_eq(st.hello_job, JOB);
+	ckpt_disconnect(e.c);
+
+	struct ckpt_connect_opts o = opts_for(&e, 4 * MiB);
+	o.run = "r-2";
+	ck_assert_int_eq(ckpt_connect(&o, &e.c), 0);
+	fake_ckptd_stats(e.fake, &st);
+	ck_assert_str_eq(st.hello_run, "r-2");
+	ck_assert_uint_eq(st.hello_umask, 0022);
+	ckpt_disconnect(e.c);
+
+	o.run = ""; /* none, whatever the environment says */
+	ck_assert_int_eq(ckpt_connect(&o, &e.c), 0);
+	fake_ckptd_stats(e.fake, &st);
+	ck_assert_str_eq(st.hello_run, "");
+
+	o.run = "no/slash";
+	ck_assert_int_eq(ckpt_connect(&o, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "run id"));
+	ck_assert_ptr_eq(c, (void *)1);
+	fake_ckptd_stats(e.fake, &st);
+	ck_assert_uint_eq(st.hellos, 3);
+	unsetenv("CKPT_RUN_ID");
+	env_stop(&e);
+}
+END_TEST
+
+/* SAVE_BEGIN.attempt counts the begins of a name on this client. */
+START_TEST(test_attempts)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	char name[32];
+	uint8_t b = 1;
+
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 4 * MiB);
+	/* Saves of "a": committed (0), refused as incomplete (1), freed
+	 * unused (2), committed (3).  "b" in between is its own count. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "a", 1, &s), 0);
+	ck_assert_int_eq(td_commit_ok(s), 0);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "a", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "", &b, 1), -EINVAL);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EINVAL);
+	ckpt_save_free(s);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "b", 1, &s), 0);
+	ck_assert_int_eq(td_commit_ok(s), 0);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "a", 1, &s), 0);
+	ckpt_save_free(s);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "a", 2, &s), 0);
+	ck_assert_int_eq(td_commit_ok(s), 0);
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 3);
+	ck_assert_uint_eq(fake_ckptd_save(e.fake, 0)->attempt, 0);
+	ck_assert_uint_eq(fake_ckptd_save(e.fake, 1)->attempt, 0);
+	ck_assert_str_eq(fake_ckptd_save(e.fake, 1)->layout.name, "b");
+	ck_assert_uint_eq(fake_ckptd_save(e.fake, 2)->attempt, 3);
+
+	/* After 64 other names, "a" is forgotten; "b" was used more recently
+	 * than "a" and is forgotten as well. */
+	for (int i = 0; i < CLI_ATTEMPT_NAMES; i++) {
+		snprintf(name, sizeof(name), "other-%d", i);
+		ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, name, 1, &s), 0);
+		ckpt_save_free(s);
+	}
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "a", 3, &s), 0);
+	ck_assert_int_eq(td_commit_ok(s), 0);
+	ck_assert_uint_eq(fake_ckptd_save(e.fake, 3)->attempt, 0);
+	/* The 63 most recent names are still counted. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "other-63", 3, &s), 0);
+	ck_assert_int_eq(td_commit_ok(s), 0);
+	ck_assert_uint_eq(fake_ckptd_save(e.fake, 4)->attempt, 1);
+	env_stop(&e);
+}
+END_TEST
+
+/* A save whose add_* or set_* failed is never committed as if whole:
+ * before, it committed a valid checkpoint without the failed item. */
+START_TEST(test_incomplete_save)
+{
+	struct env e;
+	struct ckpt_save *s;
+	struct ckpt_future *st = (void *)1, *cm = (void *)1;
+	float w[4] = { 1, 2, 3, 4 };
+	uint64_t shape = 4;
+	struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 1,
+				 .shape = &shape, .data = w };
+	static const struct {
+		const char *call;
+		int err;
+	} cases[] = {
+		{ "ckpt_save_add_blob", -EINVAL },
+		{ "ckpt_save_add_tensor", -EOPNOTSUPP },
+		{ "ckpt_save_set_metadata", -EINVAL },
+		{ "ckpt_save_set_metric", -EINVAL },
+		{ "ckpt_save_add_tensor", -EEXIST },
+	};
+
+	env_start(&e, (struct fake_ckptd_opts){ 0 }, 4 * MiB);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-1", 1, &s), 0);
+		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+		switch (i) {
+		case 0:
+			ck_assert_int_eq(ckpt_save_add_blob(s, "rng", NULL, 16), -EINVAL);
+			break;
+		case 1: {
+			struct ckpt_tensor g = t;
+			g.name = "gpu";
+			g.device = CKPT_DEVICE_CUDA;
+			ck_assert_int_eq(ckpt_save_add_tensor(s, &g), -EOPNOTSUPP);
+			break;
+		}
+		case 2:
+			ck_assert_int_eq(ckpt_save_set_metadata(s, "git", "\xff"), -EINVAL);
+			break;
+		case 3:
+			ck_assert_int_eq(ckpt_save_set_metric(s, "loss", 0.0 / 0.0), -EINVAL);
+			break;
+		case 4:
+			ck_assert_int_eq(ckpt_save_add_tensor(s, &t), -EEXIST);
+			break;
+		}
+		/* Later calls work, but cannot make the save whole again. */
+		ck_assert_int_eq(ckpt_save_add_blob(s, "later", w, 4), 0);
+		ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), cases[i].err);
+		ck_assert_msg(strstr(ckpt_last_error(), cases[i].call) != NULL &&
+			      strstr(ckpt_last_error(), "incomplete") != NULL,
+			      "case %zu: '%s' does not name %s", i, ckpt_last_error(),
+			      cases[i].call);
+		ck_assert_ptr_eq(st, (void *)1);
+		ckpt_save_free(s);
+	}
+	/* Nothing reached the daemon; a whole save still does. */
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 0);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-1", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	ck_assert_int_eq(td_commit_ok(s), 0);
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 1);
+	env_stop(&e);
+}
+END_TEST
+
+/* ---- the log callback ---- */
+
+struct log_rec {
+	pthread_mutex_t lock;
+	int n[4];
+	char all[8192];
+};
+
+static void log_collect(enum ckpt_log_level level, const char *msg, void *userdata)
+{
+	struct log_rec *lr = userdata;
+
+	pthread_mutex_lock(&lr->lock);
+	if ((unsigned)level < 4)
+		lr->n[level]++;
+	size_t len = strlen(lr->all);
+	snprintf(lr->all + len, sizeof(lr->all) - len, "%d %s\n", (int)level, msg);
+	pthread_mutex_unlock(&lr->lock);
+}
+
+START_TEST(test_log_callback)
+{
+	static struct log_rec lr = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct env e;
+	struct ckpt_save *s;
+	uint8_t b[100] = { 0 };
+
+	ckpt_set_log_fn(log_collect, &lr);
+	setenv("LOCAL_WORLD_SIZE", "1000000", 1);
+	env_start(&e, (struct fake_ckptd_opts){ .done_err = -EIO }, 4 * MiB);
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "logged", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "b", b, sizeof(b)), 0);
+	ck_assert_int_eq(td_commit_ok(s), -EIO);
+	ckpt_set_log_fn(NULL, NULL);
+	unsetenv("LOCAL_WORLD_SIZE");
+
+	pthread_mutex_lock(&lr.lock);
+	ck_assert_msg(strstr(lr.all, "2 connected to ckptd at"), "log:\n%s", lr.all);
+	ck_assert_msg(strstr(lr.all, "3 copy threads: default: "), "log:\n%s", lr.all);
+	ck_assert_msg(strstr(lr.all, "1 $LOCAL_WORLD_SIZE '1000000' is not a number"), "log:\n%s",
+		      lr.all);
+	ck_assert_msg(strstr(lr.all, "3 save 'logged' (token 1, attempt 0): "), "log:\n%s",
+		      lr.all);
+	ck_assert_msg(strstr(lr.all, "bytes staged in"), "log:\n%s", lr.all);
+	ck_assert_msg(strstr(lr.all, "0 save 'logged' (token 1, attempt 0) failed"), "log:\n%s",
+		      lr.all);
+	ck_assert_int_eq(lr.n[CKPT_LOG_ERROR], 1);
+	int before = lr.n[0] + lr.n[1] + lr.n[2] + lr.n[3];
+	pthread_mutex_unlock(&lr.lock);
+
+	/* Without a callback, nothing is called. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "quiet", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "b", b, sizeof(b)), 0);
+	ck_assert_int_eq(td_commit_ok(s), -EIO);
+	env_stop(&e);
+	pthread_mutex_lock(&lr.lock);
+	ck_assert_int_eq(lr.n[0] + lr.n[1] + lr.n[2] + lr.n[3], before);
+	pthread_mutex_unlock(&lr.lock);
+}
+END_TEST
+
 /* ---- building saves ---- */
 
 START_TEST(test_add_validation)
@@ -292,7 +664,8 @@ START_TEST(test_add_validation)
 	float data[12] = { 0 };
 	uint64_t shape[2] = { 3, 4 }, gshape[2] = { 6, 4 }, offs[2] = { 3, 0 };
 	struct ckpt_tensor t = {
-		.name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = shape, .data = data,
+		CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = shape,
+		.data = data,
 	};
 	struct ckpt_tensor bad;
 
@@ -385,7 +758,25 @@ START_TEST(test_add_validation)
 	}
 	ck_assert_int_eq(ckpt_save_set_metric(s, "one-too-many", 1), -E2BIG);
 
-	struct ckpt_future *st, *cm;
+	/* Every call above that failed spoilt the save: the first one (the
+	 * duplicate 'w') is what commit reports, and nothing is sent. */
+	struct ckpt_future *st = (void *)1, *cm = (void *)1;
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EEXIST);
+	ck_assert_ptr_eq(st, (void *)1);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "is incomplete"));
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(),
+				     "ckpt_save_add_tensor: name 'w' is already in this save"));
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EEXIST);
+	ckpt_save_free(s);
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 0);
+
+	/* A whole save commits; after commit every call is -EBUSY, which does
+	 * not touch the save in flight. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-1", 1, &s), 0);
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	ck_assert_int_eq(ckpt_save_add_blob(s, "blob", data, 5), 0);
+	ck_assert_int_eq(ckpt_save_set_metadata(s, "k", "v"), 0);
+	ck_assert_int_eq(ckpt_save_set_metric(s, "loss", 1.5), 0);
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EBUSY);
 	t.name = "late";
@@ -435,14 +826,18 @@ START_TEST(test_save_image)
 	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-7", 7, &s), 0);
 	struct ckpt_tensor ts[] = {
-		{ .name = "layer.0.weight", .dtype = CKPT_F32, .ndim = 2, .shape = sw, .data = w },
-		{ .name = "steps", .dtype = CKPT_I64, .ndim = 1, .shape = ss, .data = steps },
-		{ .name = "half \"quoted\"", .dtype = CKPT_BF16, .ndim = 3, .shape = sh, .data = half },
-		{ .name = "scalar", .dtype = CKPT_F64, .ndim = 0, .data = &scalar },
-		{ .name = "sharded", .dtype = CKPT_F32, .ndim = 2, .shape = sc, .data = chunk,
-		  .global_shape = gsc, .offsets = osc },
-		{ .name = "dp-copy", .dtype = CKPT_F32, .ndim = 1, .shape = sr, .data = replica,
-		  .replica = 2 },
+		{ CKPT_TENSOR_INIT, .name = "layer.0.weight", .dtype = CKPT_F32, .ndim = 2,
+		  .shape = sw, .data = w },
+		{ CKPT_TENSOR_INIT, .name = "steps", .dtype = CKPT_I64, .ndim = 1, .shape = ss,
+		  .data = steps },
+		{ CKPT_TENSOR_INIT, .name = "half \"quoted\"", .dtype = CKPT_BF16, .ndim = 3,
+		  .shape = sh, .data = half },
+		{ CKPT_TENSOR_INIT, .name = "scalar", .dtype = CKPT_F64, .ndim = 0,
+		  .data = &scalar },
+		{ CKPT_TENSOR_INIT, .name = "sharded", .dtype = CKPT_F32, .ndim = 2, .shape = sc,
+		  .data = chunk, .global_shape = gsc, .offsets = osc },
+		{ CKPT_TENSOR_INIT, .name = "dp-copy", .dtype = CKPT_F32, .ndim = 1, .shape = sr,
+		  .data = replica, .replica = 2 },
 	};
 	for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
 		ck_assert_int_eq(ckpt_save_add_tensor(s, &ts[i]), 0);
@@ -503,8 +898,8 @@ START_TEST(test_backpressure)
 		bufs[i] = malloc(len);
 		fill_pattern(bufs[i], len, 100 + i);
 		snprintf(names[i], sizeof(names[i]), "t%d", i);
-		struct ckpt_tensor t = { .name = names[i], .dtype = CKPT_F32, .ndim = 1,
-					 .shape = &shapes[i], .data = bufs[i] };
+		struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = names[i], .dtype = CKPT_F32,
+					 .ndim = 1, .shape = &shapes[i], .data = bufs[i] };
 		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
 		ex[i] = (struct expect){ names[i], "F32", 1, { shapes[i] }, bufs[i], len };
 		total += len;
@@ -662,8 +1057,9 @@ START_TEST(test_commit_fast)
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "fast", 1, &s), 0);
 	for (int i = 0; i < N; i++) {
 		snprintf(names[i], sizeof(names[i]), "p%d", i);
-		struct ckpt_tensor t = { .name = names[i], .dtype = CKPT_F32, .ndim = 1,
-					 .shape = &shape, .data = buf + (size_t)i * shape };
+		struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = names[i], .dtype = CKPT_F32,
+					 .ndim = 1, .shape = &shape,
+					 .data = buf + (size_t)i * shape };
 		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
 	}
 	double t0 = now_ms();
@@ -693,6 +1089,20 @@ START_TEST(test_commit_fast)
 }
 END_TEST
 
+/* Adds n one-element U32 tensors "model.layers.<i>.scale". */
+static void add_scales(struct ckpt_save *s, const uint32_t *vals, int n)
+{
+	uint64_t one = 1;
+	char name[32];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "model.layers.%d.scale", i);
+		struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = name, .dtype = CKPT_U32,
+					 .ndim = 1, .shape = &one, .data = &vals[i] };
+		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	}
+}
+
 /* 10,000 tiny tensors: adding is fast and the file is right. */
 START_TEST(test_many_tensors)
 {
@@ -705,21 +1115,25 @@ START_TEST(test_many_tensors)
 	char name[32];
 
 	env_start(&e, (struct fake_ckptd_opts){ 0 }, 8 * MiB);
+	for (int i = 0; i < N; i++)
+		vals[i] = 0xabc00000u + (uint32_t)i;
+
+	/* A duplicate among 10,000 names is found, and the save it spoilt is
+	 * refused at commit. */
+	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "many", 1, &s), 0);
+	add_scales(s, vals, N);
+	snprintf(name, sizeof(name), "model.layers.%d.scale", 1234);
+	struct ckpt_tensor dup = { CKPT_TENSOR_INIT, .name = name, .dtype = CKPT_U32, .ndim = 1,
+				   .shape = &one, .data = vals };
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &dup), -EEXIST);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EEXIST);
+	ckpt_save_free(s);
+
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "many", 1, &s), 0);
 	double t0 = now_ms();
-	for (int i = 0; i < N; i++) {
-		vals[i] = 0xabc00000u + (uint32_t)i;
-		snprintf(name, sizeof(name), "model.layers.%d.scale", i);
-		struct ckpt_tensor t = { .name = name, .dtype = CKPT_U32, .ndim = 1,
-					 .shape = &one, .data = &vals[i] };
-		ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
-	}
+	add_scales(s, vals, N);
 	double dt = now_ms() - t0;
 	ck_assert_msg(dt < 500.0, "10,000 adds took %.1f ms", dt);
-	snprintf(name, sizeof(name), "model.layers.%d.scale", 1234);
-	struct ckpt_tensor dup = { .name = name, .dtype = CKPT_U32, .ndim = 1, .shape = &one,
-				   .data = vals };
-	ck_assert_int_eq(ckpt_save_add_tensor(s, &dup), -EEXIST);
 
 	t0 = now_ms();
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
@@ -860,15 +1274,16 @@ START_TEST(test_reader)
 
 	ck_assert_int_eq(ckpt_save_begin(e.c, ROOT, "step-9", 9, &s0), 0);
 	ck_assert_int_eq(ckpt_save_begin(c1, ROOT, "step-9", 9, &s1), 0);
-	struct ckpt_tensor t0 = { .name = "w", .dtype = CKPT_F32, .ndim = 2, .shape = half,
-				  .data = left, .global_shape = g, .offsets = o0 };
+	struct ckpt_tensor t0 = { CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 2,
+				  .shape = half, .data = left, .global_shape = g, .offsets = o0 };
 	struct ckpt_tensor t1 = t0;
 	t1.data = right;
 	t1.offsets = o1;
 	ck_assert_int_eq(ckpt_save_add_tensor(s0, &t0), 0);
 	ck_assert_int_eq(ckpt_save_add_tensor(s1, &t1), 0);
-	struct ckpt_tensor r0 = { .name = "rows", .dtype = CKPT_F32, .ndim = 2, .shape = rshape,
-				  .data = rows[0], .global_shape = g, .offsets = o0 };
+	struct ckpt_tensor r0 = { CKPT_TENSOR_INIT, .name = "rows", .dtype = CKPT_F32, .ndim = 2,
+				  .shape = rshape, .data = rows[0], .global_shape = g,
+				  .offsets = o0 };
 	struct ckpt_tensor r1 = r0;
 	r1.data = rows[2];
 	r1.offsets = ro1;
@@ -898,12 +1313,37 @@ START_TEST(test_reader)
 	enum ckpt_dtype dt;
 	unsigned ndim;
 	uint64_t shape[CKPT_MAX_NDIM];
-	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", &dt, &ndim, shape), 0);
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", CKPT_MAX_NDIM, &dt, &ndim, shape), 0);
 	ck_assert_int_eq(dt, CKPT_F32);
 	ck_assert_uint_eq(ndim, 2);
 	ck_assert_uint_eq(shape[0], 4);
 	ck_assert_uint_eq(shape[1], 6);
-	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "nope", &dt, &ndim, shape), -ENOENT);
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "nope", CKPT_MAX_NDIM, &dt, &ndim, shape),
+			 -ENOENT);
+	/* The shape array's capacity is respected: too small is -ERANGE and
+	 * nothing is written; NULL asks for dtype and ndim only. */
+	uint64_t small[1] = { 777 };
+	dt = CKPT_BOOL;
+	ndim = 99;
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", 1, &dt, &ndim, small), -ERANGE);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "2 dimensions"));
+	ck_assert_uint_eq(small[0], 777);
+	ck_assert_int_eq(dt, CKPT_BOOL);
+	ck_assert_uint_eq(ndim, 99);
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", 0, &dt, &ndim, NULL), 0);
+	ck_assert_int_eq(dt, CKPT_F32);
+	ck_assert_uint_eq(ndim, 2);
+	uint64_t exact[2] = { 0, 0 };
+	ck_assert_int_eq(ckpt_reader_tensor_info(rd, "w", 2, NULL, NULL, exact), 0);
+	ck_assert_uint_eq(exact[0], 4);
+	ck_assert_uint_eq(exact[1], 6);
+
+	/* Blobs are listed like tensors. */
+	ck_assert_uint_eq(ckpt_reader_blob_count(rd), 1);
+	ck_assert_str_eq(ckpt_reader_blob_name(rd, 0), "loader");
+	ck_assert_ptr_null(ckpt_reader_blob_name(rd, 1));
+	ck_assert_uint_eq(ckpt_reader_blob_count(NULL), 0);
+	ck_assert_ptr_null(ckpt_reader_blob_name(NULL, 0));
 
 	float got[4][6];
 	memset(got, 0, sizeof(got));
@@ -1027,6 +1467,14 @@ static Suite *client_suite(void)
 	TC("connect_bad_opts", test_connect_bad_opts, 10);
 	TC("connect_refused", test_connect_refused, 10);
 	TC("connect_ok", test_connect_ok, 10);
+	TC("connect_timeout", test_connect_timeout, 10);
+	TC("connect_timeout_backlog", test_connect_timeout_backlog, 10);
+	TC("connect_refused_reason", test_connect_refused_reason, 20);
+	TC("read_refusal", test_read_refusal, 10);
+	TC("hello_fields", test_hello_fields, 10);
+	TC("attempts", test_attempts, 20);
+	TC("incomplete_save", test_incomplete_save, 20);
+	TC("log_callback", test_log_callback, 20);
 	TC("add_validation", test_add_validation, 20);
 	TC("save_image", test_save_image, 20);
 	TC("backpressure", test_backpressure, 30);

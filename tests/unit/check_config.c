@@ -144,8 +144,12 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(c.commit_deadline_ms, 600000);
 	ck_assert_uint_eq(c.max_clients, 256);
 	ck_assert(c.o_direct);
+	ck_assert_str_eq(c.state_dir, "/var/lib/ckptd/state");
+	ck_assert_uint_eq(c.handshake_timeout_ms, 10000);
+	ck_assert_uint_eq(c.max_clients_per_uid, 64);
 	config_free(&c);
 	ck_assert_ptr_null(c.socket_path);
+	ck_assert_ptr_null(c.state_dir);
 	config_free(&c); /* twice is harmless */
 	config_free(NULL);
 }
@@ -192,6 +196,19 @@ static const struct {
 	{ "o_direct", "Yes", 0 },
 	{ "o_direct", "false", 0 },
 	{ "o_direct", "maybe", -EINVAL },
+	{ "state_dir", "/srv/ckptd-state", 0 },
+	{ "state_dir", "state", -EINVAL },
+	{ "state_dir", "", -EINVAL },
+	{ "handshake_timeout", "100ms", 0 },
+	{ "handshake_timeout", "10m", 0 },
+	{ "handshake_timeout", "99ms", -EINVAL },
+	{ "handshake_timeout", "601s", -EINVAL },
+	{ "handshake_timeout", "5x", -EINVAL },
+	{ "max_clients_per_uid", "1", 0 },
+	{ "max_clients_per_uid", "65536", 0 },
+	{ "max_clients_per_uid", "0", -EINVAL },
+	{ "max_clients_per_uid", "65537", -EINVAL },
+	{ "max_clients_per_uid", "-1", -EINVAL },
 	{ "root", "/data", 0 },
 	{ "root", "data", -EINVAL },
 	{ "root", "", -EINVAL },
@@ -230,6 +247,12 @@ START_TEST(test_set_values)
 	ck_assert_int_eq(config_set(&c, "commit_deadline", "90s", err, sizeof(err)), 0);
 	ck_assert_int_eq(config_set(&c, "max_clients", "8", err, sizeof(err)), 0);
 	ck_assert_int_eq(config_set(&c, "o_direct", "off", err, sizeof(err)), 0);
+	ck_assert_int_eq(config_set(&c, "state_dir", "/srv/state", err, sizeof(err)), 0);
+	ck_assert_int_eq(config_set(&c, "handshake_timeout", "2500ms", err, sizeof(err)), 0);
+	ck_assert_int_eq(config_set(&c, "max_clients_per_uid", "3", err, sizeof(err)), 0);
+	ck_assert_str_eq(c.state_dir, "/srv/state");
+	ck_assert_uint_eq(c.handshake_timeout_ms, 2500);
+	ck_assert_uint_eq(c.max_clients_per_uid, 3);
 	ck_assert_str_eq(c.socket_path, "/tmp/s");
 	ck_assert_uint_eq(c.socket_mode, 0600);
 	ck_assert_uint_eq(c.arena_max, 2ull << 30);
@@ -319,6 +342,13 @@ static const struct {
 	{ "o_direct = sometimes\n", 1, "o_direct" },
 	{ "root = relative/dir\n", 1, "absolute" },
 	{ "commit_deadline = 10d\n", 1, "commit_deadline" },
+	/* the range is spelled as in the example config, in hours */
+	{ "commit_deadline = 169h\n", 1, "commit_deadline: '169h' is not a duration in 100ms..168h" },
+	{ "\nhandshake_timeout = 1h\n", 2, "handshake_timeout: '1h' is not a duration in 100ms..10m" },
+	{ "max_clients_per_uid = 0\n", 1, "max_clients_per_uid: '0' is not a whole number in 1..65536" },
+	{ "state_dir = var/lib\n", 1, "state_dir: 'var/lib' is not an absolute path" },
+	{ "socket_mode = 0800\n", 1, "socket_mode: '0800' is not an octal mode in 0..0777" },
+	{ "arena_max = 1K\n", 1, "arena_max: '1K' is not a size of at least 1M" },
 };
 
 START_TEST(test_load_bad)
@@ -582,16 +612,148 @@ START_TEST(test_root_allowed_slash)
 }
 END_TEST
 
-/* ---- the shipped example documents every key with its default ---- */
+/* ---- the key table: every row's default and range hold ---- */
+
+/* The value of the field of `k` in `c`, widened (numeric kinds). */
+static uint64_t field_u64(const struct config *c, const struct config_key *k)
+{
+	const char *p = (const char *)c + k->offset;
+
+	switch (k->kind) {
+	case CONFIG_MODE:
+	case CONFIG_UINT:
+		return *(const unsigned *)p;
+	case CONFIG_SIZE:
+	case CONFIG_DURATION:
+		return *(const uint64_t *)p;
+	case CONFIG_BOOL:
+		return *(const bool *)p;
+	default:
+		ck_abort_msg("key '%s' is not numeric", k->key);
+	}
+	return 0;
+}
+
+static const char *field_str(const struct config *c, const struct config_key *k)
+{
+	return *(char *const *)((const char *)c + k->offset);
+}
+
+static bool numeric(const struct config_key *k)
+{
+	return k->kind == CONFIG_MODE || k->kind == CONFIG_UINT || k->kind == CONFIG_SIZE ||
+	       k->kind == CONFIG_DURATION;
+}
+
+/* v spelled in the key's syntax without a suffix: octal modes, bytes, ms. */
+static void spell(const struct config_key *k, uint64_t v, char *buf, size_t len)
+{
+	if (k->kind == CONFIG_MODE)
+		snprintf(buf, len, "0%llo", (unsigned long long)v);
+	else if (k->kind == CONFIG_DURATION)
+		snprintf(buf, len, "%llums", (unsigned long long)v);
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+/* Sets key=value on defaults; returns the result and, on success, the
+ * field's value in *ret. */
+static int try_set(const struct config_key *k, uint64_t v, uint64_t *ret, char *err, size_t len)
+{
+	struct config c;
+	char text[64];
+	int r;
+
+	spell(k, v, text, sizeof(text));
+	ck_assert_int_eq(config_defaults(&c), 0);
+	err[0] = '\0';
+	r = config_set(&c, k->key, text, err, len);
+	if (r == 0)
+		*ret = field_u64(&c, k);
+	config_free(&c);
+	return r;
+}
+
+START_TEST(test_key_row)
+{
+	const struct config_key *k = &config_keys[_i];
+	char err[512], expect[256];
+	uint64_t got = 0;
+	struct config c;
+
+	ck_assert_ptr_eq(config_key_find(k->key), k);
+	ck_assert_msg(k->help && k->help[0], "key '%s' has no help", k->key);
+	ck_assert_msg(k->min <= k->max, "key '%s': min > max", k->key);
+
+	/* The default is in range (config_defaults would fail otherwise) and
+	 * is what config_defaults sets. */
+	ck_assert_int_eq(config_defaults(&c), 0);
+	if (k->def) {
+		struct config d;
+		ck_assert_int_eq(config_defaults(&d), 0);
+		ck_assert_msg(config_set(&d, k->key, k->def, err, sizeof(err)) == 0, "%s", err);
+		if (numeric(k) || k->kind == CONFIG_BOOL)
+			ck_assert_uint_eq(field_u64(&c, k), field_u64(&d, k));
+		else
+			ck_assert_str_eq(field_str(&c, k), field_str(&d, k));
+		config_free(&d);
+	} else {
+		ck_assert_int_eq(k->kind, CONFIG_ROOT); /* only roots have no default */
+	}
+	config_free(&c);
+
+	if (!numeric(k))
+		return;
+	/* Both ends are accepted and read back exactly; one past either end
+	 * is refused with the key and its range in the message. */
+	config_key_expect(k, expect, sizeof(expect));
+	ck_assert_msg(try_set(k, k->min, &got, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(got, k->min);
+	if (k->max != UINT64_MAX) {
+		ck_assert_msg(try_set(k, k->max, &got, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_uint_eq(got, k->max);
+		ck_assert_int_eq(try_set(k, k->max + 1, &got, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strncmp(err, k->key, strlen(k->key)) == 0 && strstr(err, expect),
+			      "'%s' lacks '%s: ... %s'", err, k->key, expect);
+	}
+	if (k->min > 0) {
+		ck_assert_int_eq(try_set(k, k->min - 1, &got, err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, expect) != NULL, "'%s' lacks '%s'", err, expect);
+	}
+}
+END_TEST
+
+/* The ranges as messages spell them: hours, not days; exact suffixes. */
+static const struct {
+	const char *key, *range;
+} range_cases[] = {
+	{ "commit_deadline", "100ms..168h" }, { "handshake_timeout", "100ms..10m" },
+	{ "uring_depth", "1..1024" },         { "max_clients", "1..65536" },
+	{ "max_clients_per_uid", "1..65536" }, { "socket_mode", "0..0777" },
+	{ "arena_max", "at least 1M" },       { "arena_total", "at least 1M" },
+	{ "root", "" },                       { "o_direct", "" },
+};
+
+START_TEST(test_key_range)
+{
+	const struct config_key *k = config_key_find(range_cases[_i].key);
+	char buf[64];
+
+	ck_assert_ptr_nonnull(k);
+	config_key_range(k, buf, sizeof(buf));
+	ck_assert_str_eq(buf, range_cases[_i].range);
+}
+END_TEST
+
+/* ---- the shipped example documents every key, its default and range ---- */
 
 START_TEST(test_example_config)
 {
-	static const char *const keys[] = { "socket",	   "socket_mode",     "arena_max",
-					    "arena_total", "uring_depth",     "commit_deadline",
-					    "max_clients", "o_direct" };
+	const struct config_key *k = &config_keys[_i];
 	const char *dir = getenv("CKPT_SOURCE_DIR");
-	char path[PATH_MAX], err[512] = "", *line = NULL;
-	bool seen[sizeof(keys) / sizeof(keys[0])] = { false };
+	char path[PATH_MAX], err[512] = "", *line = NULL, block[4096] = "", range[64];
+	char want[80];
+	bool seen = false;
 	struct config def, c;
 	size_t cap = 0;
 	FILE *f;
@@ -607,33 +769,320 @@ START_TEST(test_example_config)
 	ck_assert_uint_eq(c.n_roots, 1);
 	config_free(&c);
 
-	/* Every "#key = value" line, uncommented, gives the default value. */
+	/* The key's line: "#key = default" (commented out: it is the default)
+	 * or, for root, "root = ..."; the comment block above it gives the
+	 * range as config_key_range spells it, in brackets. */
 	ck_assert_int_eq(config_defaults(&def), 0);
 	ck_assert_int_eq(config_defaults(&c), 0);
 	while (getline(&line, &cap, f) >= 0) {
 		char key[64], value[256];
 
-		if (sscanf(line, "#%63[a-z_] = %255s", key, value) != 2)
+		if (line[0] == '\n') {
+			block[0] = '\0';
 			continue;
+		}
+		if (sscanf(line, "#%63[a-z_] = %255s", key, value) != 2 &&
+		    sscanf(line, "%63[a-z_] = %255s", key, value) != 2) {
+			if (strlen(block) + strlen(line) < sizeof(block))
+				strcat(block, line);
+			continue;
+		}
+		if (strcmp(key, k->key) != 0)
+			continue;
+		seen = true;
 		ck_assert_msg(config_set(&c, key, value, err, sizeof(err)) == 0, "%s", err);
-		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-			if (strcmp(keys[i], key) == 0)
-				seen[i] = true;
+		if (k->def) {
+			ck_assert_msg(line[0] == '#', "example sets '%s' instead of showing it", key);
+			if (numeric(k) || k->kind == CONFIG_BOOL)
+				ck_assert_uint_eq(field_u64(&c, k), field_u64(&def, k));
+			else
+				ck_assert_str_eq(field_str(&c, k), field_str(&def, k));
+		}
+		config_key_range(k, range, sizeof(range));
+		if (range[0]) {
+			/* The comment may wrap the bracket onto its next line. */
+			char flat[sizeof(block)];
+			size_t n = 0;
+			for (const char *p = block; *p && n + 1 < sizeof(flat); p++) {
+				if (*p == '\n' || (*p == '#' && (p == block || p[-1] == '\n')))
+					continue;
+				flat[n++] = *p;
+			}
+			flat[n] = '\0';
+			snprintf(want, sizeof(want), "[%s]", range);
+			ck_assert_msg(strstr(flat, want) != NULL,
+				      "example: the comment of '%s' lacks '%s'", key, want);
+		}
 	}
 	free(line);
 	fclose(f);
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		ck_assert_msg(seen[i], "example does not document '%s'", keys[i]);
-	ck_assert_str_eq(c.socket_path, def.socket_path);
-	ck_assert_uint_eq(c.socket_mode, def.socket_mode);
-	ck_assert_uint_eq(c.arena_max, def.arena_max);
-	ck_assert_uint_eq(c.arena_total, def.arena_total);
-	ck_assert_uint_eq(c.uring_depth, def.uring_depth);
-	ck_assert_uint_eq(c.commit_deadline_ms, def.commit_deadline_ms);
-	ck_assert_uint_eq(c.max_clients, def.max_clients);
-	ck_assert_int_eq(c.o_direct, def.o_direct);
+	ck_assert_msg(seen, "example does not document '%s'", k->key);
 	config_free(&c);
 	config_free(&def);
+}
+END_TEST
+
+/* ---- where a root came from is in its message ---- */
+
+START_TEST(test_root_origin)
+{
+	char conf[PATH_MAX], want[PATH_MAX + 64], err[512] = "";
+	struct config c;
+
+	tmp_path(conf, sizeof(conf), "origin.conf");
+	write_file(conf, "socket = /x.sock\n\nroot = /nonexistent-ckptd-root\n");
+	ck_assert_int_eq(config_defaults(&c), 0);
+	ck_assert_msg(config_load(&c, conf, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(config_validate(&c, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "%s:3: root '/nonexistent-ckptd-root': No such file", conf);
+	ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "err '%s', want '%s...'", err, want);
+	config_free(&c);
+
+	/* A plain file as root, from the file: PATH:LINE too. */
+	tmp_path(want, sizeof(want), "plain");
+	write_file(want, "x");
+	{
+		char text[PATH_MAX + 16];
+		snprintf(text, sizeof(text), "root = %s\n", want);
+		write_file(conf, text);
+	}
+	ck_assert_int_eq(config_defaults(&c), 0);
+	ck_assert_msg(config_load(&c, conf, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(config_validate(&c, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "%s:1: root '", conf);
+	ck_assert_msg(strncmp(err, want, strlen(want)) == 0 && strstr(err, "not a directory"),
+		      "err '%s'", err);
+	config_free(&c);
+}
+END_TEST
+
+/* ---- the command line: parsing ---- */
+
+#define MAX_ARGV 10
+
+static const struct {
+	const char *argv[MAX_ARGV]; /* after "ckptd" */
+	int ret;
+	const char *err; /* substring, when ret < 0 */
+	bool verbose, check_only, version, help, config_given;
+	size_t n_sets;
+} parse_cases[] = {
+	{ .argv = { NULL } },
+	{ .argv = { "-v", "--check-config", NULL }, .verbose = true, .check_only = true },
+	{ .argv = { "--version", NULL }, .version = true },
+	{ .argv = { "-h", NULL }, .help = true },
+	{ .argv = { "-c", "/x.conf", "-r", "/a", "--root=/b", "-s", "/s", "-o", "uring_depth=8",
+		    NULL },
+	  .config_given = true, .n_sets = 4 },
+	{ .argv = { "-o", "uring_depth", NULL }, .ret = -EINVAL,
+	  .err = "-o 'uring_depth': expected KEY=VALUE" },
+	{ .argv = { "-o", "=8", NULL }, .ret = -EINVAL, .err = "expected KEY=VALUE" },
+	{ .argv = { "--frob", NULL }, .ret = -EINVAL, .err = "unknown option '--frob'" },
+	{ .argv = { "-x", NULL }, .ret = -EINVAL, .err = "unknown option '-x'" },
+	{ .argv = { "-r", NULL }, .ret = -EINVAL, .err = "option '-r' needs a value" },
+	{ .argv = { "--config", NULL }, .ret = -EINVAL, .err = "option '--config' needs a value" },
+	{ .argv = { "-r", "/a", "extra", NULL }, .ret = -EINVAL,
+	  .err = "unexpected argument 'extra'" },
+};
+
+static int argv_of(const char *const *in, char **out, const char *prog)
+{
+	int n = 0;
+
+	out[n++] = (char *)prog;
+	for (; n <= MAX_ARGV && in[n - 1]; n++)
+		out[n] = (char *)in[n - 1];
+	out[n] = NULL;
+	return n;
+}
+
+START_TEST(test_args_parse)
+{
+	char *argv[MAX_ARGV + 2];
+	int argc = argv_of(parse_cases[_i].argv, argv, "ckptd");
+	struct config_args a;
+	char err[512] = "";
+	int r;
+
+	memset(&a, 0xa5, sizeof(a));
+	r = config_args_parse(&a, argc, argv, err, sizeof(err));
+	ck_assert_msg(r == parse_cases[_i].ret, "case %d: ret %d, want %d (%s)", _i, r,
+		      parse_cases[_i].ret, err);
+	if (r < 0) {
+		ck_assert_msg(strstr(err, parse_cases[_i].err) != NULL, "err '%s' lacks '%s'", err,
+			      parse_cases[_i].err);
+		return;
+	}
+	ck_assert_int_eq(a.verbose, parse_cases[_i].verbose);
+	ck_assert_int_eq(a.check_only, parse_cases[_i].check_only);
+	ck_assert_int_eq(a.version, parse_cases[_i].version);
+	ck_assert_int_eq(a.help, parse_cases[_i].help);
+	ck_assert_int_eq(a.config_given, parse_cases[_i].config_given);
+	ck_assert_str_eq(a.config_path, a.config_given ? "/x.conf" : config_default_path);
+	ck_assert_uint_eq(a.n_sets, parse_cases[_i].n_sets);
+	if (a.n_sets == 4) {
+		/* in command-line order, -s and -r spelled as their keys */
+		ck_assert_str_eq(a.sets[0].key, "root");
+		ck_assert_str_eq(a.sets[0].value, "/a");
+		ck_assert_str_eq(a.sets[1].key, "root");
+		ck_assert_str_eq(a.sets[1].value, "/b");
+		ck_assert_str_eq(a.sets[2].key, "socket");
+		ck_assert_str_eq(a.sets[3].key, "uring_depth");
+		ck_assert_str_eq(a.sets[3].value, "8");
+		ck_assert_str_eq(a.sets[3].origin, "-o");
+	}
+	config_args_free(&a);
+	config_args_free(&a);
+}
+END_TEST
+
+/* ---- the command line and the file compose ---- */
+
+/*
+ * In files and arguments, "@T@" is the test's directory (holding the
+ * directories a, b and c) and "@F@" the config file.  file NULL: no file.
+ */
+static const struct {
+	const char *what;
+	const char *file;
+	const char *argv[MAX_ARGV];
+	bool no_c;        /* no -c: the file is the default one */
+	int ret;
+	const char *want; /* ret 0: the roots ("a b"); else an error substring */
+	const char *socket;
+	unsigned depth;
+} compose_cases[] = {
+	{ "file roots without flags", "root = @T@/a\nroot = @T@/b\n", { NULL }, .want = "a b" },
+	{ "-r replaces the file's roots", "root = @T@/a\n", { "-r", "@T@/b", NULL }, .want = "b" },
+	{ "-r replaces a missing root of the installed example",
+	  "root = /nonexistent-ckptd-root\n", { "-r", "@T@/b", "-s", "@T@/s.sock", NULL },
+	  .want = "b", .socket = "@T@/s.sock" },
+	{ "-r repeats", "root = @T@/a\n", { "-r", "@T@/b", "-r", "@T@/c", NULL }, .want = "b c" },
+	{ "-o root= replaces too", "root = @T@/a\n", { "-o", "root=@T@/c", "-r", "@T@/b", NULL },
+	  .want = "c b" },
+	{ "-s wins over the file", "socket = @T@/file.sock\nroot = @T@/a\n",
+	  { "-s", "@T@/flag.sock", NULL }, .want = "a", .socket = "@T@/flag.sock" },
+	{ "-o wins over the file", "uring_depth = 8\nroot = @T@/a\n",
+	  { "-o", "uring_depth=32", NULL }, .want = "a", .depth = 32 },
+	{ "the file's value stays without a flag", "uring_depth = 8\nroot = @T@/a\n", { NULL },
+	  .want = "a", .depth = 8 },
+	{ "last flag wins", "root = @T@/a\n",
+	  { "-s", "@T@/1.sock", "-o", "socket=@T@/2.sock", NULL }, .want = "a",
+	  .socket = "@T@/2.sock" },
+	{ "missing default file, -r given", NULL, { "-r", "@T@/a", NULL }, .no_c = true,
+	  .want = "a" },
+	{ "missing default file, no root", NULL, { "-s", "@T@/s.sock", NULL }, .no_c = true,
+	  .ret = -EINVAL, .want = "no root configured: @F@ does not exist and no -r DIR was given" },
+	{ "file without root, no -r", "uring_depth = 8\n", { NULL }, .ret = -EINVAL,
+	  .want = "no root configured: add 'root = /path' to @F@ or give -r DIR" },
+	{ "missing -c file", NULL, { "-r", "@T@/a", NULL }, .ret = -ENOENT,
+	  .want = "@F@: No such file or directory" },
+	{ "a bad file is not rescued by flags", "uring_depth = 0\n", { "-r", "@T@/a", NULL },
+	  .ret = -EINVAL, .want = "@F@:1: uring_depth: '0' is not a whole number in 1..1024" },
+	{ "missing root in the file", "\nroot = /nonexistent-ckptd-root\n", { NULL },
+	  .ret = -EINVAL,
+	  .want = "@F@:2: root '/nonexistent-ckptd-root': No such file or directory" },
+	{ "missing -r root", "root = @T@/a\n", { "-r", "@T@/nope", NULL }, .ret = -EINVAL,
+	  .want = "option -r: root '@T@/nope': No such file or directory" },
+	{ "relative -r root", "root = @T@/a\n", { "-r", "rel", NULL }, .ret = -EINVAL,
+	  .want = "option -r: root 'rel' is not an absolute path" },
+	{ "unknown -o key", "root = @T@/a\n", { "-o", "bogus=1", NULL }, .ret = -EINVAL,
+	  .want = "option -o: unknown key 'bogus'" },
+	{ "bad -o value", "root = @T@/a\n", { "-o", "handshake_timeout=1h", NULL },
+	  .ret = -EINVAL,
+	  .want = "option -o: handshake_timeout: '1h' is not a duration in 100ms..10m" },
+	{ "bad -s", "root = @T@/a\n", { "-s", "", NULL }, .ret = -EINVAL,
+	  .want = "option -s: socket: '' is not a path" },
+};
+
+/* Replaces @T@ and @F@ in `in`. */
+static void subst(const char *in, const char *conf, char *out, size_t len)
+{
+	size_t n = 0;
+
+	for (const char *p = in; *p && n + 1 < len;) {
+		const char *with = NULL;
+		if (strncmp(p, "@T@", 3) == 0)
+			with = tmpdir;
+		else if (strncmp(p, "@F@", 3) == 0)
+			with = conf;
+		if (with) {
+			n += (size_t)snprintf(out + n, len - n, "%s", with);
+			p += 3;
+		} else {
+			out[n++] = *p++;
+		}
+	}
+	out[n < len ? n : len - 1] = '\0';
+}
+
+START_TEST(test_args_compose)
+{
+	char conf[PATH_MAX], text[2 * PATH_MAX], want[2 * PATH_MAX], err[1024] = "";
+	char store[MAX_ARGV + 2][PATH_MAX], *argv[MAX_ARGV + 4];
+	struct config_args a;
+	struct config c;
+	int argc = 0, r;
+
+	for (const char *d = "abc"; *d; d++) {
+		char p[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/%c", tmpdir, *d);
+		ck_assert_int_eq(mkdir(p, 0755), 0);
+	}
+	tmp_path(conf, sizeof(conf), "ckptd.conf");
+	if (compose_cases[_i].file) {
+		subst(compose_cases[_i].file, conf, text, sizeof(text));
+		write_file(conf, text);
+	}
+	argv[argc++] = (char *)"ckptd";
+	if (!compose_cases[_i].no_c) {
+		argv[argc++] = (char *)"-c";
+		argv[argc++] = conf;
+	}
+	for (int i = 0; i < MAX_ARGV && compose_cases[_i].argv[i]; i++) {
+		subst(compose_cases[_i].argv[i], conf, store[i], sizeof(store[i]));
+		argv[argc++] = store[i];
+	}
+	argv[argc] = NULL;
+
+	ck_assert_msg(config_args_parse(&a, argc, argv, err, sizeof(err)) == 0, "%s", err);
+	if (compose_cases[_i].no_c)
+		a.config_path = conf; /* stands in for the default path */
+	memset(&c, 0xa5, sizeof(c));
+	r = config_from_args(&c, &a, err, sizeof(err));
+	config_args_free(&a);
+	ck_assert_msg(r == compose_cases[_i].ret, "%s: ret %d, want %d (%s)",
+		      compose_cases[_i].what, r, compose_cases[_i].ret, err);
+	subst(compose_cases[_i].want, conf, want, sizeof(want));
+	if (r < 0) {
+		ck_assert_msg(strstr(err, want) != NULL, "%s: err '%s' lacks '%s'",
+			      compose_cases[_i].what, err, want);
+		return;
+	}
+
+	/* The roots, canonical and in order. */
+	{
+		char *canon = realpath(tmpdir, NULL), got[2 * PATH_MAX] = "";
+		size_t off = 0, cl;
+		ck_assert_ptr_nonnull(canon);
+		cl = strlen(canon);
+		for (size_t i = 0; i < c.n_roots; i++) {
+			ck_assert_msg(strncmp(c.roots[i], canon, cl) == 0 && c.roots[i][cl] == '/',
+				      "root '%s' not under '%s'", c.roots[i], canon);
+			off += (size_t)snprintf(got + off, sizeof(got) - off, "%s%s", i ? " " : "",
+						c.roots[i] + cl + 1);
+		}
+		free(canon);
+		ck_assert_msg(strcmp(got, want) == 0, "%s: roots '%s', want '%s'",
+			      compose_cases[_i].what, got, want);
+	}
+	if (compose_cases[_i].socket) {
+		subst(compose_cases[_i].socket, conf, want, sizeof(want));
+		ck_assert_str_eq(c.socket_path, want);
+	}
+	if (compose_cases[_i].depth)
+		ck_assert_uint_eq(c.uring_depth, compose_cases[_i].depth);
+	config_free(&c);
 }
 END_TEST
 
@@ -689,8 +1138,27 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_root_allowed_slash);
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("keys");
+	tcase_add_loop_test(tc, test_key_row, 0, (int)config_n_keys);
+	tcase_add_loop_test(tc, test_key_range, 0, N(range_cases));
+	suite_add_tcase(s, tc);
+
 	tc = tcase_create("example");
-	tcase_add_test(tc, test_example_config);
+	tcase_add_loop_test(tc, test_example_config, 0, (int)config_n_keys);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("root_origin");
+	tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+	tcase_add_test(tc, test_root_origin);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("args");
+	tcase_add_loop_test(tc, test_args_parse, 0, N(parse_cases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("compose");
+	tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+	tcase_add_loop_test(tc, test_args_compose, 0, N(compose_cases));
 	suite_add_tcase(s, tc);
 #undef N
 	return s;

@@ -101,7 +101,8 @@ START_TEST(test_over_2gib)
 	uint32_t chained = 0;
 
 	if (p == MAP_FAILED) {
-		fprintf(stderr, "SKIP test_over_2gib: cannot map 2.5 GiB of address space\n");
+		printf("SKIP: [test_over_2gib] cannot map 2.5 GiB of address space\n");
+		fflush(stdout);
 		return;
 	}
 	for (size_t off = 0; off < len; off += piece)

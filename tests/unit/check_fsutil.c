@@ -48,17 +48,17 @@ START_TEST(test_mkdir_p)
 	struct stat st;
 
 	snprintf(p, sizeof(p), "%s/a/b/c", tmp);
-	ck_assert_int_eq(fs_mkdir_p(p, 0, 0, 0), 0);
+	ck_assert_int_eq(fs_mkdir_p(p, 0755), 0);
 	ck_assert_int_eq(stat(p, &st), 0);
 	ck_assert(S_ISDIR(st.st_mode));
 	/* Again: every component exists, which is fine. */
-	ck_assert_int_eq(fs_mkdir_p(p, 0, 0, 0), 0);
-	ck_assert_int_eq(fs_mkdir_p("relative/path", 0, 0, 0), -EINVAL);
-	ck_assert_int_eq(fs_mkdir_p("", 0, 0, 0), -EINVAL);
+	ck_assert_int_eq(fs_mkdir_p(p, 0755), 0);
+	ck_assert_int_eq(fs_mkdir_p("relative/path", 0755), -EINVAL);
+	ck_assert_int_eq(fs_mkdir_p("", 0755), -EINVAL);
 	/* A file in the way. */
 	ck_assert_int_eq(fs_write_file_at(tmpfd, "file", "x", 1, 0), 0);
 	snprintf(p, sizeof(p), "%s/file/sub", tmp);
-	ck_assert_int_eq(fs_mkdir_p(p, 0, 0, 0), -ENOTDIR);
+	ck_assert_int_eq(fs_mkdir_p(p, 0755), -ENOTDIR);
 }
 END_TEST
 

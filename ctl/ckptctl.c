@@ -11,8 +11,11 @@
  * `show` only read the file system, so they work with no daemon at all, on
  * any copy of a root.
  *
+ * --json prints JSON Lines for every command: one compact object per line.
+ *
  * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +49,8 @@
 #define CTL_STATUS_MAX      (64u << 20)     /* cap on the status report */
 #define CTL_MANIFEST_MAX    (1024ull << 20) /* cap on a manifest we read */
 #define CTL_NAME_COL_MAX    48              /* widest name column printed */
+#define CTL_LIST_DEPTH      8               /* directory levels list searches */
+#define CTL_ATTEMPT_MAX     (64u << 10)     /* cap on an attempt.json we read */
 
 static const char *prog = "ckptctl";
 
@@ -72,15 +77,19 @@ static void usage(FILE *f)
 		"       %s --help | --version\n"
 		"\n"
 		"  status          what the running ckptd is doing: clients, saves in flight\n"
-		"  list ROOT       the checkpoints under ROOT, committed and partial\n"
+		"  list ROOT       the checkpoints at ROOT and below (%d levels), and the\n"
+		"                  saves in progress, incomplete and corrupt ones among them\n"
 		"  show ROOT/NAME  one checkpoint's manifest: files, tensors, blobs\n"
 		"\n"
 		"  -s SOCKET       the daemon's socket (default: $CKPTD_SOCKET, else the\n"
 		"                  'socket' of the config file, else %s)\n"
-		"  -c CONFIG       the config file to read the socket from (default %s)\n"
-		"  --json          print JSON instead of a table\n"
+		"  -c CONFIG       the config file to read the socket from\n"
+		"                  (default %s)\n"
+		"  --json          print JSON Lines instead of text: one compact JSON object\n"
+		"                  per line (status: the report; list: one per entry;\n"
+		"                  show: the manifest)\n"
 		"  -v, --verbose   show: every chunk of every tensor\n",
-		prog, prog, prog, prog, CKPT_DEFAULT_SOCKET, CONFIG_DEFAULT_PATH);
+		prog, prog, prog, prog, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET, config_default_path);
 }
 
 static void die_usage(void)
@@ -145,14 +154,22 @@ static const char *human_duration(double s, char *buf, size_t len)
 	return buf;
 }
 
-static void print_json(json_t *j)
+/*
+ * --json prints JSON Lines: every object compact on one line, so a script
+ * can read a report as one document and a listing line by line.  `flags`
+ * adds JSON_REAL_PRECISION for reports of measured values (seconds rounded
+ * to milliseconds read as 43.101, not 43.100999999999999); a manifest keeps
+ * jansson's exact default.  Returns 0 or -ENOMEM.
+ */
+static int print_json_line(const json_t *j, size_t flags)
 {
-	char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+	char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY | flags);
 
-	if (s) {
-		puts(s);
-		free(s);
-	}
+	if (!s)
+		return -ENOMEM;
+	puts(s);
+	free(s);
+	return 0;
 }
 
 /*
@@ -217,7 +234,7 @@ static const char *jget_str(const json_t *o, const char *key)
 static char *resolve_socket(const char *opt_socket, const char *opt_config)
 {
 	const char *env = getenv("CKPTD_SOCKET");
-	const char *path = opt_config ? opt_config : CONFIG_DEFAULT_PATH;
+	const char *path = opt_config ? opt_config : config_default_path;
 	struct config c;
 	char err[1024] = "";
 	char *ret;
@@ -451,6 +468,15 @@ static void status_print(json_t *st)
 	       (unsigned long long)jget_u64(cfg, "uring_depth"),
 	       human_duration((double)jget_u64(cfg, "commit_deadline_ms") / 1000.0, d,
 			      sizeof(d)));
+	/* Fields of newer daemons: shown when the report has them. */
+	{
+		json_t *stall = json_object_get(st, "max_loop_stall_ms");
+		if (!stall)
+			stall = json_object_get(totals, "max_loop_stall_ms");
+		if (json_is_number(stall))
+			printf("  loop     longest stall %.1f ms (time away from serving clients)\n",
+			       json_number_value(stall));
+	}
 
 	json_array_foreach(clients, i, v) {
 		size_t l = strlen(jget_str(v, "job"));
@@ -512,10 +538,12 @@ static void status_print(json_t *st)
 		}
 	}
 
-	printf("\ntotals: %llu committed, %llu failed, %s written\n",
+	printf("\ntotals: %llu committed, %llu failed",
 	       (unsigned long long)jget_u64(totals, "saves_committed"),
-	       (unsigned long long)jget_u64(totals, "saves_failed"),
-	       human_size(jget_u64(totals, "bytes_written"), a, sizeof(a)));
+	       (unsigned long long)jget_u64(totals, "saves_failed"));
+	if (json_is_integer(json_object_get(totals, "saves_refused")))
+		printf(", %llu refused", (unsigned long long)jget_u64(totals, "saves_refused"));
+	printf(", %s written\n", human_size(jget_u64(totals, "bytes_written"), a, sizeof(a)));
 }
 
 static int cmd_status(const char *opt_socket, const char *opt_config, bool json)
@@ -534,14 +562,6 @@ static int cmd_status(const char *opt_socket, const char *opt_config, bool json)
 		free(path);
 		return 1;
 	}
-	if (json) {
-		fwrite(text, 1, len, stdout);
-		if (len == 0 || text[len - 1] != '\n')
-			putchar('\n');
-		free(text);
-		free(path);
-		return 0;
-	}
 	st = json_loadb(text, len, 0, &jerr);
 	if (!json_is_object(st)) {
 		errmsg("status report from '%s' is not a JSON object: %s (line %d)", path,
@@ -551,8 +571,17 @@ static int cmd_status(const char *opt_socket, const char *opt_config, bool json)
 		free(path);
 		return 1;
 	}
-	status_print(st);
+	if (json)
+		ret = print_json_line(st, JSON_REAL_PRECISION(15));
+	else
+		status_print(st);
 	json_decref(st);
+	if (ret < 0) {
+		errmsg("out of memory");
+		free(text);
+		free(path);
+		return 1;
+	}
 	free(text);
 	free(path);
 	return 0;
@@ -560,107 +589,341 @@ static int cmd_status(const char *opt_socket, const char *opt_config, bool json)
 
 /* ---- list ---- */
 
-enum entry_state { ENT_COMMITTED, ENT_PARTIAL, ENT_INCOMPLETE, ENT_CORRUPT };
+/*
+ * The layout list follows (README "On-disk layout"):
+ *
+ *   - a checkpoint is a directory holding manifest.json; list never looks
+ *     inside one;
+ *   - a work directory of a save in progress is a hidden directory named
+ *     .ckpt-work-<32 hex digits> (holding attempt.json) or, from older
+ *     daemons, .partial-*;
+ *   - a directory with rank-*.safetensors but no manifest.json is an
+ *     incomplete checkpoint (a commit that never finished, or a copy);
+ *   - any other directory is a container (the daemon's per-job directories,
+ *     an admin's folders): list looks inside, down to CTL_LIST_DEPTH levels
+ *     below the root, and shows nothing for it unless it holds checkpoints.
+ *
+ * Other hidden entries, plain files and symlinks are not shown.
+ */
+#define WORK_PREFIX       ".ckpt-work-"
+#define WORK_HEX          32
+#define LEGACY_PREFIX     ".partial-"
+#define ATTEMPT_FILE      "attempt.json"
+
+enum entry_state { ENT_COMMITTED, ENT_IN_PROGRESS, ENT_INCOMPLETE, ENT_CORRUPT };
 
 static const char *const state_names[] = {
 	[ENT_COMMITTED] = "committed",
-	[ENT_PARTIAL] = "partial",
+	[ENT_IN_PROGRESS] = "in_progress",
 	[ENT_INCOMPLETE] = "incomplete",
 	[ENT_CORRUPT] = "corrupt",
 };
 
 struct entry {
-	char *dir;              /* directory name under the root */
+	char *path;             /* relative to the root, fit to print */
 	enum entry_state state;
-	uint64_t step, total_bytes;
+	bool has_step, has_world, has_attempt;
+	uint64_t step, total_bytes, attempt;
 	uint32_t world;
 	char time[40];
-	char job[CKPT_MAX_JOB_LEN + 1];
-	double age_s;           /* partial: since the work dir last changed */
+	char *name, *job, *run; /* from manifest.json or attempt.json, or NULL */
+	double age_s;           /* in progress: since the attempt began */
 	char *error;            /* corrupt: why */
 };
 
+struct listing {
+	struct entry *v;
+	size_t n, cap;
+	size_t longest;   /* longest path, for the column */
+	size_t too_deep;  /* containers not searched: deeper than the limit */
+};
+
+/* Entries sorted by the directory that holds them; in one directory the
+ * committed checkpoints first, by step, then the rest by name. */
 static int entry_cmp(const void *pa, const void *pb)
 {
 	const struct entry *a = pa, *b = pb;
+	const char *sa = strrchr(a->path, '/'), *sb = strrchr(b->path, '/');
+	size_t la = sa ? (size_t)(sa - a->path) : 0, lb = sb ? (size_t)(sb - b->path) : 0;
+	int c = strncmp(a->path, b->path, la < lb ? la : lb);
 
-	/* Committed checkpoints first, by step; then the rest, by name. */
+	if (c == 0 && la != lb)
+		c = la < lb ? -1 : 1;
+	if (c)
+		return c;
 	if ((a->state == ENT_COMMITTED) != (b->state == ENT_COMMITTED))
 		return a->state == ENT_COMMITTED ? -1 : 1;
 	if (a->state == ENT_COMMITTED && a->step != b->step)
 		return a->step < b->step ? -1 : 1;
-	return strcmp(a->dir, b->dir);
+	return strcmp(a->path, b->path);
 }
 
 static void entry_free(struct entry *e)
 {
-	free(e->dir);
+	free(e->path);
+	free(e->name);
+	free(e->job);
+	free(e->run);
 	free(e->error);
 }
 
-/*
- * Looks at one directory under the root.  A manifest that cannot be read or
- * parsed makes a "corrupt" entry: one bad checkpoint must not hide the rest.
- */
-static int entry_load(int rootfd, const char *name, const struct stat *st, struct entry *e)
+/* A new zeroed entry for `rel`, or NULL (out of memory). */
+static struct entry *entry_add(struct listing *L, const char *rel, enum entry_state state)
 {
-	char rel[NAME_MAX + sizeof(MANIFEST_FILE) + 2];
-	char err[512] = "";
-	struct manifest m;
+	struct entry *e;
+
+	if (L->n == L->cap) {
+		size_t ncap = L->cap ? 2 * L->cap : 64;
+		struct entry *nv = realloc(L->v, ncap * sizeof(*nv));
+		if (!nv)
+			return NULL;
+		L->v = nv;
+		L->cap = ncap;
+	}
+	e = &L->v[L->n];
+	memset(e, 0, sizeof(*e));
+	e->path = display_name(rel);
+	if (!e->path)
+		return NULL;
+	e->state = state;
+	if (strlen(e->path) > L->longest)
+		L->longest = strlen(e->path);
+	L->n++;
+	return e;
+}
+
+static bool is_work_dir(const char *name)
+{
+	size_t n = strlen(WORK_PREFIX);
+
+	if (strncmp(name, WORK_PREFIX, n) != 0 || strlen(name) != n + WORK_HEX)
+		return false;
+	for (size_t i = n; name[i]; i++)
+		if (!isxdigit((unsigned char)name[i]))
+			return false;
+	return true;
+}
+
+static double seconds_since(const struct timespec *t)
+{
+	struct timespec now;
+	double age;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	age = (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) / 1e9;
+	return age < 0 ? 0 : age;
+}
+
+/* A string member of a hostile object, fit to print, or NULL. */
+static char *jdup_str(const json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? display_name(s) : NULL;
+}
+
+static bool jget_uint(const json_t *o, const char *key, uint64_t *ret)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return false;
+	*ret = (uint64_t)json_integer_value(v);
+	return true;
+}
+
+/*
+ * A save in progress.  attempt.json, when there and readable, tells which
+ * checkpoint it will be and when the attempt began; without it the age is
+ * the work directory's last change.  Nothing in it is trusted beyond being
+ * printed.  Returns 0 or -ENOMEM.
+ */
+static int add_in_progress(struct listing *L, int dfd, const char *name, const char *rel,
+			   const struct stat *st)
+{
+	struct entry *e = entry_add(L, rel, ENT_IN_PROGRESS);
+	char path[NAME_MAX + sizeof(ATTEMPT_FILE) + 2];
 	char *text = NULL;
 	size_t len = 0;
+	json_t *a = NULL;
+	uint64_t v;
+
+	if (!e)
+		return -ENOMEM;
+	e->age_s = seconds_since(&st->st_mtim);
+	if (strncmp(name, WORK_PREFIX, strlen(WORK_PREFIX)) != 0)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", name, ATTEMPT_FILE);
+	if (fs_read_file_at(dfd, path, CTL_ATTEMPT_MAX, &text, &len) < 0)
+		return 0;
+	a = json_loadb(text, len, 0, NULL);
+	free(text);
+	if (!json_is_object(a)) {
+		json_decref(a);
+		return 0;
+	}
+	e->name = jdup_str(a, "name");
+	e->job = jdup_str(a, "job");
+	e->run = jdup_str(a, "run");
+	e->has_step = jget_uint(a, "step", &e->step);
+	e->has_attempt = jget_uint(a, "attempt", &e->attempt);
+	if (jget_uint(a, "world", &v) && v <= UINT32_MAX) {
+		e->world = (uint32_t)v;
+		e->has_world = true;
+	}
+	{
+		json_t *c = json_object_get(a, "created");
+		if (json_is_number(c) && json_number_value(c) > 0) {
+			double created = json_number_value(c);
+			struct timespec ts = { .tv_sec = (time_t)created,
+					       .tv_nsec = (long)((created - (double)(time_t)created) *
+								 1e9) };
+			e->age_s = seconds_since(&ts);
+		}
+	}
+	json_decref(a);
+	return 0;
+}
+
+/*
+ * A directory that holds manifest.json: committed, or corrupt if the
+ * manifest cannot be read or parsed (one bad checkpoint must not hide the
+ * rest).  `r` and the text are fs_read_file_at's result.
+ */
+static int add_checkpoint(struct listing *L, const char *rel, int r, char *text, size_t len)
+{
+	struct entry *e = entry_add(L, rel, ENT_CORRUPT);
+	char err[512] = "";
+	struct manifest m;
 	int ret;
 
-	memset(e, 0, sizeof(*e));
-	e->dir = display_name(name);
-	if (!e->dir)
+	if (!e) {
+		free(text);
 		return -ENOMEM;
-
-	if (strncmp(name, ".partial-", 9) == 0) {
-		struct timespec now;
-		clock_gettime(CLOCK_REALTIME, &now);
-		e->state = ENT_PARTIAL;
-		e->age_s = (double)(now.tv_sec - st->st_mtim.tv_sec) +
-			   (double)(now.tv_nsec - st->st_mtim.tv_nsec) / 1e9;
-		if (e->age_s < 0)
-			e->age_s = 0;
-		return 0;
 	}
-
-	snprintf(rel, sizeof(rel), "%s/%s", name, MANIFEST_FILE);
-	ret = fs_read_file_at(rootfd, rel, CTL_MANIFEST_MAX, &text, &len);
-	if (ret == -ENOENT) {
-		e->state = ENT_INCOMPLETE;
-		return 0;
-	}
-	if (ret == -ENOMEM)
-		return ret;
-	if (ret < 0) {
-		e->state = ENT_CORRUPT;
+	if (r < 0) {
 		snprintf(err, sizeof(err), "%s: %s", MANIFEST_FILE,
-			 ret == -EFBIG ? "not a regular file of a sane size" : strerror(-ret));
+			 r == -EFBIG ? "larger than ckptctl reads" :
+			 r == -EINVAL ? "not a regular file" : strerror(-r));
 		e->error = strdup(err);
 		return e->error ? 0 : -ENOMEM;
 	}
-
 	memset(&m, 0, sizeof(m));
 	ret = manifest_parse(text, len, &m, err, sizeof(err));
 	free(text);
 	if (ret == -ENOMEM)
 		return ret;
 	if (ret < 0) {
-		e->state = ENT_CORRUPT;
 		e->error = strdup(err[0] ? err : strerror(-ret));
 		return e->error ? 0 : -ENOMEM;
 	}
 	e->state = ENT_COMMITTED;
 	e->step = m.step;
+	e->has_step = true;
 	e->total_bytes = m.total_bytes;
 	e->world = m.world;
+	e->has_world = true;
 	snprintf(e->time, sizeof(e->time), "%s", m.time);
-	snprintf(e->job, sizeof(e->job), "%s", m.job);
+	e->name = display_name(m.name);
+	e->job = display_name(m.job);
 	manifest_free(&m);
-	return 0;
+	return e->name && e->job ? 0 : -ENOMEM;
+}
+
+/* True if the directory holds a rank-*.safetensors file.  Leaves the stream
+ * rewound. */
+static bool has_shards(DIR *d)
+{
+	static const char suffix[] = ".safetensors";
+	struct dirent *de;
+	bool found = false;
+
+	while (!found && (de = readdir(d)) != NULL) {
+		size_t n = strlen(de->d_name);
+		found = strncmp(de->d_name, "rank-", 5) == 0 && n > 5 + sizeof(suffix) - 1 &&
+			strcmp(de->d_name + n - (sizeof(suffix) - 1), suffix) == 0;
+	}
+	rewinddir(d);
+	return found;
+}
+
+/* Lists what the container `d` (at `rel`, `depth` levels below the root)
+ * holds.  Returns 0, or -ENOMEM / a read error of the directory. */
+static int list_dir(struct listing *L, DIR *d, const char *rel, unsigned depth)
+{
+	int dfd = dirfd(d);
+	struct dirent *de;
+
+	while ((errno = 0, de = readdir(d)) != NULL) {
+		const char *name = de->d_name;
+		char child[PATH_MAX];
+		char *text = NULL;
+		size_t len = 0;
+		struct stat st;
+		DIR *cd;
+		int cfd, r;
+
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+			continue;
+		if (snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", name) >=
+		    (int)sizeof(child))
+			continue;
+		/* Symlinks are aliases, not what the root stores: not shown,
+		 * and never followed, so the walk cannot loop. */
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (!S_ISDIR(st.st_mode))
+			continue;
+		if (is_work_dir(name) || strncmp(name, LEGACY_PREFIX, strlen(LEGACY_PREFIX)) == 0) {
+			r = add_in_progress(L, dfd, name, child, &st);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		if (name[0] == '.')
+			continue; /* other hidden entries are not ours */
+
+		cfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (cfd < 0) {
+			errmsg("'%s': %s (not listed)", child, strerror(errno));
+			continue;
+		}
+		r = fs_read_file_at(cfd, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len);
+		if (r == -ENOMEM) {
+			close(cfd);
+			return r;
+		}
+		if (r != -ENOENT) {
+			close(cfd);
+			r = add_checkpoint(L, child, r, text, len);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		cd = fdopendir(cfd);
+		if (!cd) {
+			errmsg("'%s': %s (not listed)", child, strerror(errno));
+			close(cfd);
+			continue;
+		}
+		r = 0;
+		if (has_shards(cd)) {
+			if (!entry_add(L, child, ENT_INCOMPLETE))
+				r = -ENOMEM;
+		} else if (depth >= CTL_LIST_DEPTH) {
+			L->too_deep++;
+		} else {
+			r = list_dir(L, cd, child, depth + 1);
+			if (r < 0 && r != -ENOMEM) {
+				errmsg("reading '%s': %s (not listed)", child, strerror(-r));
+				r = 0;
+			}
+		}
+		closedir(cd);
+		if (r < 0)
+			return r;
+	}
+	return errno ? -errno : 0;
 }
 
 static json_t *entry_json(const struct entry *e)
@@ -669,18 +932,29 @@ static json_t *entry_json(const struct entry *e)
 
 	if (!o)
 		return NULL;
-	json_object_set_new(o, "name", json_string(e->dir));
+	json_object_set_new(o, "path", json_string(e->path));
 	json_object_set_new(o, "state", json_string(state_names[e->state]));
+	if (e->name)
+		json_object_set_new(o, "name", json_string(e->name));
+	if (e->job)
+		json_object_set_new(o, "job", json_string(e->job));
+	if (e->has_step)
+		json_object_set_new(o, "step", json_integer((json_int_t)e->step));
+	if (e->has_world)
+		json_object_set_new(o, "world", json_integer(e->world));
 	switch (e->state) {
 	case ENT_COMMITTED:
-		json_object_set_new(o, "step", json_integer((json_int_t)e->step));
 		json_object_set_new(o, "total_bytes", json_integer((json_int_t)e->total_bytes));
 		json_object_set_new(o, "time", json_string(e->time));
-		json_object_set_new(o, "world", json_integer(e->world));
-		json_object_set_new(o, "job", json_string(e->job));
 		break;
-	case ENT_PARTIAL:
-		json_object_set_new(o, "age_s", json_real(e->age_s));
+	case ENT_IN_PROGRESS:
+		if (e->run)
+			json_object_set_new(o, "run", json_string(e->run));
+		if (e->has_attempt)
+			json_object_set_new(o, "attempt", json_integer((json_int_t)e->attempt));
+		/* to the millisecond (ages are >= 0) */
+		json_object_set_new(o, "age_s",
+				    json_real((double)(uint64_t)(e->age_s * 1000.0 + 0.5) / 1000.0));
 		break;
 	case ENT_CORRUPT:
 		json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
@@ -691,13 +965,48 @@ static json_t *entry_json(const struct entry *e)
 	return o;
 }
 
+static void list_print(const struct listing *L)
+{
+	int w = name_width(L->longest, 4);
+	char sz[32], age[32], step[24], world[16];
+
+	printf("%-*s %10s %10s  %-20s %6s  %s\n", w, "PATH", "STEP", "SIZE", "TIME", "WORLD",
+	       "STATE");
+	for (size_t i = 0; i < L->n; i++) {
+		const struct entry *e = &L->v[i];
+
+		snprintf(step, sizeof(step), "%llu", (unsigned long long)e->step);
+		snprintf(world, sizeof(world), "%u", e->world);
+		printf("%-*s %10s %10s  %-20s %6s  ", w, e->path, e->has_step ? step : "-",
+		       e->state == ENT_COMMITTED ? human_size(e->total_bytes, sz, sizeof(sz)) : "-",
+		       e->state == ENT_COMMITTED ? e->time : "-", e->has_world ? world : "-");
+		switch (e->state) {
+		case ENT_COMMITTED:
+			printf("committed\n");
+			break;
+		case ENT_IN_PROGRESS:
+			printf("in progress (%s old)", human_duration(e->age_s, age, sizeof(age)));
+			if (e->name)
+				printf(": %s", e->name);
+			if (e->job)
+				printf(" of job %s", e->job);
+			putchar('\n');
+			break;
+		case ENT_INCOMPLETE:
+			printf("incomplete (shards but no %s)\n", MANIFEST_FILE);
+			break;
+		case ENT_CORRUPT:
+			printf("corrupt: %s\n", e->error ? e->error : "?");
+			break;
+		}
+	}
+}
+
 static int cmd_list(const char *root, bool json)
 {
-	struct entry *ents = NULL;
-	size_t n = 0, cap = 0, longest = 4;
-	struct dirent *de;
+	struct listing L = { .longest = 4 };
 	DIR *dir;
-	int rootfd, ret = 1;
+	int rootfd, r, ret = 1;
 
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
@@ -710,93 +1019,42 @@ static int cmd_list(const char *root, bool json)
 		close(rootfd);
 		return 1;
 	}
+	r = list_dir(&L, dir, "", 1);
+	if (r < 0) {
+		errmsg("reading root '%s': %s", root, strerror(-r));
+		goto out;
+	}
+	if (L.n)
+		qsort(L.v, L.n, sizeof(*L.v), entry_cmp);
 
-	while ((errno = 0, de = readdir(dir)) != NULL) {
-		struct stat st;
-		int r;
-
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (de->d_name[0] == '.' && strncmp(de->d_name, ".partial-", 9) != 0)
-			continue; /* other hidden entries are not ours */
-		if (fstatat(rootfd, de->d_name, &st, 0) < 0 || !S_ISDIR(st.st_mode))
-			continue;
-		if (n == cap) {
-			size_t ncap = cap ? 2 * cap : 64;
-			struct entry *ne = realloc(ents, ncap * sizeof(*ne));
-			if (!ne) {
+	if (json) {
+		for (size_t i = 0; i < L.n; i++) {
+			json_t *o = entry_json(&L.v[i]);
+			if (!o || print_json_line(o, JSON_REAL_PRECISION(15)) < 0) {
+				json_decref(o);
 				errmsg("out of memory");
 				goto out;
 			}
-			ents = ne;
-			cap = ncap;
+			json_decref(o);
 		}
-		r = entry_load(rootfd, de->d_name, &st, &ents[n]);
-		if (r < 0) {
-			entry_free(&ents[n]);
-			errmsg("'%s/%s': %s", root, de->d_name, strerror(-r));
-			goto out;
-		}
-		if (strlen(de->d_name) > longest)
-			longest = strlen(de->d_name);
-		n++;
-	}
-	if (errno) {
-		errmsg("reading root '%s': %s", root, strerror(errno));
-		goto out;
-	}
-	if (n)
-		qsort(ents, n, sizeof(*ents), entry_cmp);
-
-	if (json) {
-		json_t *arr = json_array();
-		if (!arr) {
-			errmsg("out of memory");
-			goto out;
-		}
-		for (size_t i = 0; i < n; i++)
-			json_array_append_new(arr, entry_json(&ents[i]));
-		print_json(arr);
-		json_decref(arr);
-	} else if (n == 0) {
-		printf("no checkpoints in '%s'\n", root);
+	} else if (L.n == 0) {
+		struct stat st;
+		printf("no checkpoints in '%s'", root);
+		if (fstatat(rootfd, MANIFEST_FILE, &st, 0) == 0)
+			printf(" (it is a checkpoint itself: ckptctl show '%s')", root);
+		putchar('\n');
 	} else {
-		int w = name_width(longest, 4);
-		char sz[32], age[32];
-
-		printf("%-*s %10s %10s  %-20s %6s  %s\n", w, "NAME", "STEP", "SIZE", "TIME",
-		       "WORLD", "STATE");
-		for (size_t i = 0; i < n; i++) {
-			const struct entry *e = &ents[i];
-			switch (e->state) {
-			case ENT_COMMITTED:
-				printf("%-*s %10llu %10s  %-20s %6u  committed\n", w, e->dir,
-				       (unsigned long long)e->step,
-				       human_size(e->total_bytes, sz, sizeof(sz)), e->time,
-				       e->world);
-				break;
-			case ENT_PARTIAL:
-				printf("%-*s %10s %10s  %-20s %6s  partial (%s old)\n", w, e->dir,
-				       "-", "-", "-", "-",
-				       human_duration(e->age_s, age, sizeof(age)));
-				break;
-			case ENT_INCOMPLETE:
-				printf("%-*s %10s %10s  %-20s %6s  incomplete (no %s)\n", w,
-				       e->dir, "-", "-", "-", "-", MANIFEST_FILE);
-				break;
-			case ENT_CORRUPT:
-				printf("%-*s %10s %10s  %-20s %6s  corrupt: %s\n", w, e->dir, "-",
-				       "-", "-", "-", e->error ? e->error : "?");
-				break;
-			}
-		}
+		list_print(&L);
 	}
+	if (L.too_deep)
+		errmsg("note: %zu director%s more than %d levels below '%s' not searched",
+		       L.too_deep, L.too_deep == 1 ? "y" : "ies", CTL_LIST_DEPTH, root);
 	ret = 0;
 
 out:
-	for (size_t i = 0; i < n; i++)
-		entry_free(&ents[i]);
-	free(ents);
+	for (size_t i = 0; i < L.n; i++)
+		entry_free(&L.v[i]);
+	free(L.v);
 	closedir(dir);
 	return ret;
 }
@@ -956,16 +1214,18 @@ static int cmd_show(const char *path, bool json, bool verbose)
 		return 1;
 	}
 	if (json) {
-		/* The manifest itself, as written (it was checked above). */
-		fwrite(text, 1, len, stdout);
-		if (len == 0 || text[len - 1] != '\n')
-			putchar('\n');
+		/* The manifest itself (checked above), on one line. */
+		json_t *j = json_loadb(text, len, 0, NULL);
+		ret = j ? print_json_line(j, 0) : -ENOMEM;
+		json_decref(j);
+		if (ret < 0)
+			errmsg("out of memory");
 	} else {
 		show_print(path, &m, verbose);
 	}
 	manifest_free(&m);
 	free(text);
-	return 0;
+	return ret < 0 ? 1 : 0;
 }
 
 /* ---- main ---- */

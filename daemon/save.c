@@ -1,0 +1,1101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * save.c - the save/rank state machine (save.h).  Every transition of a save
+ * or a rank is a function here; the connection code only routes messages to
+ * them, the writer only reports finished extents through the rank's
+ * wtarget, and the storage backend is reached only through store_ops, on
+ * worker threads for anything that may block.
+ */
+#include "daemon/save.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/conn.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "format/index.h"
+#include "store/fsutil.h"
+
+/* A job of a save or a rank: what run() needs, owned by the job, so the
+ * worker never reads loop state that may change. */
+struct sjob {
+	struct work w;
+	struct save *s;
+	struct rank *r;
+	/* inputs */
+	struct store_key key;
+	char id[STORE_ID_LEN + 1];
+	char root[PATH_MAX];
+	struct store_attempt *att;
+	struct store_shard *shard;
+	const struct config *cfg;
+	struct registry *reg;
+	const struct store_ops *store;
+	struct store_writer self;
+	struct creds daemon_creds;
+	bool coordinator, delivered, created;
+	uint32_t n_present;
+	char nonce[STORE_ID_LEN + 1];
+	struct index_local *local;
+	size_t n_local;
+	uint32_t *ranks;         /* local ranks, sorted (count, cleanup) */
+	size_t n_ranks;
+	struct rank **rk;        /* poll: local ranks (read-only), n_ranks */
+	char (*to)[STORE_ID_LEN + 1]; /* poll: their addressees, updated */
+	char msg[PROTO_MSG_LEN];
+	/* outputs */
+	struct store_shard *out_shard;
+	struct store_attempt *out_att;
+	bool out_created;
+	char out_root[PATH_MAX];
+	int poll;
+};
+
+static void save_kick(struct save *s);
+static void rank_tell(struct rank *r);
+
+static struct sjob *sjob_new(struct save *s, struct rank *r, void (*run)(struct work *),
+			     void (*done)(struct work *), const struct creds *creds)
+{
+	struct sjob *j = calloc(1, sizeof(*j));
+	struct server *srv = s->srv;
+
+	if (!j)
+		return NULL;
+	j->w.run = run;
+	j->w.done = done;
+	j->w.creds = creds;
+	j->s = s;
+	j->r = r;
+	j->key = s->key;
+	memcpy(j->id, s->id, sizeof(j->id));
+	snprintf(j->root, sizeof(j->root), "%s", s->root);
+	j->att = s->att;
+	j->cfg = &srv->cfg;
+	j->reg = &srv->reg;
+	j->store = srv->store;
+	j->self = srv->self;
+	j->daemon_creds = srv->creds;
+	j->coordinator = s->coordinator;
+	j->delivered = s->delivered;
+	j->created = s->created;
+	j->n_present = s->n_present;
+	memcpy(j->nonce, s->nonce, sizeof(j->nonce));
+	return j;
+}
+
+static void sjob_free(struct sjob *j)
+{
+	free(j->local);
+	free(j->ranks);
+	free(j->rk);
+	free(j->to);
+	free(j);
+}
+
+/* ---- lookups ---------------------------------------------------------------- */
+
+static bool save_final(const struct save *s)
+{
+	return s->state == SAVE_COMMITTED || s->state == SAVE_FAILED;
+}
+
+static struct save *find_live(struct server *srv, const char *job, const char *name)
+{
+	struct list *p;
+
+	list_for_each(p, &srv->saves)
+	{
+		struct save *s = list_entry(p, struct save, link);
+		if (!save_final(s) && !strcmp(s->key.job, job) && !strcmp(s->key.name, name))
+			return s;
+	}
+	return NULL;
+}
+
+static struct save *find_final(struct server *srv, const char *id)
+{
+	struct list *p;
+
+	list_for_each(p, &srv->saves)
+	{
+		struct save *s = list_entry(p, struct save, link);
+		if (save_final(s) && !strcmp(s->id, id))
+			return s;
+	}
+	return NULL;
+}
+
+struct rank *rank_find(struct conn *c, uint32_t token)
+{
+	struct list *p;
+
+	list_for_each(p, &c->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, clink);
+		if (r->token == token)
+			return r;
+	}
+	return NULL;
+}
+
+size_t saves_live_ids(struct server *srv, char (*ids)[STORE_ID_LEN + 1], size_t max)
+{
+	struct list *p;
+	size_t n = 0;
+
+	list_for_each(p, &srv->saves)
+	{
+		if (n == max)
+			break;
+		memcpy(ids[n++], list_entry(p, struct save, link)->id, STORE_ID_LEN + 1);
+	}
+	return n;
+}
+
+const char *save_state_name(const struct save *s)
+{
+	bool staging = false, writing = false;
+	struct list *p;
+
+	switch (s->state) {
+	case SAVE_OPENING:
+		return "opening";
+	case SAVE_COMMITTING:
+		return "committing";
+	case SAVE_COMMITTED:
+		return "committed";
+	case SAVE_FAILED:
+		return "failed";
+	case SAVE_ACTIVE:
+		break;
+	}
+	list_for_each(p, &s->ranks)
+	{
+		enum rank_state st = list_entry(p, struct rank, slink)->state;
+		staging |= st == RANK_OPENING || st == RANK_STAGING;
+		writing |= st == RANK_WRITING || st == RANK_FINISHING;
+	}
+	return staging ? "staging" : writing ? "writing" : "waiting";
+}
+
+/* ---- telling ranks ---------------------------------------------------------- */
+
+/* The one message a rank still expects: its ACK if it never got one, else
+ * SAVE_DONE.  Once. */
+static void rank_tell(struct rank *r)
+{
+	struct save *s = r->save;
+	bool acked = r->state != RANK_OPENING;
+	int err;
+
+	if (r->told)
+		return;
+	r->told = true;
+	if (r->conn->state == CONN_CLOSED)
+		return;
+	if (s->state == SAVE_COMMITTED) {
+		conn_send_result(r->conn, PROTO_SAVE_DONE, r->token, 0, "");
+		return;
+	}
+	err = r->err ? r->err : s->err ? s->err : -EIO;
+	conn_send_result(r->conn, acked ? PROTO_SAVE_DONE : PROTO_SAVE_ACK, r->token, err, s->msg);
+}
+
+/* ---- failure ---------------------------------------------------------------- */
+
+void save_fail(struct save *s, int err, const char *fmt, ...)
+{
+	struct list *p;
+	va_list ap;
+
+	/* A commit in flight decides for itself (it may already be visible). */
+	if (save_final(s) || s->state == SAVE_COMMITTING)
+		return;
+	s->state = SAVE_FAILED;
+	s->err = err < 0 ? err : -EIO;
+	va_start(ap, fmt);
+	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
+	va_end(ap);
+	s->srv->saves_failed++;
+	log_warn("save '%s/%s' (job '%s', attempt %s) failed: %s", s->root, s->key.name,
+		 s->key.job, s->id, s->msg);
+	list_for_each(p, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		/* Slots still queued for a checksum are given back quickly. */
+		r->wt.no_crc = true;
+		if (r->wt.held && r->conn->writer_ok)
+			writer_crc_due(&r->conn->w);
+		rank_tell(r);
+	}
+	save_kick(s);
+}
+
+static void rank_fail(struct rank *r, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void rank_fail(struct rank *r, int err, const char *fmt, ...)
+{
+	char msg[PROTO_MSG_LEN];
+	va_list ap;
+
+	if (r->state == RANK_FAILED || save_final(r->save))
+		return;
+	r->state = RANK_FAILED;
+	r->err = err;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	/* The rank's own client gets its own errno; every other rank learns
+	 * that this one failed. */
+	save_fail(r->save, -ECANCELED, "%s", msg);
+}
+
+void rank_abort(struct rank *r, int err, const char *why)
+{
+	if (r->state == RANK_OPENING || r->state == RANK_STAGING)
+		rank_fail(r, err, "rank %u %s", r->rank, why);
+}
+
+/* ---- jobs -------------------------------------------------------------------- */
+
+static void registry_note(struct sjob *j, bool add)
+{
+	char err[PROTO_MSG_LEN];
+
+	/* The registry is the daemon's: switch to ourselves for it. */
+	if (creds_apply(&j->daemon_creds, err, sizeof(err)) < 0)
+		return;
+	if (add) {
+		if (registry_add(j->reg, j->id, j->out_root[0] ? j->out_root : j->root,
+				 j->w.creds ? j->w.creds : &j->daemon_creds, j->self.instance) < 0)
+			log_warn("registry: cannot note work area %s", j->id);
+	} else {
+		registry_del(j->reg, j->id);
+	}
+	if (j->w.creds)
+		creds_apply(j->w.creds, err, sizeof(err));
+}
+
+static void open_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	char canon[PATH_MAX];
+	int r;
+
+	if (!config_root_allowed(j->cfg, j->root)) {
+		w->res = -EACCES;
+		snprintf(w->err, sizeof(w->err), "root '%.400s' is not inside an allowed root of this ckptd",
+			 j->root);
+		return;
+	}
+	r = fs_mkdir_p(j->root, 0777);
+	if (r < 0) {
+		w->res = r;
+		snprintf(w->err, sizeof(w->err), "cannot create root '%.400s': %s", j->root,
+			 strerror(-r));
+		return;
+	}
+	/* Symlinks below an allowed root must not lead out of it. */
+	if (!realpath(j->root, canon) || !config_root_allowed(j->cfg, canon)) {
+		w->res = -EACCES;
+		snprintf(w->err, sizeof(w->err), "root '%.400s' resolves outside the allowed roots",
+			 j->root);
+		return;
+	}
+	snprintf(j->out_root, sizeof(j->out_root), "%s", canon);
+	/* Noted before it exists, so a crash right after mkdir leaves nothing
+	 * the sweep does not know about. */
+	registry_note(j, true);
+	r = j->store->attempt_open(canon, &j->key, j->id, &j->self, j->w.creds->uid, &j->out_att,
+				   &j->out_created, w->err, sizeof(w->err));
+	if (r < 0 || !j->out_created)
+		registry_note(j, false);
+	w->res = r;
+}
+
+static void shard_submit(struct rank *r);
+
+static void open_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct save *s = j->s;
+	struct list *p, *t;
+
+	char err[PROTO_MSG_LEN];
+	int res = w->res;
+
+	s->job_busy = false;
+	if (res == 0) {
+		s->att = j->out_att;
+		s->created = j->out_created;
+		snprintf(s->root, sizeof(s->root), "%s", j->out_root);
+	}
+	snprintf(err, sizeof(err), "%s", w->err);
+	sjob_free(j);
+	if (save_final(s)) {
+		save_kick(s); /* failed meanwhile: clean up what was made */
+		return;
+	}
+	if (res < 0) {
+		s->srv->saves_refused++;
+		save_fail(s, res, "%s", err);
+		return;
+	}
+	s->state = SAVE_ACTIVE;
+	log_info("save '%s/%s' (job '%s', attempt %s): work area %s%s", s->root, s->key.name,
+		 s->key.job, s->id, s->created ? "created" : "joined (made by another daemon)",
+		 s->coordinator ? ", coordinating" : "");
+	list_for_each_safe(p, t, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		if (r->state == RANK_OPENING && !r->job_busy)
+			shard_submit(r);
+	}
+}
+
+static void shard_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+
+	w->res = j->store->shard_create(j->att, j->r->rank, j->r->layout.file_size,
+					j->cfg->o_direct, &j->out_shard, w->err, sizeof(w->err));
+	/* Rank 0's daemon coordinates: it claims the area once its shard is
+	 * its own (the exclusive create decides between two claimants). */
+	if (w->res == 0 && j->r->rank == 0)
+		w->res = j->store->attempt_claim(j->att, &j->self, j->nonce, w->err,
+						 sizeof(w->err));
+}
+
+static void extent_done(struct wtarget *t, uint64_t bytes, int res);
+
+static void shard_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct rank *r = j->r;
+	struct save *s = r->save;
+
+	r->job_busy = false;
+	if (j->out_shard)
+		r->shard = j->out_shard;
+	if (w->res == 0 && r->rank == 0)
+		memcpy(s->nonce, j->nonce, sizeof(s->nonce));
+	if (w->res < 0 && r->state == RANK_OPENING && !save_final(s)) {
+		/* This rank never started: refuse it, and fail the save for the
+		 * ranks that did (their files must not be committed). */
+		r->err = w->res;
+		s->srv->saves_refused++;
+		if (s->ranks.next == &r->slink && s->ranks.prev == &r->slink)
+			save_fail(s, w->res, "%s", w->err);
+		else
+			save_fail(s, -ECANCELED, "rank %u: %s", r->rank, w->err);
+	} else if (r->state == RANK_OPENING && !save_final(s)) {
+		r->state = RANK_STAGING;
+		r->wt = (struct wtarget){ .shard = r->shard, .layout = &r->layout, .crcs = r->crcs,
+					  .extent_done = extent_done };
+		conn_send_result(r->conn, PROTO_SAVE_ACK, r->token, 0, "");
+		log_info("save '%s/%s' (job '%s'): rank %u/%u began, %llu bytes, %zu items", s->root,
+			 s->key.name, s->key.job, r->rank, s->key.world,
+			 (unsigned long long)r->layout.file_size, r->layout.n_items);
+		if (r->conn->state == CONN_CLOSED)
+			rank_abort(r, -ECONNRESET, "disconnected before its shard was staged");
+	}
+	sjob_free(j);
+	save_kick(s);
+}
+
+static void shard_submit(struct rank *r)
+{
+	struct sjob *j = sjob_new(r->save, r, shard_run, shard_done, &r->conn->creds);
+
+	if (!j) {
+		rank_fail(r, -ENOMEM, "out of memory");
+		return;
+	}
+	r->job_busy = true;
+	workers_submit(&r->save->srv->work, &j->w);
+}
+
+/* Builds rank r's index addressed to `to` and publishes it. */
+static int publish(struct sjob *j, const struct rank *r, const char *to, char *err, size_t errlen)
+{
+	struct index_origin o = { j->id, j->self.id, j->self.instance, to };
+	char *text = NULL;
+	int res;
+
+	/* The rank's layout and checksums no longer change. */
+	res = index_build_origin(&r->layout, r->crcs, j->key.job, r->rank, j->key.world, &o,
+				 &text);
+	if (res < 0) {
+		snprintf(err, errlen, "building the index of rank %u: %s", r->rank, strerror(-res));
+		return res;
+	}
+	res = j->store->rank_publish(j->att, r->rank, text, err, errlen);
+	free(text);
+	return res;
+}
+
+static void finish_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+
+	w->res = j->store->shard_finish(j->shard, j->r->layout.file_size, w->err, sizeof(w->err));
+	if (w->res < 0)
+		return;
+	/* The coordinator addresses its own ranks to its claim; other daemons
+	 * to the claim they find (none yet: "", re-addressed when polling). */
+	if (!j->coordinator || !j->nonce[0]) {
+		j->nonce[0] = '\0';
+		if (!j->coordinator && j->store->attempt_addressee(j->att, j->nonce) < 0)
+			j->nonce[0] = '\0';
+	}
+	w->res = publish(j, j->r, j->nonce, w->err, sizeof(w->err));
+}
+
+static void save_progress(struct save *s);
+
+static void finish_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct rank *r = j->r;
+	struct save *s = r->save;
+
+	r->job_busy = false;
+	if (w->res < 0)
+		rank_fail(r, w->res, "%s", w->err);
+	else if (r->state == RANK_FINISHING) {
+		r->state = RANK_DURABLE;
+		memcpy(r->to, j->nonce, sizeof(r->to));
+		s->srv->store->shard_close(r->shard);
+		r->shard = NULL;
+		log_debug("save '%s/%s': rank %u durable: staged after %.1f ms, written +%.1f ms, "
+			  "fsync and index +%.1f ms",
+			  s->root, s->key.name, r->rank, (double)(r->t_staged - r->t_begin) / 1000.0,
+			  (double)(r->t_written - r->t_staged) / 1000.0,
+			  (double)(now_us() - r->t_written) / 1000.0);
+	}
+	sjob_free(j);
+	save_progress(s);
+	save_kick(s);
+}
+
+/* Every extent of a staged rank is written and checksummed: make it
+ * durable and publish its index (on a worker). */
+static void rank_maybe_finish(struct rank *r)
+{
+	struct sjob *j;
+
+	if (r->state != RANK_WRITING || r->extents_done != r->n_extents || r->wt.held ||
+	    r->job_busy)
+		return;
+	r->state = RANK_FINISHING;
+	r->t_written = now_us();
+	j = sjob_new(r->save, r, finish_run, finish_done, &r->conn->creds);
+	if (!j) {
+		rank_fail(r, -ENOMEM, "out of memory");
+		return;
+	}
+	j->shard = r->shard;
+	r->job_busy = true;
+	workers_submit(&r->save->srv->work, &j->w);
+}
+
+static void extent_done(struct wtarget *t, uint64_t bytes, int res)
+{
+	struct rank *r = (struct rank *)((char *)t - offsetof(struct rank, wt));
+	struct save *s = r->save;
+
+	if (res < 0) {
+		rank_fail(r, res, "writing the shard of rank %u in '%s': %s%s", r->rank, s->root,
+			  strerror(-res),
+			  res == -EFBIG || res == -EINVAL ?
+				  " (a write past ckptd's file size limit, RLIMIT_FSIZE or systemd's "
+				  "LimitFSIZE=, fails like this)" :
+				  "");
+		return;
+	}
+	r->bytes_written += bytes;
+	r->extents_done++;
+	s->srv->bytes_written += bytes;
+	rank_maybe_finish(r);
+}
+
+/* ---- commit ------------------------------------------------------------------ */
+
+/* How many local ranks the save has if every one of them is durable, else
+ * 0: a rank not durable yet must never be merged or published. */
+static size_t durable_ranks(const struct save *s)
+{
+	const struct list *p;
+	size_t n = 0;
+
+	list_for_each(p, &s->ranks)
+	{
+		if (list_entry(p, struct rank, slink)->state != RANK_DURABLE)
+			return 0;
+		n++;
+	}
+	return n;
+}
+
+static bool local_ranks_durable(const struct save *s)
+{
+	return durable_ranks(s) > 0;
+}
+
+static void commit_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct store_merge m = { &j->key, j->id, j->nonce, &j->self, j->local, j->n_local,
+				 time(NULL) };
+	int r;
+
+	r = j->store->attempt_count(j->att, j->key.world, j->nonce, j->ranks, j->n_ranks,
+				    &j->n_present);
+	if (r < 0) {
+		w->res = r;
+		snprintf(w->err, sizeof(w->err), "looking for the ranks' indexes: %s", strerror(-r));
+		return;
+	}
+	if (j->n_present < j->key.world) {
+		w->res = -EAGAIN;
+		return;
+	}
+	w->res = j->store->attempt_commit(j->att, &m, w->err, sizeof(w->err));
+	if (w->res == 0 && j->created)
+		registry_note(j, false);
+}
+
+static void commit_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct save *s = j->s;
+	struct list *p;
+
+	s->job_busy = false;
+	s->n_present = j->n_present;
+	s->state = SAVE_ACTIVE;
+	if (w->res == -EAGAIN) {
+		sjob_free(j);
+		/* A rank that failed meanwhile could not fail the save while
+		 * the commit job was in flight. */
+		list_for_each(p, &s->ranks)
+		{
+			struct rank *r = list_entry(p, struct rank, slink);
+			if (r->state == RANK_FAILED) {
+				save_fail(s, -ECANCELED, "rank %u failed while the save waited for "
+							 "other ranks", r->rank);
+				break;
+			}
+		}
+		return; /* retried at the next tick */
+	}
+	if (w->res < 0) {
+		save_fail(s, w->res, "cannot commit: %s", w->err);
+	} else {
+		s->state = SAVE_COMMITTED;
+		s->srv->saves_committed++;
+		log_info("committed '%s/%s' (job '%s', %u ranks, %llu bytes here) in %lld ms", s->root,
+			 s->key.name, s->key.job, s->key.world, (unsigned long long)s->bytes,
+			 (long long)(now_ms() - s->started_ms));
+		list_for_each(p, &s->ranks)
+			rank_tell(list_entry(p, struct rank, slink));
+	}
+	sjob_free(j);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void commit_submit(struct save *s)
+{
+	struct sjob *j = sjob_new(s, NULL, commit_run, commit_done, &s->creds);
+	struct list *p;
+	size_t n = 0;
+
+	if (!j)
+		return; /* retried at the next tick */
+	n = durable_ranks(s);
+	if (!n) {
+		sjob_free(j);
+		return;
+	}
+	j->local = calloc(n ? n : 1, sizeof(*j->local));
+	j->ranks = calloc(n ? n : 1, sizeof(*j->ranks));
+	if (!j->local || !j->ranks) {
+		sjob_free(j);
+		return;
+	}
+	list_for_each(p, &s->ranks)
+	{
+		const struct rank *r = list_entry(p, struct rank, slink);
+		/* Read-only on the worker: a durable rank's layout and CRCs
+		 * do not change, and the rank outlives the job. */
+		j->local[j->n_local++] = (struct index_local){ r->rank, &r->layout, r->crcs };
+		j->ranks[j->n_ranks++] = r->rank;
+	}
+	qsort(j->ranks, j->n_ranks, sizeof(*j->ranks), cmp_u32);
+	s->state = SAVE_COMMITTING;
+	s->job_busy = true;
+	workers_submit(&s->srv->work, &j->w);
+}
+
+static void poll_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	char nonce[STORE_ID_LEN + 1];
+
+	/* Deliver to the current claim: a coordinator that claimed after our
+	 * ranks were durable (or claimed again) gets them re-addressed. */
+	if (j->store->attempt_addressee(j->att, nonce) == 0) {
+		for (size_t i = 0; i < j->n_ranks; i++) {
+			if (!strcmp(j->to[i], nonce))
+				continue;
+			if (publish(j, j->rk[i], nonce, w->err, sizeof(w->err)) < 0) {
+				j->poll = -EIO;
+				return;
+			}
+			memcpy(j->to[i], nonce, sizeof(nonce));
+		}
+	}
+	j->poll = j->store->attempt_poll(j->att, j->id, w->err, sizeof(w->err));
+	if (j->poll == 1 && j->created)
+		registry_note(j, false);
+}
+
+static void poll_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct save *s = j->s;
+	struct list *p;
+
+	s->job_busy = false;
+	for (size_t i = 0; i < j->n_ranks; i++)
+		memcpy(j->rk[i]->to, j->to[i], sizeof(j->to[i]));
+	if (j->poll < 0) {
+		save_fail(s, j->poll, "%s", w->err);
+	} else if (j->poll == 1 && !save_final(s)) {
+		s->state = SAVE_COMMITTED;
+		s->srv->saves_committed++;
+		log_info("committed '%s/%s' (job '%s') by rank 0's daemon", s->root, s->key.name,
+			 s->key.job);
+		list_for_each(p, &s->ranks)
+			rank_tell(list_entry(p, struct rank, slink));
+	}
+	sjob_free(j);
+}
+
+static void poll_submit(struct save *s)
+{
+	struct sjob *j = sjob_new(s, NULL, poll_run, poll_done, &s->creds);
+	struct list *p;
+	size_t n = 0;
+
+	if (!j)
+		return;
+	/* Only durable ranks are ever addressed (published). */
+	n = durable_ranks(s);
+	if (!n) {
+		sjob_free(j);
+		return;
+	}
+	j->rk = calloc(n ? n : 1, sizeof(*j->rk));
+	j->to = calloc(n ? n : 1, sizeof(*j->to));
+	if (!j->rk || !j->to) {
+		sjob_free(j);
+		return;
+	}
+	list_for_each(p, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		j->rk[j->n_ranks] = r;
+		memcpy(j->to[j->n_ranks++], r->to, sizeof(r->to));
+	}
+	s->job_busy = true;
+	workers_submit(&s->srv->work, &j->w);
+}
+
+/* Something changed: move the save on if it can. */
+static void save_progress(struct save *s)
+{
+	if (s->state != SAVE_ACTIVE || s->job_busy || !local_ranks_durable(s))
+		return;
+	s->delivered = true;
+	if (s->coordinator)
+		commit_submit(s);
+	/* Other daemons poll for rank 0's commit at every tick. */
+}
+
+/* ---- cleanup ----------------------------------------------------------------- */
+
+static void cleanup_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+
+	j->store->attempt_fail(j->att, j->coordinator, j->delivered, j->ranks, j->n_ranks, j->msg);
+	if (j->created && (j->coordinator || !j->delivered))
+		registry_note(j, false);
+}
+
+static void cleanup_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+
+	j->s->job_busy = false;
+	sjob_free(j);
+}
+
+/* Runs the failure cleanup of a failed save once no other job of it is in
+ * flight. */
+static void save_kick(struct save *s)
+{
+	struct list *p;
+	struct sjob *j;
+	size_t n = 0;
+
+	if (s->state != SAVE_FAILED || s->cleaned || s->job_busy || !s->att)
+		return;
+	list_for_each(p, &s->ranks)
+		if (list_entry(p, struct rank, slink)->job_busy)
+			return; /* a shard job may still create a file */
+	j = sjob_new(s, NULL, cleanup_run, cleanup_done, &s->creds);
+	if (!j)
+		return;
+	list_for_each(p, &s->ranks)
+		n++;
+	j->ranks = calloc(n ? n : 1, sizeof(*j->ranks));
+	if (!j->ranks) {
+		sjob_free(j);
+		return;
+	}
+	j->delivered = false;
+	list_for_each(p, &s->ranks)
+	{
+		const struct rank *r = list_entry(p, struct rank, slink);
+		j->ranks[j->n_ranks++] = r->rank;
+		/* Addressed to a claim: the coordinator may use it at any
+		 * moment, so nothing more is written into the area. */
+		j->delivered |= r->to[0] != '\0';
+	}
+	snprintf(j->msg, sizeof(j->msg), "%s", s->msg);
+	s->cleaned = true;
+	s->job_busy = true;
+	workers_submit(&s->srv->work, &j->w);
+}
+
+/* ---- begin ------------------------------------------------------------------- */
+
+static struct save *save_new(struct server *srv, struct conn *c, const struct store_key *k,
+			     const char *id, const char *root)
+{
+	struct save *s = calloc(1, sizeof(*s));
+	struct sjob *j;
+
+	if (!s)
+		return NULL;
+	s->srv = srv;
+	s->state = SAVE_OPENING;
+	s->key = *k;
+	memcpy(s->id, id, sizeof(s->id));
+	snprintf(s->root, sizeof(s->root), "%s", root);
+	snprintf(s->asked_root, sizeof(s->asked_root), "%s", root);
+	s->creds = c->creds;
+	s->started_ms = now_ms();
+	s->deadline_ms = s->started_ms + (int64_t)srv->cfg.commit_deadline_ms;
+	list_init(&s->ranks);
+	j = sjob_new(s, NULL, open_run, open_done, &s->creds);
+	if (!j) {
+		free(s);
+		return NULL;
+	}
+	list_add_tail(&srv->saves, &s->link);
+	s->job_busy = true;
+	workers_submit(&srv->work, &j->w);
+	return s;
+}
+
+static bool key_same(const struct store_key *a, const struct store_key *b)
+{
+	return !strcmp(a->job, b->job) && !strcmp(a->run, b->run) && !strcmp(a->name, b->name) &&
+	       a->step == b->step && a->attempt == b->attempt && a->world == b->world;
+}
+
+int save_begin(struct server *srv, struct conn *c, uint32_t token, uint32_t attempt,
+	       struct layout *l, char *err, size_t errlen)
+{
+	struct store_key k = { .step = l->step, .attempt = attempt, .world = c->world };
+	char id[STORE_ID_LEN + 1];
+	struct save *s;
+	struct rank *r;
+	struct list *p;
+
+	if (srv->stopping) {
+		snprintf(err, errlen, "ckptd is shutting down");
+		return -ESHUTDOWN;
+	}
+	snprintf(k.job, sizeof(k.job), "%s", c->job);
+	snprintf(k.run, sizeof(k.run), "%s", c->run);
+	snprintf(k.name, sizeof(k.name), "%s", l->name);
+	store_key_id(&k, id);
+
+	s = find_live(srv, c->job, l->name);
+	if (s) {
+		/* A begin that does not fit the save in progress is refused;
+		 * the save in progress is not touched. */
+		if (!key_same(&s->key, &k)) {
+			snprintf(err, errlen,
+				 "rank %u saves '%s' as step %llu, attempt %u, world %u, run '%s'; "
+				 "the save in progress is step %llu, attempt %u, world %u, run '%s'",
+				 c->rank, l->name, (unsigned long long)k.step, k.attempt, k.world,
+				 k.run, (unsigned long long)s->key.step, s->key.attempt,
+				 s->key.world, s->key.run);
+			return -EINVAL;
+		}
+		list_for_each(p, &s->ranks)
+		{
+			if (list_entry(p, struct rank, slink)->rank == c->rank) {
+				snprintf(err, errlen, "rank %u of job '%s' is already saving '%s'",
+					 c->rank, c->job, l->name);
+				return -EEXIST;
+			}
+		}
+		/* The root as the ranks wrote it (no path lookups on the loop). */
+		if (strcmp(l->root, s->asked_root) != 0) {
+			snprintf(err, errlen, "rank %u saves '%s' to '%s', other ranks to '%s'",
+				 c->rank, l->name, l->root, s->asked_root);
+			return -EINVAL;
+		}
+	} else {
+		struct save *old = find_final(srv, id);
+		if (old) {
+			snprintf(err, errlen, "this attempt of '%s' %s%s", l->name,
+				 old->state == SAVE_COMMITTED ? "is already committed" :
+								"already failed: ",
+				 old->state == SAVE_COMMITTED ? "" : old->msg);
+			return old->state == SAVE_COMMITTED ? -EEXIST : -ECANCELED;
+		}
+	}
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		goto nomem;
+	r->conn = c;
+	r->state = RANK_OPENING;
+	r->rank = c->rank;
+	r->token = token;
+	r->n_extents = (uint32_t)((l->file_size + c->slot_bytes - 1) / c->slot_bytes);
+	r->crcs = calloc(l->n_crcs ? l->n_crcs : 1, sizeof(uint32_t));
+	r->got = calloc(r->n_extents / 8 + 1, 1);
+	r->t_begin = now_us();
+	if (!r->crcs || !r->got)
+		goto nomem;
+	if (!s) {
+		s = save_new(srv, c, &k, id, l->root);
+		if (!s)
+			goto nomem;
+	}
+	r->save = s;
+	r->layout = *l;
+	memset(l, 0, sizeof(*l));
+	list_add_tail(&s->ranks, &r->slink);
+	list_add_tail(&c->ranks, &r->clink);
+	s->delivered = false; /* not every local rank is durable any more */
+	if (r->rank == 0)
+		s->coordinator = true;
+	s->bytes += r->layout.file_size;
+	if (s->state != SAVE_OPENING)
+		shard_submit(r);
+	return 0;
+
+nomem:
+	if (r) {
+		free(r->crcs);
+		free(r->got);
+		free(r);
+	}
+	snprintf(err, errlen, "ckptd is out of memory");
+	return -ENOMEM;
+}
+
+int rank_extent(struct rank *r, uint32_t slot, uint64_t file_off, uint64_t len, char *err,
+		size_t errlen)
+{
+	struct conn *c = r->conn;
+	uint64_t ext, want;
+
+	if (r->state == RANK_OPENING) {
+		snprintf(err, errlen, "EXTENT for save token %u before its SAVE_ACK", r->token);
+		return -EPROTO;
+	}
+	if (r->state != RANK_STAGING || save_final(r->save))
+		return 1; /* failed while the client still had extents on the way */
+	if (file_off % c->slot_bytes || file_off >= r->layout.file_size) {
+		snprintf(err, errlen, "EXTENT file offset %llu is not an extent of the file",
+			 (unsigned long long)file_off);
+		return -EPROTO;
+	}
+	ext = file_off / c->slot_bytes;
+	want = r->layout.file_size - file_off;
+	if (want > c->slot_bytes)
+		want = c->slot_bytes;
+	if (len != want || (r->got[ext / 8] & (1u << (ext % 8)))) {
+		snprintf(err, errlen, "EXTENT %llu: length %llu (expected %llu) or sent twice",
+			 (unsigned long long)ext, (unsigned long long)len, (unsigned long long)want);
+		return -EPROTO;
+	}
+	r->got[ext / 8] |= (uint8_t)(1u << (ext % 8));
+	r->extents_in++;
+	r->bytes_in += len;
+	if (r->extents_in == r->n_extents) {
+		/* Staged: the daemon owns the rank now. */
+		r->state = RANK_WRITING;
+		r->t_staged = now_us();
+		r->wt.crc_now = true;
+	}
+	writer_extent(&c->w, slot, &r->wt, file_off, len);
+	return 0;
+}
+
+/* ---- time and shutdown --------------------------------------------------------- */
+
+static void save_deadline(struct save *s)
+{
+	char missing[256] = "";
+	size_t n = 0, shown = 0;
+	struct list *p;
+
+	list_for_each(p, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		if ((r->state == RANK_OPENING || r->state == RANK_STAGING) && shown < 8) {
+			n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%u",
+					      shown ? ", " : "", r->rank);
+			shown++;
+		}
+	}
+	if (shown) {
+		save_fail(s, -ETIMEDOUT, "rank(s) %s did not finish staging within the commit "
+					 "deadline (%llu ms)",
+			  missing, (unsigned long long)s->srv->cfg.commit_deadline_ms);
+		return;
+	}
+	if (!s->coordinator) {
+		save_fail(s, -ETIMEDOUT,
+			  "rank 0's daemon did not commit within the commit deadline (%llu ms)",
+			  (unsigned long long)s->srv->cfg.commit_deadline_ms);
+		return;
+	}
+	for (uint32_t r = s->n_present; r < s->key.world && shown < 8; r++) {
+		bool local = false;
+		list_for_each(p, &s->ranks)
+			local |= list_entry(p, struct rank, slink)->rank == r;
+		if (local)
+			continue;
+		n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%u", shown ? ", " : "", r);
+		shown++;
+	}
+	save_fail(s, -ETIMEDOUT, "rank(s) %s did not save within the commit deadline (%llu ms)",
+		  shown ? missing : "?", (unsigned long long)s->srv->cfg.commit_deadline_ms);
+}
+
+void saves_tick(struct server *srv)
+{
+	int64_t now = now_ms();
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &srv->saves)
+	{
+		struct save *s = list_entry(p, struct save, link);
+		int64_t deadline = s->deadline_ms;
+
+		/* A daemon that delivered waits a little longer than rank 0's
+		 * daemon, which decides (its own deadline comes first). */
+		if (!s->coordinator && s->delivered) {
+			int64_t grace = (int64_t)srv->cfg.commit_deadline_ms;
+			deadline += grace < 60000 ? grace : 60000;
+		}
+		/* The deadline first: past it, no new commit or poll starts. */
+		if ((s->state == SAVE_ACTIVE || s->state == SAVE_OPENING) && now > deadline)
+			save_deadline(s);
+		/* Every local rank must be durable now: a rank that joined
+		 * after the others were must not be merged or published
+		 * before its own bytes are (a torn checkpoint otherwise). */
+		if (s->state == SAVE_ACTIVE && !s->job_busy && local_ranks_durable(s)) {
+			if (s->coordinator) {
+				commit_submit(s);
+			} else {
+				poll_submit(s);
+			}
+		}
+		save_kick(s);
+	}
+}
+
+void saves_stop(struct server *srv, bool all)
+{
+	struct list *p, *t, *q;
+
+	list_for_each_safe(p, t, &srv->saves)
+	{
+		struct save *s = list_entry(p, struct save, link);
+		bool staged = true;
+
+		list_for_each(q, &s->ranks)
+		{
+			enum rank_state st = list_entry(q, struct rank, slink)->state;
+			staged &= st != RANK_OPENING && st != RANK_STAGING;
+		}
+		if (all || !staged || s->state == SAVE_OPENING)
+			save_fail(s, -ESHUTDOWN, all ? "ckptd stopped before the save committed" :
+						       "ckptd is shutting down");
+	}
+}
+
+static bool rank_free(struct rank *r)
+{
+	if (r->wt.held || r->job_busy)
+		return false;
+	if (!r->told)
+		rank_tell(r);
+	r->save->srv->store->shard_close(r->shard);
+	free(r->crcs);
+	free(r->got);
+	layout_free(&r->layout);
+	list_del(&r->slink);
+	list_del(&r->clink);
+	free(r);
+	return true;
+}
+
+void saves_reap(struct server *srv)
+{
+	struct list *p, *t, *q, *u;
+
+	list_for_each_safe(p, t, &srv->saves)
+	{
+		struct save *s = list_entry(p, struct save, link);
+
+		if (!save_final(s))
+			continue;
+		save_kick(s);
+		if (s->job_busy)
+			continue; /* a job of the save may read its ranks */
+		list_for_each_safe(q, u, &s->ranks)
+			rank_free(list_entry(q, struct rank, slink));
+		if (!list_empty(&s->ranks) || s->job_busy ||
+		    (s->state == SAVE_FAILED && s->att && !s->cleaned))
+			continue;
+		srv->store->attempt_close(s->att);
+		list_del(&s->link);
+		free(s);
+	}
+}

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * save.h - saves and their ranks: the daemon's state machine, in one place.
+ *
+ * A save is one attempt (store.h) of one job at one checkpoint name on this
+ * daemon; a rank is the part one connection writes.
+ *
+ *   save:  OPENING --open job--> ACTIVE --all local ranks durable-->
+ *            coordinator:  COMMITTING --commit job--> COMMITTED
+ *            other daemon: ACTIVE, polling until rank 0's daemon commits
+ *          any non-final state --fail--> FAILED
+ *
+ *   rank:  OPENING --shard job--> STAGING --every extent arrived--> WRITING
+ *          --every extent written and checksummed--> FINISHING
+ *          --fsync + index job--> DURABLE;   any non-final --fail--> FAILED
+ *
+ * The ACK of a SAVE_BEGIN goes out when the rank leaves OPENING (accepted
+ * or refused); SAVE_DONE when the save is COMMITTED or FAILED.  A save that
+ * fails tells every rank; a rank that fails (its client vanished before
+ * staging, an I/O error) fails its save.  A save never fails while its
+ * commit job is in flight: the job decides.
+ *
+ * Lifetimes: a rank lives until its save is final, it holds no arena slot and
+ * no job of it is in flight; a save until all its ranks are gone and no job
+ * of it is in flight.  save_reap() frees them between loop rounds, so no
+ * handler frees what another event of the same round may point at.
+ */
+#ifndef CKPTD_SAVE_H
+#define CKPTD_SAVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "daemon/list.h"
+#include "daemon/worker.h"
+#include "daemon/writer.h"
+#include "format/layout.h"
+#include "shm/proto.h"
+#include "store/store.h"
+
+struct conn;
+struct server;
+
+enum save_state { SAVE_OPENING, SAVE_ACTIVE, SAVE_COMMITTING, SAVE_COMMITTED, SAVE_FAILED };
+enum rank_state {
+	RANK_OPENING,
+	RANK_STAGING,
+	RANK_WRITING,
+	RANK_FINISHING,
+	RANK_DURABLE,
+	RANK_FAILED,
+};
+
+struct rank {
+	struct save *save;
+	struct conn *conn;         /* lives at least as long as its ranks */
+	enum rank_state state;
+	uint32_t rank, token;
+	struct layout layout;
+	uint32_t *crcs;
+	struct wtarget wt;
+	struct store_shard *shard;
+	uint32_t n_extents, extents_in, extents_done;
+	uint8_t *got;              /* one bit per extent */
+	uint64_t bytes_in, bytes_written;
+	int err;                   /* the rank's own failure, for its client */
+	bool told;                 /* SAVE_DONE sent (or the client is gone) */
+	bool job_busy;             /* job in flight */
+	struct work job;
+	char job_err[PROTO_MSG_LEN];
+	char to[STORE_ID_LEN + 1]; /* the claim its index is addressed to */
+	int64_t t_begin, t_staged, t_written;
+	struct list slink;         /* in save.ranks */
+	struct list clink;         /* in conn.ranks */
+};
+
+struct save {
+	struct server *srv;
+	enum save_state state;
+	struct store_key key;
+	char id[STORE_ID_LEN + 1];
+	char root[4096];           /* as asked, then canonical once open */
+	char asked_root[4096];     /* as the first rank wrote it */
+	struct creds creds;        /* of the connection that opened it */
+	struct store_attempt *att;
+	bool created;              /* this daemon made the work area */
+	bool coordinator;          /* rank 0 writes through this daemon */
+	bool delivered;            /* every local rank durable (indexes out) */
+	char nonce[STORE_ID_LEN + 1]; /* coordinator: its claim of the area */
+	bool cleaned;              /* the failure cleanup ran */
+	uint32_t n_present;        /* coordinator: ranks delivered so far */
+	int64_t started_ms, deadline_ms;
+	int err;
+	char msg[PROTO_MSG_LEN];
+	bool job_busy;
+	struct work job;
+	uint64_t bytes;            /* local ranks' file bytes */
+	struct list ranks;
+	struct list link;          /* in server.saves */
+};
+
+/*
+ * A SAVE_BEGIN whose descriptor parsed into *l (taken over, zeroed).  On a
+ * refusal that needs no job, returns -errno with the reason in err (the
+ * caller ACKs it); else 0, and the ACK follows when the rank is open.
+ */
+int save_begin(struct server *srv, struct conn *c, uint32_t token, uint32_t attempt,
+	       struct layout *l, char *err, size_t errlen);
+
+/* The rank of connection c with this token, or NULL. */
+struct rank *rank_find(struct conn *c, uint32_t token);
+
+/*
+ * An EXTENT for rank r: checks it against the layout (file_off a slot
+ * multiple inside the file, the right length, not sent before).  Returns 0
+ * and hands it to the writer, 1 if the rank no longer wants it (the caller
+ * releases the slot), or -EPROTO with the reason in err (the client broke
+ * the protocol).
+ */
+int rank_extent(struct rank *r, uint32_t slot, uint64_t file_off, uint64_t len, char *err,
+		size_t errlen);
+
+/* The client aborted rank r (SAVE_ABORT), or its connection closed. */
+void rank_abort(struct rank *r, int err, const char *why);
+
+/* Fails a save for every rank. */
+void save_fail(struct save *s, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Periodic: deadlines, polling other daemons, retrying commits. */
+void saves_tick(struct server *srv);
+/* Shutdown: fails every save whose bytes are not all here (stop=true
+ * fails all of them). */
+void saves_stop(struct server *srv, bool all);
+/* Frees final saves and ranks nothing points at any more. */
+void saves_reap(struct server *srv);
+/* Fills ids of live saves (at most max); returns how many. */
+size_t saves_live_ids(struct server *srv, char (*ids)[STORE_ID_LEN + 1], size_t max);
+/* "staging", "writing", "waiting", "committing" for the status report. */
+const char *save_state_name(const struct save *s);
+
+#endif

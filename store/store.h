@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store.h - storage backends behind one ops table.
+ *
+ * The daemon stages, checksums and orders; a backend moves bytes to storage
+ * and makes them visible.  Adding a backend (S3) is adding a file that fills
+ * in `struct store_ops`, not branches in the daemon.  As with fio's
+ * ioengines, the daemon's writer queues extent writes and learns of each
+ * completion through a callback; it never reaches into the backend's state,
+ * and the backend never into the daemon's.
+ *
+ * Threads.  Every hook says where it runs:
+ *   [loop]   the daemon's event loop: must not block;
+ *   [worker] a worker thread acting with the client's credentials (the
+ *            daemon's worker.h): may block on the disk or the network.
+ *
+ * A save attempt.  All ranks of one attempt of one save -- on one daemon or
+ * on several sharing the storage -- meet in one work area named by
+ * store_key_id(): (job, run, name, step, attempt, world) hashed to 32 hex
+ * digits.  The work area records the whole key and the daemon that made it
+ * (attempt.json); a daemon joins a work area only if the key is the same, and
+ * never one made by an earlier life of itself.  Nothing in it is read by an
+ * attempt with another key.  The commit makes the work area the checkpoint,
+ * atomically, after which nothing writes into it.
+ *
+ * Addressing.  The daemon of rank 0 (the coordinator) claims the work area
+ * with a fresh random nonce (coordinator.json); every other daemon addresses
+ * each rank index it delivers to the nonce it finds there ("to"), and
+ * re-addresses it if a new claim appears.  The coordinator merges only
+ * indexes addressed to its own claim.  So an index that an earlier life of
+ * any daemon left in a work area of the same key -- a crashed attempt's --
+ * can never be merged: its addressee is gone for good.
+ */
+#ifndef CKPT_STORE_STORE_H
+#define CKPT_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ckpt.h"
+#include "format/index.h"
+
+#define STORE_ID_LEN 32 /* hex digits of an attempt id or a daemon id */
+
+/* What names one save attempt. */
+struct store_key {
+	char job[CKPT_MAX_JOB_LEN + 1];
+	char run[CKPT_MAX_RUN_LEN + 1];
+	char name[CKPT_MAX_NAME_LEN + 1];
+	uint64_t step;
+	uint32_t attempt;
+	uint32_t world;
+};
+
+/* Who writes: a daemon's stable identity (its host and socket) and this
+ * life of it (random at start-up). */
+struct store_writer {
+	char id[STORE_ID_LEN + 1];
+	char instance[STORE_ID_LEN + 1];
+};
+
+/* The attempt id of k: 32 lowercase hex digits and a NUL into ret. */
+void store_key_id(const struct store_key *k, char ret[STORE_ID_LEN + 1]);
+
+/* A 128-bit hash of len bytes as 32 hex digits (not cryptographic: ids are
+ * always checked against the full key they stand for). */
+void store_hash_hex(const void *buf, size_t len, char ret[STORE_ID_LEN + 1]);
+
+/* What list() found. */
+enum store_entry {
+	STORE_ENTRY_OTHER = 0,      /* a directory or file that is neither */
+	STORE_ENTRY_CHECKPOINT = 1, /* holds manifest.json */
+	STORE_ENTRY_WORK = 2,       /* a work area of a save in progress */
+};
+
+/* Work areas are named STORE_WORK_PREFIX + the 32-digit attempt id. */
+#define STORE_WORK_PREFIX ".ckpt-work-"
+#define STORE_ATTEMPT_FILE "attempt.json"
+
+struct store_arena;
+struct store_attempt;
+struct store_shard;
+
+/* A write finished: res is 0 or -errno (a short write is retried inside the
+ * backend; only a write that cannot progress is an error). */
+typedef void (*store_io_cb)(void *ud, int res);
+
+/* What the committer merges: this daemon's own ranks, from memory. */
+struct store_merge {
+	const struct store_key *key;
+	const char *attempt_id;
+	const char *nonce;          /* the coordinator's claim */
+	const struct store_writer *self;
+	const struct index_local *local;
+	size_t n_local;
+	int64_t time_utc;
+};
+
+struct store_ops {
+	const char *name;
+
+	/* ---- arenas: the client's staging memory, registered for I/O ---- */
+	/* [worker] Sets up I/O from [base, base + len) with `depth` writes in
+	 * flight.  Returns 0 or -errno (reason in err). */
+	int (*arena_attach)(void *base, uint64_t len, unsigned depth, struct store_arena **ret,
+			    char *err, size_t errlen);
+	/* [any] No write may be in flight.  Accepts NULL. */
+	void (*arena_detach)(struct store_arena *a);
+	/* [loop] An fd that becomes readable when completions wait. */
+	int (*arena_fd)(const struct store_arena *a);
+	/* [loop] Runs the callbacks of finished writes; never waits. */
+	void (*arena_reap)(struct store_arena *a);
+	/* [loop] Writes queued or in flight. */
+	unsigned (*arena_busy)(const struct store_arena *a);
+
+	/* ---- attempts ---- */
+	/* [worker] Creates the attempt's work area under `root` (canonical),
+	 * or joins it when another daemon of the same attempt made it.
+	 * Refuses: -EEXIST (the checkpoint exists, or the area belongs to
+	 * another user or key), -ECANCELED (this attempt already failed:
+	 * reason in err).  *ret_created tells whether this call made it. */
+	int (*attempt_open)(const char *root, const struct store_key *k, const char *attempt_id,
+			    const struct store_writer *self, uid_t uid,
+			    struct store_attempt **ret, bool *ret_created, char *err,
+			    size_t errlen);
+	/* [worker] Creates rank's shard (exclusively: a rank is written once
+	 * per attempt) with room for `size` bytes reserved.  -EEXIST if the
+	 * rank is already being written; -ENOSPC/-EDQUOT/-EFBIG if there is no
+	 * room. */
+	int (*shard_create)(struct store_attempt *a, uint32_t rank, uint64_t size, bool direct,
+			    struct store_shard **ret, char *err, size_t errlen);
+	/* [loop] Queues a write of len bytes of the arena at arena_off to the
+	 * shard at file_off (len a multiple of 4096; the bytes stay untouched
+	 * until cb runs).  cb runs from arena_reap, exactly once. */
+	void (*shard_write)(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+			    uint64_t file_off, uint64_t len, store_io_cb cb, void *ud);
+	/* [worker] Makes the shard durable at its final size. */
+	int (*shard_finish)(struct store_shard *s, uint64_t size, char *err, size_t errlen);
+	/* [worker] Publishes (or replaces) rank's index in the work area. */
+	int (*rank_publish)(struct store_attempt *a, uint32_t rank, const char *index_text,
+			    char *err, size_t errlen);
+	/* [worker] The coordinator claims the work area: a fresh nonce into
+	 * ret (32 hex digits).  Returns 0 or -errno. */
+	int (*attempt_claim)(struct store_attempt *a, const struct store_writer *self,
+			     char ret[STORE_ID_LEN + 1], char *err, size_t errlen);
+	/* [worker] The nonce of the current claim, or -ENOENT if none yet. */
+	int (*attempt_addressee)(struct store_attempt *a, char ret[STORE_ID_LEN + 1]);
+	/* [any] Accepts NULL. */
+	void (*shard_close)(struct store_shard *s);
+	/* [worker] How many ranks, counting up from *io_n, have delivered an
+	 * index addressed to `nonce` (ranks listed in local[n_local], sorted,
+	 * count as delivered: the caller has them).  Returns 0 or -errno. */
+	int (*attempt_count)(struct store_attempt *a, uint32_t world, const char *nonce,
+			     const uint32_t *local, size_t n_local, uint32_t *io_n);
+	/* [worker] Merges the delivered indexes (and m->local) into the
+	 * manifest and commits it: after a successful return the checkpoint is
+	 * visible and complete, and nothing writes into it again. */
+	int (*attempt_commit)(struct store_attempt *a, const struct store_merge *m, char *err,
+			      size_t errlen);
+	/* [worker] For a daemon that does not coordinate: 1 committed (by this
+	 * attempt), 0 not yet, or -errno: failed or abandoned (reason in err). */
+	int (*attempt_poll)(struct store_attempt *a, const char *attempt_id, char *err,
+			    size_t errlen);
+	/* [worker] The attempt failed: the coordinator removes the work area;
+	 * another daemon that has not delivered leaves a failure marker for
+	 * the others and removes its ranks' files (ranks[n]); one that has
+	 * delivered writes nothing (the work area may be committed already). */
+	void (*attempt_fail)(struct store_attempt *a, bool coordinator, bool delivered,
+			     const uint32_t *ranks, size_t n, const char *msg);
+	/* [any] Accepts NULL. */
+	void (*attempt_close)(struct store_attempt *a);
+
+	/* ---- what tools and readers use ---- */
+	/* [any] Calls fn for each entry directly under `dir` of `root` (dir ""
+	 * for the root itself): its name and whether it is a committed
+	 * checkpoint, a work area or something else.  Stops at fn's first
+	 * non-zero return and returns it; else 0 or -errno. */
+	int (*list)(const char *root, const char *dir,
+		    int (*fn)(void *ud, const char *name, enum store_entry kind), void *ud);
+	/* [any] Reads len bytes at off of `file` in checkpoint `ckpt` (a path
+	 * or prefix) into buf.  -EBADMSG if the object is shorter. */
+	int (*read_range)(const char *ckpt, const char *file, uint64_t off, uint64_t len,
+			  void *buf);
+	/* [worker] Removes checkpoint or work area `name` under root and all
+	 * of it.  0 (also if it was not there) or -errno. */
+	int (*remove)(const char *root, const char *name);
+};
+
+extern const struct store_ops store_local;
+
+#endif
