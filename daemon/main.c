@@ -357,7 +357,7 @@ static int run(struct server *srv)
 			log_err("epoll_wait: %s", strerror(errno));
 			return -errno;
 		}
-		int64_t t0 = now_us();
+		int64_t t0 = now_us(), c0 = thread_cpu_us();
 		for (int i = 0; i < n; i++) {
 			struct ev *ev = evs[i].data.ptr;
 			switch (ev->kind) {
@@ -412,12 +412,14 @@ static int run(struct server *srv)
 		}
 		crc_round(srv);
 		reap(srv);
-		int64_t spent = now_us() - t0;
+		int64_t spent = now_us() - t0, cpu = thread_cpu_us() - c0;
+		if (cpu > srv->max_busy_us)
+			srv->max_busy_us = cpu;
 		if (spent > srv->max_stall_us) {
 			srv->max_stall_us = spent;
 			if (spent > 20000)
-				log_debug("the event loop was busy for %.1f ms in one round",
-					  (double)spent / 1000.0);
+				log_debug("one round of the event loop took %.1f ms (%.1f ms of CPU)",
+					  (double)spent / 1000.0, (double)cpu / 1000.0);
 		}
 		if (srv->stopping && (!busy(srv) || now_ms() > stop_at)) {
 			if (busy(srv))

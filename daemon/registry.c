@@ -101,7 +101,11 @@ int registry_add(struct registry *reg, const char *id, const char *root, const s
 	if (!text)
 		return -ENOMEM;
 	entry_name(id, name, sizeof(name));
-	r = fs_write_file_at(reg->dirfd, name, text, strlen(text), 1);
+	/* Not fsynced: the entry must outlive a crash of the daemon (the page
+	 * cache does), and an fsync here would make every save start wait for
+	 * the journal commit of other jobs' writes.  After a power loss an
+	 * entry may be lost and its work area left (ckptctl list shows it). */
+	r = fs_write_file_at(reg->dirfd, name, text, strlen(text), FS_ATOMIC | FS_NOSYNC);
 	free(text);
 	return r;
 }

@@ -52,12 +52,17 @@ struct server {
 	struct work sweep_job;
 	/* Counters for the status report. */
 	uint64_t saves_committed, saves_failed, saves_refused, bytes_written;
-	int64_t max_stall_us;       /* longest round of the loop */
+	int64_t max_stall_us;       /* longest round of the loop (wall time) */
+	int64_t max_busy_us;        /* most CPU time the loop used in one round:
+	                             * a stall much longer than this was the loop
+	                             * waiting for a CPU, not working */
 };
 
 /* CLOCK_MONOTONIC in milliseconds / microseconds (clock.c). */
 int64_t now_ms(void);
 int64_t now_us(void);
+/* CPU time of the calling thread, microseconds (clock.c). */
+int64_t thread_cpu_us(void);
 
 /* Asks the loop not to sleep before its next round (bounded work is left). */
 static inline void server_more_work(struct server *srv)

@@ -88,7 +88,7 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 		json_array_append_new(saves, save_json(s, now));
 	}
 	top = json_pack("{s:s, s:I, s:o, s:{s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o, "
-			"s:{s:I, s:I, s:I, s:I}, s:f, s:b}",
+			"s:{s:I, s:I, s:I, s:I}, s:f, s:f, s:b}",
 			"version", CKPT_VERSION, "pid", (json_int_t)getpid(), "uptime_s",
 			seconds(now - srv->start_ms), "config", "socket", cfg->socket_path, "roots",
 			roots, "arena_max", (json_int_t)cfg->arena_max, "arena_total",
@@ -101,7 +101,8 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 			(json_int_t)srv->saves_failed, "saves_refused",
 			(json_int_t)srv->saves_refused, "bytes_written",
 			(json_int_t)srv->bytes_written, "max_loop_stall_ms",
-			(double)srv->max_stall_us / 1000.0, "all_users", all);
+			(double)srv->max_stall_us / 1000.0, "max_loop_cpu_ms",
+			(double)srv->max_busy_us / 1000.0, "all_users", all);
 	if (!top)
 		return -ENOMEM;
 	/* Three decimals are what the figures carry. */

@@ -24,6 +24,8 @@
  *            "bytes_written":N},
  *  "max_loop_stall_ms":2.5,   the longest round of the event loop so far
  *                             (time away from its wait)
+ *  "max_loop_cpu_ms":1.2,     the most CPU time it used in one round (a
+ *                             stall far above it: waiting for a CPU)
  *  "all_users":false}         false: only the asking user's clients and
  *                             saves are listed (root sees all)
  *

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +73,9 @@ int fs_rm_rf_at(int dirfd, const char *name)
 	return r;
 }
 
-int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, int atomic)
+int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, unsigned flags)
 {
+	bool atomic = flags & FS_ATOMIC;
 	char tmp[NAME_MAX + 1];
 	const char *target = name;
 	size_t off = 0;
@@ -97,7 +99,7 @@ int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, i
 		}
 		off += (size_t)n;
 	}
-	if (fsync(fd) < 0)
+	if (!(flags & FS_NOSYNC) && fsync(fd) < 0)
 		r = -errno;
 out:
 	close(fd);

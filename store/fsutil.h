@@ -19,9 +19,14 @@ int fs_mkdir_p(const char *path, mode_t mode);
  * symlinks.  Returns 0 (also if it did not exist) or -errno. */
 int fs_rm_rf_at(int dirfd, const char *name);
 
-/* Writes `len` bytes to a new file `name` in dirfd (replacing one), fsyncs
- * it.  Through a temporary name and rename if atomic.  Returns 0 or -errno. */
-int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, int atomic);
+#define FS_ATOMIC 1u /* through a temporary name and a rename */
+#define FS_NOSYNC 2u /* no fsync: survives the process, not a power loss */
+
+/* Writes `len` bytes to a new file `name` in dirfd (replacing one) and
+ * fsyncs it unless FS_NOSYNC.  Returns 0 or -errno.  (An fsync on ext4 waits
+ * for the journal commit that carries every other pending change of the file
+ * system, other jobs' included: hundreds of milliseconds under load.) */
+int fs_write_file_at(int dirfd, const char *name, const void *buf, size_t len, unsigned flags);
 
 /* Reads a whole small file (at most max bytes) into a malloc'd NUL-terminated
  * buffer.  `name` may have several components (only the last one must not be

@@ -446,8 +446,10 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 					   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			r = a->workfd < 0 ? -errno : !text ? -ENOMEM : 0;
 			if (r == 0)
+				/* No fsync (see fs_write_file_at): it only
+				 * matters while daemons of the attempt live. */
 				r = fs_write_file_at(a->workfd, STORE_ATTEMPT_FILE, text,
-						     strlen(text), 1);
+						     strlen(text), FS_ATOMIC | FS_NOSYNC);
 			free(text);
 			if (r < 0) {
 				snprintf(err, errlen, "cannot set up work area '%s': %s", where,
@@ -578,7 +580,7 @@ static int local_rank_publish(struct store_attempt *a, uint32_t rank, const char
 	int r;
 
 	index_index_name(rank, name, sizeof(name));
-	r = fs_write_file_at(a->workfd, name, index_text, strlen(index_text), 1);
+	r = fs_write_file_at(a->workfd, name, index_text, strlen(index_text), FS_ATOMIC);
 	if (r < 0)
 		snprintf(err, errlen, "writing '%s/%s/%s': %s", a->root, a->work, name,
 			 strerror(-r));
@@ -608,7 +610,7 @@ static int local_attempt_claim(struct store_attempt *a, const struct store_write
 		return -ENOMEM;
 	/* Atomic: an earlier claim (a crashed coordinator's) is replaced
 	 * whole, and with it every delivery addressed to it. */
-	r = fs_write_file_at(a->workfd, CLAIM_FILE, text, strlen(text), 1);
+	r = fs_write_file_at(a->workfd, CLAIM_FILE, text, strlen(text), FS_ATOMIC | FS_NOSYNC);
 	free(text);
 	if (r < 0) {
 		snprintf(err, errlen, "claiming '%s/%s': %s", a->root, a->work, strerror(-r));
@@ -710,7 +712,7 @@ static int local_attempt_commit(struct store_attempt *a, const struct store_merg
 			       &o, m->local, m->n_local, &manifest, err, errlen);
 	if (r < 0)
 		return r;
-	r = fs_write_file_at(a->workfd, MANIFEST_FILE, manifest, strlen(manifest), 1);
+	r = fs_write_file_at(a->workfd, MANIFEST_FILE, manifest, strlen(manifest), FS_ATOMIC);
 	free(manifest);
 	if (r < 0) {
 		snprintf(err, errlen, "writing '%s/%s/%s': %s", a->root, a->work, MANIFEST_FILE,
@@ -788,7 +790,7 @@ static void local_attempt_fail(struct store_attempt *a, bool coordinator, bool d
 	}
 	if (delivered)
 		return;
-	fs_write_file_at(a->workfd, FAILED_MARKER, msg, strlen(msg), 1);
+	fs_write_file_at(a->workfd, FAILED_MARKER, msg, strlen(msg), FS_ATOMIC);
 	for (size_t i = 0; i < n; i++) {
 		index_shard_name(ranks[i], name, sizeof(name));
 		unlinkat(a->workfd, name, 0);
