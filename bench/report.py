@@ -146,6 +146,7 @@ ROWS = [
     ("2nd job staged_ms during 1st commit", _two("staged_ms", 1)),
     ("1st job committed_ms", _two("first_job_committed_ms", 1)),
     ("max_loop_stall_ms", lambda s: fmt(s.get("max_loop_stall_ms"), 2)),
+    ("max_loop_cpu_ms", lambda s: fmt(s.get("max_loop_cpu_ms"), 2)),
 ]
 
 

@@ -825,6 +825,7 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
         detail["min_mem_available_gib"] = (round(rounds.min_mem_available / GIB, 2)
                                            if rounds.min_mem_available is not None else None)
         detail["status_totals"] = (status or {}).get("totals")
+        detail["max_loop_cpu_ms"] = find_key(status, "max_loop_cpu_ms") if status else None
     finally:
         for w in workers:
             rc = w.close()
@@ -884,6 +885,9 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
         r["first_dcp_async_" + k] = warm.get("dcp_t%d" % DCP_THREADS[0], {}).get(k)
     r["dcp_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
     r["max_loop_stall_ms"] = stall
+    # The loop's own CPU time in its longest round: a stall far above it
+    # was the loop waiting for a CPU (2 cores, many copy threads), not work.
+    r["max_loop_cpu_ms"] = detail.get("max_loop_cpu_ms")
 
     # Per-round ratios.
     per = {k: [] for k in ("staging_vs_copy_limit", "commit_vs_disk_limit", "durable_speedup_vs_torch",
