@@ -887,7 +887,7 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
     r["max_loop_stall_ms"] = stall
     # The loop's own CPU time in its longest round: a stall far above it
     # was the loop waiting for a CPU (2 cores, many copy threads), not work.
-    r["max_loop_cpu_ms"] = detail.get("max_loop_cpu_ms")
+    r["max_loop_cpu_ms"] = shared_detail.get("max_loop_cpu_ms")
 
     # Per-round ratios.
     per = {k: [] for k in ("staging_vs_copy_limit", "commit_vs_disk_limit", "durable_speedup_vs_torch",
