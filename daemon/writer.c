@@ -8,8 +8,6 @@
 #include "daemon/server.h"
 #include "format/crc32c.h"
 
-/* Checksums per loop round: 32 MiB, a few milliseconds with ISA-L. */
-#define CRC_BATCH_BYTES (32ull << 20)
 
 int writer_init(struct writer *w, struct server *srv, uint8_t *base, uint64_t arena_bytes,
 		uint64_t slot_bytes, struct store_arena *io,
@@ -106,11 +104,11 @@ void writer_crc_due(struct writer *w)
 	server_more_work(w->srv);
 }
 
-bool writer_crc_step(struct writer *w)
+uint64_t writer_crc_step(struct writer *w, uint64_t budget)
 {
 	uint64_t done = 0;
 
-	while (!list_empty(&w->crc_q) && done < CRC_BATCH_BYTES) {
+	while (!list_empty(&w->crc_q) && done < budget) {
 		struct wslot *s = list_entry(w->crc_q.next, struct wslot, clink);
 		uint32_t slot = (uint32_t)(s - w->slots);
 
@@ -128,9 +126,10 @@ bool writer_crc_step(struct writer *w)
 	if (list_empty(&w->crc_q)) {
 		w->urgent = false;
 		list_del(&w->busy_link);
-		return false;
 	}
-	return true;
+	/* A slot with no checksum to do (a failed save) still costs a little:
+	 * count it, so a round always ends. */
+	return done ? done : 1;
 }
 
 void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t file_off,

@@ -83,8 +83,10 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
  * away or stalled, or it is short of free slots). */
 void writer_crc_due(struct writer *w);
 
-/* Loop: does one batch of due checksums; true if more remain. */
-bool writer_crc_step(struct writer *w);
+/* Loop: checksums due slots until about `budget` bytes are done (at least
+ * one slot).  Returns the bytes used of the budget (> 0); the writer leaves
+ * server.crc_busy once nothing is due. */
+uint64_t writer_crc_step(struct writer *w, uint64_t budget);
 
 /* Slots held with a write or checksum still to finish. */
 static inline uint32_t writer_held(const struct writer *w)
