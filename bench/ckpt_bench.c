@@ -78,11 +78,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #include "ckpt.h"
+#include "client/internal.h"
 #include "shm/arena.h"
 #include "store/fsutil.h"
 
@@ -555,39 +553,22 @@ out:
 
 /* ---- the copy limit ------------------------------------------------------- */
 
+/* The client's own host engine (client/copy.c): on x86-64 its streaming
+ * stores for pieces of 64 KiB and more, then its fence, as it fills a slot. */
 #if defined(__x86_64__)
-/* The loop of the client's host engine (client/copy.c): SSE2 streaming
- * stores, 64 bytes per iteration, ordinary memcpy for the unaligned head
- * and the tail. */
-static void stream_copy(char *dst, const char *src, size_t len)
-{
-	size_t head = (size_t)(-(uintptr_t)dst & 63);
-	size_t body;
-
-	if (head > len)
-		head = len;
-	memcpy(dst, src, head);
-	dst += head;
-	src += head;
-	len -= head;
-	body = len & ~(size_t)63;
-	for (size_t i = 0; i < body; i += 64) {
-		__m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-		__m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-		__m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
-		__m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
-		_mm_stream_si128((__m128i *)(dst + i), a);
-		_mm_stream_si128((__m128i *)(dst + i + 16), b);
-		_mm_stream_si128((__m128i *)(dst + i + 32), c);
-		_mm_stream_si128((__m128i *)(dst + i + 48), d);
-	}
-	memcpy(dst + body, src + body, len - body);
-	_mm_sfence();
-}
 #define HAVE_STREAM 1
 #else
 #define HAVE_STREAM 0
 #endif
+
+static void stream_copy(char *dst, const char *src, size_t len)
+{
+	char err[64];
+
+	copy_engine_host.copy(dst, src, len, err, sizeof(err));
+	if (copy_engine_host.sync)
+		copy_engine_host.sync(err, sizeof(err));
+}
 
 /* One copy: src to dst in pieces, claimed one at a time. */
 struct copy_job {

@@ -47,17 +47,17 @@ int registry_open(struct registry *reg, const char *state_dir, char *err, size_t
 		close(sfd);
 		goto fail;
 	}
-	if (mkdirat(sfd, "work", 0700) < 0 && errno != EEXIST) {
+	if (mkdirat(sfd, "areas", 0700) < 0 && errno != EEXIST) {
 		r = -errno;
-		snprintf(err, errlen, "cannot create '%s/work': %s", state_dir, strerror(errno));
+		snprintf(err, errlen, "cannot create '%s/areas': %s", state_dir, strerror(errno));
 		close(sfd);
 		goto fail;
 	}
-	reg->dirfd = openat(sfd, "work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	reg->dirfd = openat(sfd, "areas", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	close(sfd);
 	if (reg->dirfd < 0) {
 		r = -errno;
-		snprintf(err, errlen, "cannot open '%s/work': %s", state_dir, strerror(errno));
+		snprintf(err, errlen, "cannot open '%s/areas': %s", state_dir, strerror(errno));
 		goto fail;
 	}
 	return 0;
@@ -116,7 +116,7 @@ void registry_del(struct registry *reg, const char *id)
 
 	entry_name(id, name, sizeof(name));
 	if (unlinkat(reg->dirfd, name, 0) < 0 && errno != ENOENT)
-		log_warn("registry: cannot remove '%s/work/%s': %s", reg->path, name,
+		log_warn("registry: cannot remove '%s/areas/%s': %s", reg->path, name,
 			 strerror(errno));
 }
 
@@ -205,7 +205,7 @@ unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_
 	if (fd < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
 			close(fd);
-		log_warn("sweep: cannot read '%s/work': %s", reg->path, strerror(errno));
+		log_warn("sweep: cannot read '%s/areas': %s", reg->path, strerror(errno));
 		return 0;
 	}
 	rewinddir(d);

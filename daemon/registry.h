@@ -26,7 +26,7 @@
 #include "store/store.h"
 
 struct registry {
-	int dirfd;   /* <state_dir>/work */
+	int dirfd;   /* <state_dir>/areas */
 	int lockfd;  /* <state_dir>/lock, flock'ed */
 	char *path;  /* <state_dir> */
 };
