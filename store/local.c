@@ -437,7 +437,10 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 		goto fail;
 	}
 	for (int tries = 0; tries < 2; tries++) {
-		if (mkdirat(a->rootfd, a->work, 0777) == 0) {
+		/* 0755 and 0644 below, less the client's umask: a checkpoint is
+		 * never writable by others, even with umask 000 (another user
+		 * could otherwise plant an index or rewrite a shard). */
+		if (mkdirat(a->rootfd, a->work, 0755) == 0) {
 			json_t *j = attempt_json(k, id, self);
 			char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 			json_decref(j);
@@ -511,11 +514,11 @@ static int local_shard_create(struct store_attempt *a, uint32_t rank, uint64_t s
 	int fd, r;
 
 	index_shard_name(rank, shard, sizeof(shard));
-	fd = openat(a->workfd, shard, flags | (direct ? O_DIRECT : 0), 0666);
+	fd = openat(a->workfd, shard, flags | (direct ? O_DIRECT : 0), 0644);
 	if (fd < 0 && errno == EINVAL && direct) {
 		/* tmpfs and some network file systems refuse O_DIRECT: the
 		 * exclusive create happened or not; try again without. */
-		fd = openat(a->workfd, shard, flags, 0666);
+		fd = openat(a->workfd, shard, flags, 0644);
 	}
 	if (fd < 0) {
 		r = -errno;
