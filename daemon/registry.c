@@ -194,6 +194,25 @@ out:
 	return r;
 }
 
+/* True if entry `name` still names life `instance`: a new save of this life
+ * with the same attempt id may have replaced it (and its area) meanwhile,
+ * and its entry must stay. */
+static bool entry_still(struct registry *reg, const char *name, const char *instance)
+{
+	char *text = NULL;
+	size_t len;
+	bool same = false;
+
+	if (!instance || fs_read_file_at(reg->dirfd, name, ENTRY_MAX, &text, &len) < 0)
+		return false;
+	json_t *j = json_loadb(text, len, 0, NULL);
+	const char *now = json_string_value(json_object_get(j, "instance"));
+	same = now && strcmp(now, instance) == 0;
+	json_decref(j);
+	free(text);
+	return same;
+}
+
 unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_age_ms,
 			char (*live)[STORE_ID_LEN + 1], size_t n_live)
 {
@@ -233,7 +252,7 @@ unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_
 			json_decref(j);
 			continue;
 		}
-		if (remove_area(j, id) == 0) {
+		if (remove_area(j, id) == 0 && entry_still(reg, de->d_name, inst)) {
 			unlinkat(reg->dirfd, de->d_name, 0);
 			removed++;
 		}
