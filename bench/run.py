@@ -12,7 +12,8 @@ same directory; nothing is cached or hard-coded.
 Each scenario starts a private ckptd, then its workers (ckpt_bench and the
 peers' worker, bench/baselines/peers.py: torch.save and DCP), each of which
 builds its state, connects and warms up before round 1.  It then runs R rounds (5; QUICK: 2); a round runs
-every measurement once, in an order that rotates from round to round.
+every measurement once, in an order that changes from round to round (each
+measurement moves through the positions and follows other measurements).
 Figures are medians over rounds; ratios are computed per round and reported
 as their median, min and max (and a ceiling where one is defined).
 
@@ -32,6 +33,7 @@ usage.
 """
 import datetime
 import json
+import math
 import os
 import platform
 import select
@@ -539,28 +541,79 @@ def fio_write(directory, bytes_per_rank, ranks, depth):
 
 # ---- rounds -----------------------------------------------------------------
 
+SETTLE_LIMIT_S = 20.0
+
+
+def free_bytes(path):
+    """Free bytes of the file system holding path (None without a path)."""
+    if not path:
+        return None
+    st = os.statvfs(path)
+    return st.f_bfree * st.f_frsize
+
+
+def round_order(m, n, r):
+    """The order of m measurements in round r of n: the items taken with a
+    step (0, step, 2 * step, ... mod m), rotated by an offset.  The offset
+    moves every measurement across the order over the rounds; the step, one
+    of the numbers coprime to m in turn (1, m - 1, then the others), changes
+    which measurement runs right before which.  A plain rotation keeps every measurement behind
+    the same neighbour in every round, so whatever one measurement leaves
+    behind (a file system still freeing its blocks, a peer's processes still
+    winding down) would always land on the same one."""
+    units = [u for u in range(1, m + 1) if math.gcd(u, m) == 1] if m > 1 else [1]
+    steps = [1] + ([m - 1] if m > 2 else []) + [u for u in units if u not in (1, m - 1)]
+    k = (r * max(1, m // n)) % m
+    step = steps[r % len(steps)]
+    base = [(i * step) % m for i in range(m)]
+    return base[k:] + base[:k]
+
+
 class Rounds:
-    """Runs named measurements in rounds with a rotating order and keeps
+    """Runs named measurements in rounds with a changing order and keeps
     every figure: rounds[r] = {"order": [...], "figures": {item: {...}},
     "errors": {item: "..."}}.  A measurement whose worker has died is
     skipped in later rounds (its figures stay missing, with the reason)."""
 
-    def __init__(self, scenario, items):
+    def __init__(self, scenario, items, data_dir=None):
         self.scenario = scenario
         self.items = items  # [(name, function, worker or None)]
         self.rounds = []
         self.min_mem_available = meminfo("MemAvailable")
+        self.data_dir = data_dir
+        self.free_at_start = free_bytes(data_dir)
+        self.settle_timeouts = 0
+
+    def settle(self):
+        """Waits (bounded) until the data directory's file system has its
+        free space back to what it had before the first measurement (less
+        64 MiB for other users of the disk); returns the ms waited.  Every
+        measurement removes its files before it returns, but a removal can
+        finish later than the unlink: fio's files are still held by its
+        io_uring instance (--registerfiles=1), whose teardown the kernel
+        completes after fio has exited, so their blocks are freed (and, with
+        the `discard` mount option, discarded) a few hundred ms later, during
+        whatever runs next.  Measured here: the writer right after fio ran
+        ~30% slower (2 GiB at 1.5 instead of 2.2 GiB/s)."""
+        if self.free_at_start is None:
+            return 0.0
+        t0 = time.monotonic()
+        while free_bytes(self.data_dir) < self.free_at_start - 64 * MIB:
+            if time.monotonic() - t0 > SETTLE_LIMIT_S:
+                # Something else holds the space: go on from here.
+                self.free_at_start = free_bytes(self.data_dir)
+                self.settle_timeouts += 1
+                break
+            time.sleep(0.01)
+        return (time.monotonic() - t0) * 1e3
 
     def run(self, n, failures, notes):
         names = [i[0] for i in self.items]
-        # Rotate by a stride that spreads each measurement over the whole
-        # order across the rounds (by one only when there are few).
-        stride = max(1, len(self.items) // n)
         for r in range(n):
-            k = (r * stride) % len(self.items)
-            order = self.items[k:] + self.items[:k]
-            rec = {"order": [o[0] for o in order], "figures": {}, "errors": {}}
+            order = [self.items[i] for i in round_order(len(self.items), n, r)]
+            rec = {"order": [o[0] for o in order], "figures": {}, "errors": {}, "settle_ms": {}}
             for name, fn, worker in order:
+                rec["settle_ms"][name] = round(self.settle(), 1)
                 if worker is not None and worker.dead:
                     rec["errors"][name] = "skipped: %s died (%s)" % (worker.name, worker.dead.splitlines()[0])
                     if name.startswith("ckptd"):
@@ -581,6 +634,13 @@ class Rounds:
                         notes.append(msg)
             self.rounds.append(rec)
             progress("%s round %d/%d: %s" % (self.scenario, r + 1, n, summary(rec, names)))
+
+    def note_settling(self, notes):
+        if self.settle_timeouts:
+            notes.append("%s: the data directory's free space did not come back within %d s before a "
+                         "measurement %d time(s) (something else was using the disk): those measurements "
+                         "may overlap another's file removal" % (self.scenario, SETTLE_LIMIT_S,
+                                                                 self.settle_timeouts))
 
     def series(self, item, key):
         """item's `key` per round (None where it did not run)."""
@@ -818,8 +878,9 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
             for t in DCP_THREADS:
                 items.append(("dcp_t%d" % t, (lambda t=t: peers.cmd("dcp %d" % t)), peers))
 
-        rounds = Rounds(name, items)
+        rounds = Rounds(name, items, daemon.data)
         rounds.run(ROUNDS, failures, notes)
+        rounds.note_settling(notes)
         stall, status = loop_stall(daemon, notes)
         detail["max_loop_stall_ms_after_warmup"] = stall_before
         detail["min_mem_available_gib"] = (round(rounds.min_mem_available / GIB, 2)
@@ -1051,8 +1112,9 @@ def two_jobs_scenario(name, sc, daemon, run_dir, failures):
                     "last_second_committed_ms_after_first_committed":
                         (inside[-1]["t_committed_ns"] - a["t_committed_ns"]) / 1e6}
 
-        rounds = Rounds(name, [("alone", alone, second), ("during", during, first)])
+        rounds = Rounds(name, [("alone", alone, second), ("during", during, first)], daemon.data)
         rounds.run(ROUNDS, failures, notes)
+        rounds.note_settling(notes)
         stall, _ = loop_stall(daemon, notes)
     finally:
         for w in (first, second):

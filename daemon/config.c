@@ -60,6 +60,8 @@ const struct config_key config_keys[] = {
 	    "all arenas together"),
 	KEY("uring_depth", CONFIG_UINT, 1, 1024, uring_depth, "16",
 	    "writes in flight per client"),
+	KEY("disk_depth", CONFIG_UINT, 0, 65536, disk_depth, "16",
+	    "writes in flight of all clients together (0: no cap)"),
 	KEY("commit_deadline", CONFIG_DURATION, 100, 168 * MS_PER_H, commit_deadline_ms, "10m",
 	    "a save must commit within this"),
 	KEY("handshake_timeout", CONFIG_DURATION, 100, 10 * MS_PER_M, handshake_timeout_ms, "10s",

@@ -17,6 +17,8 @@
  *   arena_max           cap on one client's arena     4G   (at least 1M)
  *   arena_total         cap on all arenas together    16G  (at least 1M)
  *   uring_depth         writes in flight per client   16   (1..1024)
+ *   disk_depth          writes in flight of all clients together
+ *                       (0: no cap)                   16   (0..65536)
  *   commit_deadline     a save not committed this long after it began fails
  *                                                     10m  (100ms..168h)
  *   handshake_timeout   a connection that has not completed HELLO this long
@@ -62,6 +64,7 @@ struct config {
 	uint64_t arena_max;
 	uint64_t arena_total;
 	unsigned uring_depth;
+	unsigned disk_depth;
 	uint64_t commit_deadline_ms;
 	uint64_t handshake_timeout_ms;
 	unsigned max_clients;

@@ -87,12 +87,13 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 			continue;
 		json_array_append_new(saves, save_json(s, now));
 	}
-	top = json_pack("{s:s, s:I, s:o, s:{s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o, "
+	top = json_pack("{s:s, s:I, s:o, s:{s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o, "
 			"s:{s:I, s:I, s:I, s:I}, s:f, s:f, s:b}",
 			"version", CKPT_VERSION, "pid", (json_int_t)getpid(), "uptime_s",
 			seconds(now - srv->start_ms), "config", "socket", cfg->socket_path, "roots",
 			roots, "arena_max", (json_int_t)cfg->arena_max, "arena_total",
 			(json_int_t)cfg->arena_total, "uring_depth", (json_int_t)cfg->uring_depth,
+			"disk_depth", (json_int_t)cfg->disk_depth,
 			"commit_deadline_ms", (json_int_t)cfg->commit_deadline_ms, "max_clients",
 			(json_int_t)cfg->max_clients, "max_clients_per_uid",
 			(json_int_t)cfg->max_clients_per_uid, "arena_bytes_total",

@@ -110,7 +110,63 @@ struct store_arena {
 	int efd;
 	unsigned depth, inflight, queued;
 	struct wr *q_head, *q_tail; /* waiting for ring room */
+	bool waiting;               /* in disk.wait_head's list */
+	struct store_arena *wnext;
 };
+
+/*
+ * Every arena writes to the same disk, and the block layer has a fixed
+ * number of requests for it (128 tags on the virtio disk here; an 8 MiB
+ * write from 4 KiB pages takes 8 of them).  With many arenas each at its
+ * own depth (8 ranks x 16 writes) the requests run out, and the submission
+ * that finds none sleeps in blk_mq_get_tag inside io_uring_enter, on the
+ * event loop's thread: sampled at 100-400 ms per loop round with 8 ranks.
+ * A deeper queue does not make the disk faster, so the writes in flight of
+ * all arenas together are capped (`disk_depth`), and arenas that hit the
+ * cap wait their turn in a FIFO, served round-robin as writes complete.
+ * Only the loop thread submits and reaps, so this needs no lock.
+ */
+static struct {
+	unsigned cap;      /* 0: no cap */
+	unsigned inflight;
+	struct store_arena *wait_head, *wait_tail;
+} disk;
+
+static void local_set_disk_depth(unsigned depth)
+{
+	disk.cap = depth;
+}
+
+static void wait_turn(struct store_arena *a)
+{
+	if (a->waiting)
+		return;
+	a->waiting = true;
+	a->wnext = NULL;
+	if (disk.wait_tail)
+		disk.wait_tail->wnext = a;
+	else
+		disk.wait_head = a;
+	disk.wait_tail = a;
+}
+
+static struct store_arena *next_turn(void)
+{
+	struct store_arena *a = disk.wait_head;
+
+	if (a) {
+		disk.wait_head = a->wnext;
+		if (!disk.wait_head)
+			disk.wait_tail = NULL;
+		a->waiting = false;
+	}
+	return a;
+}
+
+static bool disk_full(void)
+{
+	return disk.cap && disk.inflight >= disk.cap;
+}
 
 static int local_arena_attach(void *base, uint64_t len, unsigned depth, struct store_arena **ret,
 			      char *err, size_t errlen)
@@ -174,6 +230,19 @@ static void local_arena_detach(struct store_arena *a)
 {
 	if (!a)
 		return;
+	if (a->waiting) {
+		/* Not expected (nothing is queued), but never leave a freed
+		 * arena in the list. */
+		struct store_arena **pp = &disk.wait_head, *prev = NULL;
+		while (*pp && *pp != a) {
+			prev = *pp;
+			pp = &(*pp)->wnext;
+		}
+		if (*pp)
+			*pp = a->wnext;
+		if (disk.wait_tail == a)
+			disk.wait_tail = prev;
+	}
 	io_uring_queue_exit(&a->ring);
 	if (a->efd >= 0)
 		close(a->efd);
@@ -194,7 +263,7 @@ static bool prep(struct store_arena *a, struct wr *w)
 {
 	struct io_uring_sqe *sqe;
 
-	if (a->inflight >= a->depth || !(sqe = io_uring_get_sqe(&a->ring)))
+	if (a->inflight >= a->depth || disk_full() || !(sqe = io_uring_get_sqe(&a->ring)))
 		return false;
 	if (a->fixed)
 		io_uring_prep_write_fixed(sqe, w->fd, w->buf, (unsigned)w->len, w->file_off,
@@ -203,6 +272,7 @@ static bool prep(struct store_arena *a, struct wr *w)
 		io_uring_prep_write(sqe, w->fd, w->buf, (unsigned)w->len, w->file_off);
 	io_uring_sqe_set_data(sqe, w);
 	a->inflight++;
+	disk.inflight++;
 	return true;
 }
 
@@ -213,9 +283,46 @@ static void flush(struct store_arena *a)
 	(void)io_uring_submit(&a->ring);
 }
 
+/* Starts a's queued writes while it and the disk have room; returns true
+ * if it started any (the caller submits). */
+static bool start_queued(struct store_arena *a)
+{
+	bool any = false;
+
+	while (a->q_head && prep(a, a->q_head)) {
+		a->q_head = a->q_head->next;
+		if (!a->q_head)
+			a->q_tail = NULL;
+		a->queued--;
+		any = true;
+	}
+	return any;
+}
+
+/* Hands the disk's free room to the arenas waiting for it, one write each
+ * in turn.  An arena stopped by its own depth leaves the queue: its next
+ * completion brings it back. */
+static void serve_waiting(void)
+{
+	while (!disk_full() && disk.wait_head) {
+		struct store_arena *a = next_turn();
+		struct wr *w = a->q_head;
+
+		if (!w || !prep(a, w))
+			continue;
+		a->q_head = w->next;
+		if (!a->q_head)
+			a->q_tail = NULL;
+		a->queued--;
+		flush(a);
+		if (a->q_head)
+			wait_turn(a);
+	}
+}
+
 static void enqueue(struct store_arena *a, struct wr *w)
 {
-	if (a->q_head || !prep(a, w)) {
+	if (a->q_head || disk.wait_head || !prep(a, w)) {
 		w->next = NULL;
 		if (a->q_tail)
 			a->q_tail->next = w;
@@ -223,6 +330,9 @@ static void enqueue(struct store_arena *a, struct wr *w)
 			a->q_head = w;
 		a->q_tail = w;
 		a->queued++;
+		if (a->inflight < a->depth)
+			wait_turn(a); /* held back by the disk's cap */
+		serve_waiting();
 		return;
 	}
 	flush(a);
@@ -278,6 +388,7 @@ static void local_arena_reap(struct store_arena *a)
 		for (unsigned i = 0; i < n; i++) {
 			struct wr *w = done[i];
 			a->inflight--;
+			disk.inflight--;
 			if (res[i] > 0 && (uint64_t)res[i] < w->len) {
 				/* Short write (a signal; a full disk about to say
 				 * ENOSPC): go on from where it stopped. */
@@ -290,17 +401,15 @@ static void local_arena_reap(struct store_arena *a)
 			w->cb(w->ud, res[i] < 0 ? res[i] : res[i] == 0 ? -EIO : 0);
 			free(w);
 		}
-		/* Completions made room: start queued writes. */
-		bool any = false;
-		while (a->q_head && prep(a, a->q_head)) {
-			a->q_head = a->q_head->next;
-			if (!a->q_head)
-				a->q_tail = NULL;
-			a->queued--;
-			any = true;
+		/* Completions made room: queued writes go on, this arena's
+		 * in turn with the others waiting for the disk. */
+		if (a->q_head) {
+			if (disk.cap)
+				wait_turn(a);
+			else if (start_queued(a))
+				flush(a);
 		}
-		if (any)
-			flush(a);
+		serve_waiting();
 	}
 }
 
@@ -886,6 +995,7 @@ const struct store_ops store_local = {
 	.arena_fd = local_arena_fd,
 	.arena_reap = local_arena_reap,
 	.arena_busy = local_arena_busy,
+	.set_disk_depth = local_set_disk_depth,
 	.attempt_open = local_attempt_open,
 	.shard_create = local_shard_create,
 	.shard_write = local_shard_write,

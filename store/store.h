@@ -114,6 +114,9 @@ struct store_ops {
 	void (*arena_reap)(struct store_arena *a);
 	/* [loop] Writes queued or in flight. */
 	unsigned (*arena_busy)(const struct store_arena *a);
+	/* [startup] Caps the writes in flight of all arenas together (0: no
+	 * cap beyond each arena's depth); arenas beyond it wait in turn. */
+	void (*set_disk_depth)(unsigned depth);
 
 	/* ---- attempts ---- */
 	/* [worker] Creates the attempt's work area under `root` (canonical),

@@ -366,6 +366,98 @@ START_TEST(test_arena_write)
 }
 END_TEST
 
+/* The disk's cap on writes in flight is shared by every arena: with a cap
+ * of 2 and two arenas of depth 4 submitting 8 writes each at once, every
+ * write completes, the arenas take turns (the second arena's writes do not
+ * all wait for the first's), and the shards hold the right bytes. */
+#define DD_N 8
+#define DD_LEN (256u << 10)
+struct dd_write {
+	int arena;
+	int *order, *n_done, *res;
+};
+
+static void dd_done(void *ud, int res)
+{
+	struct dd_write *w = ud;
+
+	w->order[(*w->n_done)++] = w->arena;
+	if (res != 0)
+		*w->res = res;
+}
+
+START_TEST(test_disk_depth)
+{
+	const uint64_t len = DD_N * DD_LEN;
+	struct store_key k = key("j", "dd", 0);
+	struct store_attempt *a = NULL;
+	struct store_arena *ar[2] = { NULL, NULL };
+	struct store_shard *sh[2] = { NULL, NULL };
+	struct dd_write w[2][DD_N];
+	int order[2 * DD_N], n_done = 0, res = 0, fds[2];
+	uint8_t *mem[2];
+	char err[256], p[256], full[1024];
+	bool created;
+
+	S->set_disk_depth(2);
+	ck_assert_int_eq(open_as(&me, &k, &a, &created, err), 0);
+	for (int i = 0; i < 2; i++) {
+		fds[i] = memfd_create("arena", MFD_CLOEXEC);
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_int_eq(ftruncate(fds[i], (off_t)len), 0);
+		mem[i] = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+		ck_assert_ptr_ne(mem[i], MAP_FAILED);
+		for (uint64_t b = 0; b < len; b++)
+			mem[i][b] = (uint8_t)(b * 13 + 5 + 101 * i);
+		ck_assert_int_eq(S->arena_attach(mem[i], len, 4, &ar[i], err, sizeof(err)), 0);
+		ck_assert_int_eq(S->shard_create(a, (uint32_t)i, len, true, &sh[i], err, sizeof(err)),
+				 0);
+	}
+	/* Arena 0 queues all of its writes first, then arena 1. */
+	for (int i = 0; i < 2; i++)
+		for (int e = 0; e < DD_N; e++) {
+			w[i][e] = (struct dd_write){ i, order, &n_done, &res };
+			S->shard_write(sh[i], ar[i], (uint64_t)e * DD_LEN, (uint64_t)e * DD_LEN, DD_LEN,
+				       dd_done, &w[i][e]);
+		}
+	ck_assert_uint_eq(S->arena_busy(ar[0]) + S->arena_busy(ar[1]), 2 * DD_N);
+	for (int t = 0; t < 5000 && n_done < 2 * DD_N; t++) {
+		usleep(1000);
+		S->arena_reap(ar[0]);
+		S->arena_reap(ar[1]);
+	}
+	ck_assert_int_eq(n_done, 2 * DD_N);
+	ck_assert_int_eq(res, 0);
+	ck_assert_uint_eq(S->arena_busy(ar[0]) + S->arena_busy(ar[1]), 0);
+	/* Taking turns: arena 1 finished some writes before arena 0's last. */
+	int last0 = 0, first1 = 2 * DD_N;
+	for (int i = 0; i < 2 * DD_N; i++) {
+		if (order[i] == 0)
+			last0 = i;
+		else if (i < first1)
+			first1 = i;
+	}
+	ck_assert_int_lt(first1, last0);
+	area_path(&k, p, sizeof(p), NULL);
+	snprintf(full, sizeof(full), "%s/%s", dir, p);
+	for (int i = 0; i < 2; i++) {
+		char name[64];
+		uint8_t *back = malloc(len);
+		ck_assert_int_eq(S->shard_finish(sh[i], len, err, sizeof(err)), 0);
+		snprintf(name, sizeof(name), "rank-%05d.safetensors", i);
+		ck_assert_int_eq(S->read_range(full, name, 0, len, back), 0);
+		ck_assert(memcmp(back, mem[i], len) == 0);
+		free(back);
+		S->shard_close(sh[i]);
+		S->arena_detach(ar[i]);
+		munmap(mem[i], len);
+		close(fds[i]);
+	}
+	S->attempt_close(a);
+	S->set_disk_depth(0);
+}
+END_TEST
+
 /* ---- tools ---- */
 
 struct seen {
@@ -424,6 +516,7 @@ static Suite *store_suite(void)
 		{ "shards_claims_counts", test_shards_claims_counts },
 		{ "fail_and_poll", test_fail_and_poll },
 		{ "arena_write", test_arena_write },
+		{ "disk_depth", test_disk_depth },
 		{ "list_remove", test_list_remove },
 	};
 
