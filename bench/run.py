@@ -1043,6 +1043,7 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
                 "tried": list(DCP_THREADS), "stat": "the thread count with the best median committed_ms"}
     d["warmup"] = warm
     d["rounds"] = [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                    "settle_ms": rd.get("settle_ms", {}),
                     "ratios": rr["ratios"], "ceilings": rr["ceilings"]}
                    for rd, rr in zip(rounds.rounds, round_ratios)]
     r["notes"] = notes
@@ -1162,6 +1163,7 @@ def two_jobs_scenario(name, sc, daemon, run_dir, failures):
                    "min_mem_available_gib": (round(rounds.min_mem_available / GIB, 2)
                                              if rounds.min_mem_available is not None else None),
                    "rounds": [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                    "settle_ms": rd.get("settle_ms", {}),
                                "ratios": {"stall_vs_alone": p}} for rd, p in zip(rounds.rounds, per)]}
     return {name: r}
 
