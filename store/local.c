@@ -283,25 +283,10 @@ static void flush(struct store_arena *a)
 	(void)io_uring_submit(&a->ring);
 }
 
-/* Starts a's queued writes while it and the disk have room; returns true
- * if it started any (the caller submits). */
-static bool start_queued(struct store_arena *a)
-{
-	bool any = false;
-
-	while (a->q_head && prep(a, a->q_head)) {
-		a->q_head = a->q_head->next;
-		if (!a->q_head)
-			a->q_tail = NULL;
-		a->queued--;
-		any = true;
-	}
-	return any;
-}
-
 /* Hands the disk's free room to the arenas waiting for it, one write each
- * in turn.  An arena stopped by its own depth leaves the queue: its next
- * completion brings it back. */
+ * in turn (without a cap: until each is at its own depth).  An arena
+ * stopped by its own depth leaves the queue: its next completion brings it
+ * back. */
 static void serve_waiting(void)
 {
 	while (!disk_full() && disk.wait_head) {
@@ -403,12 +388,8 @@ static void local_arena_reap(struct store_arena *a)
 		}
 		/* Completions made room: queued writes go on, this arena's
 		 * in turn with the others waiting for the disk. */
-		if (a->q_head) {
-			if (disk.cap)
-				wait_turn(a);
-			else if (start_queued(a))
-				flush(a);
-		}
+		if (a->q_head)
+			wait_turn(a);
 		serve_waiting();
 	}
 }
