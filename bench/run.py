@@ -575,9 +575,24 @@ class Rounds:
     "errors": {item: "..."}}.  A measurement whose worker has died is
     skipped in later rounds (its figures stay missing, with the reason)."""
 
-    def __init__(self, scenario, items, data_dir=None):
+    def __init__(self, scenario, items, data_dir=None, blocks=()):
         self.scenario = scenario
         self.items = items  # [(name, function, worker or None)]
+        # Units of the order: a block (names measured back to back) or one
+        # item.  A ratio of two figures taken in one round is only as good
+        # as the machine was the same for both; on this VM the speed of
+        # memory moves by 20-40% over tens of seconds (other guests, the
+        # host taking back freed pages), so the measurements a ratio pairs
+        # run next to each other, in an order that changes every round.
+        by_name = {i[0]: i for i in items}
+        in_block = set()
+        self.units = []
+        for b in blocks:
+            members = [by_name[x] for x in b if x in by_name]
+            if members:
+                self.units.append(members)
+                in_block.update(m[0] for m in members)
+        self.units += [[i] for i in items if i[0] not in in_block]
         self.rounds = []
         self.min_mem_available = meminfo("MemAvailable")
         self.data_dir = data_dir
@@ -610,8 +625,14 @@ class Rounds:
     def run(self, n, failures, notes):
         names = [i[0] for i in self.items]
         for r in range(n):
-            order = [self.items[i] for i in round_order(len(self.items), n, r)]
-            rec = {"order": [o[0] for o in order], "figures": {}, "errors": {}, "settle_ms": {}}
+            order = []
+            for u in round_order(len(self.units), n, r):
+                unit = self.units[u]
+                k = r % len(unit)
+                unit = unit[k:] + unit[:k]
+                order += unit[::-1] if (r // len(unit)) % 2 else unit
+            rec = {"order": [o[0] for o in order], "figures": {}, "warmup": {}, "errors": {},
+                   "settle_ms": {}}
             for name, fn, worker in order:
                 rec["settle_ms"][name] = round(self.settle(), 1)
                 if worker is not None and worker.dead:
@@ -620,6 +641,15 @@ class Rounds:
                         failures.append("%s round %d, %s: %s" % (self.scenario, r + 1, name, rec["errors"][name]))
                     continue
                 try:
+                    # An untimed run first, then the timed one.  This VM's
+                    # host takes back guest memory that sits idle for ~10 s
+                    # or more: the first pass over a 2 GiB buffer after such
+                    # a pause ran 2-2.5x slower than the next, in 3 of 6
+                    # tries after 15-30 s (and a round is longer than that).
+                    # Every measurement, peers included, gets the same
+                    # warm-up, and its figures are kept ("warmup").
+                    rec["warmup"][name] = fn()
+                    self.settle()
                     rec["figures"][name] = fn()
                     avail = meminfo("MemAvailable")
                     if avail is not None and (self.min_mem_available is None or avail < self.min_mem_available):
@@ -878,7 +908,15 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
             for t in DCP_THREADS:
                 items.append(("dcp_t%d" % t, (lambda t=t: peers.cmd("dcp %d" % t)), peers))
 
-        rounds = Rounds(name, items, daemon.data)
+        # Each ckptd save next to what its ratio divides it by: the copy
+        # limits of its client (and, for save-many, the one-tensor save).
+        blocks = []
+        for cname in [c.split(":")[0] for c in clients]:
+            suffix = "" if cname == "default" else "_" + cname
+            save_item = "ckptd" if cname == "default" else "ckptd_" + cname
+            blocks.append([save_item, "copy_memcpy" + suffix, "copy_stream" + suffix]
+                          + (["ckptd_one"] if sc["kind"] == "many" and cname == "default" else []))
+        rounds = Rounds(name, items, daemon.data, blocks)
         rounds.run(ROUNDS, failures, notes)
         rounds.note_settling(notes)
         stall, status = loop_stall(daemon, notes)

@@ -330,25 +330,31 @@ static void reap(struct server *srv)
 	conns_reap(srv);
 }
 
-/* Checksums per loop round, for all writers together: one 8 MiB slot.  The
- * bytes come cold from memory (the client wrote them with streaming
- * stores), so ISA-L runs at 2-4 GiB/s here, not at its in-cache speed: 32 MiB
- * a round held the loop for 8-15 ms of CPU (per writer, 8 ranks made it 60
- * ms); 8 MiB holds it for 2-4 ms, and the loop comes round again at once
- * while more are due. */
+/* Checksums per loop round, for all writers together: at most one 8 MiB
+ * slot's worth, and no more than CRC_ROUND_US of the clock.  The bytes come
+ * cold from memory (the client wrote them with streaming stores), so ISA-L
+ * runs at 2-4 GiB/s here, not at its in-cache speed: 32 MiB a round held the
+ * loop for 8-15 ms of CPU (per writer, 8 ranks made it 60 ms).  And memory
+ * can be far colder than that: on this VM the host takes back guest pages
+ * that sit idle for ~10 s, and the first pass over them ran at ~0.25 GiB/s,
+ * so a fixed 8 MiB held the loop for 42 ms in a bench run.  The clock bound
+ * (checked between 1 MiB pieces) keeps a round short either way; the loop
+ * comes round again at once while more are due. */
 #define CRC_ROUND_BYTES (8ull << 20)
+#define CRC_ROUND_US    2000
 
 /* Runs one round's worth of due checksums, writers taking turns. */
 static void crc_round(struct server *srv)
 {
 	uint64_t budget = CRC_ROUND_BYTES;
+	int64_t until = now_us() + CRC_ROUND_US;
 
 	while (budget && !list_empty(&srv->crc_busy)) {
 		struct writer *w = list_entry(srv->crc_busy.next, struct writer, busy_link);
 		uint64_t share = budget / 2 > (8ull << 20) ? budget / 2 : budget;
-		uint64_t used = writer_crc_step(w, share);
+		uint64_t used = writer_crc_step(w, share, until);
 
-		budget = used >= budget ? 0 : budget - used;
+		budget = used >= budget || now_us() >= until ? 0 : budget - used;
 		/* Its turn is over: to the back of the queue (if still due). */
 		if (!list_empty(&w->busy_link)) {
 			list_del(&w->busy_link);

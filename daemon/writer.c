@@ -104,7 +104,7 @@ void writer_crc_due(struct writer *w)
 	server_more_work(w->srv);
 }
 
-uint64_t writer_crc_step(struct writer *w, uint64_t budget)
+uint64_t writer_crc_step(struct writer *w, uint64_t budget, int64_t until_us)
 {
 	uint64_t done = 0;
 
@@ -112,16 +112,29 @@ uint64_t writer_crc_step(struct writer *w, uint64_t budget)
 		struct wslot *s = list_entry(w->crc_q.next, struct wslot, clink);
 		uint32_t slot = (uint32_t)(s - w->slots);
 
+		if (!s->t->no_crc && s->crc_done < s->len) {
+			/* One piece of the CRC grid: file_off is a multiple of
+			 * the slot size, so pieces never split a grid cell. */
+			uint64_t n = s->len - s->crc_done < LAYOUT_CRC_BLOCK ? s->len - s->crc_done
+									 : LAYOUT_CRC_BLOCK;
+			crc_extent(s->t, w->base + (uint64_t)slot * w->slot_bytes + s->crc_done,
+				   s->file_off + s->crc_done, n);
+			s->crc_done += n;
+			done += n;
+			if (s->crc_done < s->len) {
+				if (now_us() >= until_us)
+					break;
+				continue;
+			}
+		}
 		list_del(&s->clink);
 		s->crc_pending = false;
-		if (!s->t->no_crc) {
-			crc_extent(s->t, w->base + (uint64_t)slot * w->slot_bytes, s->file_off, s->len);
-			done += s->len;
-		}
 		if (!s->writing)
 			slot_finish(s);
 		/* Keep the disk busy between checksums. */
 		w->store->arena_reap(w->io);
+		if (now_us() >= until_us)
+			break;
 	}
 	if (list_empty(&w->crc_q)) {
 		w->urgent = false;
@@ -142,6 +155,7 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
 	s->file_off = file_off;
 	s->len = len;
 	s->res = 0;
+	s->crc_done = 0;
 	s->writing = true;
 	s->crc_pending = true;
 	list_add_tail(&w->crc_q, &s->clink);

@@ -47,6 +47,7 @@ struct wslot {
 	uint64_t len;            /* file bytes of the extent */
 	bool writing, crc_pending;
 	int res;
+	uint64_t crc_done;       /* bytes of the extent checksummed so far */
 	struct list clink;       /* in writer.crc_q */
 };
 
@@ -83,10 +84,11 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
  * away or stalled, or it is short of free slots). */
 void writer_crc_due(struct writer *w);
 
-/* Loop: checksums due slots until about `budget` bytes are done (at least
- * one slot).  Returns the bytes used of the budget (> 0); the writer leaves
- * server.crc_busy once nothing is due. */
-uint64_t writer_crc_step(struct writer *w, uint64_t budget);
+/* Loop: checksums due slots, a 1 MiB piece (the CRC grid) at a time, until
+ * about `budget` bytes are done or the clock passes `until_us` (now_us()),
+ * whichever comes first; at least one piece.  Returns the bytes used of the
+ * budget (> 0); the writer leaves server.crc_busy once nothing is due. */
+uint64_t writer_crc_step(struct writer *w, uint64_t budget, int64_t until_us);
 
 /* Slots held with a write or checksum still to finish. */
 static inline uint32_t writer_held(const struct writer *w)
