@@ -639,6 +639,8 @@ static void *copy_thread(void *arg)
 	return NULL;
 }
 
+static void copy_pool_stop(struct copy_pool *p);
+
 /* Starts n threads.  Returns 0 or -errno (no thread left running). */
 static int copy_pool_start(struct copy_pool *p, unsigned n)
 {
@@ -655,15 +657,8 @@ static int copy_pool_start(struct copy_pool *p, unsigned n)
 		if (r < 0)
 			break;
 	}
-	if (r < 0) {
-		pthread_mutex_lock(&p->lock);
-		p->quit = true;
-		pthread_cond_broadcast(&p->work_cv);
-		pthread_mutex_unlock(&p->lock);
-		for (unsigned i = 0; i < p->n; i++)
-			pthread_join(p->tid[i], NULL);
-		p->n = 0;
-	}
+	if (r < 0)
+		copy_pool_stop(p);
 	return r;
 }
 

@@ -582,7 +582,7 @@ class Rounds:
         # item.  A ratio of two figures taken in one round is only as good
         # as the machine was the same for both; on this VM the speed of
         # memory moves by 20-40% over tens of seconds (other guests, the
-        # host taking back freed pages), so the measurements a ratio pairs
+        # host taking back idle pages), so the measurements a ratio pairs
         # run next to each other, in an order that changes every round.
         by_name = {i[0]: i for i in items}
         in_block = set()
@@ -888,16 +888,24 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
         stall_before, _ = loop_stall(daemon, [])
 
         # The measurements of one round.
+        # Each ckptd save runs in a block next to what its ratio divides it
+        # by: the copy limits of its client (and, for save-many, the
+        # one-tensor save).
         items = [("ckptd", lambda: ckpt.cmd("save default"), ckpt)]
+        blocks = [["ckptd"]]
         if sc["kind"] == "many":
             items.append(("ckptd_one", lambda: ckpt.cmd("save default one"), ckpt))
         if sc["kind"] == "ranks":
             items.append(("ckptd_2threads", lambda: ckpt.cmd("save 2threads"), ckpt))
-        for cname in [c.split(":")[0] for c in clients]:
+            blocks.append(["ckptd_2threads"])
+        for block, cname in zip(blocks, [c.split(":")[0] for c in clients]):
             suffix = "" if cname == "default" else "_" + cname
             for method in ("memcpy", "stream"):
                 items.append(("copy_%s%s" % (method, suffix),
                               (lambda m=method, c=cname: ckpt.cmd("copy %s %s" % (m, c))), ckpt))
+                block.append("copy_%s%s" % (method, suffix))
+        if sc["kind"] == "many":
+            blocks[0].append("ckptd_one")
         items.append(("disk_builtin", lambda: ckpt.cmd("write %s %d" % (daemon.data, uring_depth)), ckpt))
         for mult in (1, 2):
             items.append(("disk_fio_d%d" % (uring_depth * mult),
@@ -908,14 +916,6 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
             for t in DCP_THREADS:
                 items.append(("dcp_t%d" % t, (lambda t=t: peers.cmd("dcp %d" % t)), peers))
 
-        # Each ckptd save next to what its ratio divides it by: the copy
-        # limits of its client (and, for save-many, the one-tensor save).
-        blocks = []
-        for cname in [c.split(":")[0] for c in clients]:
-            suffix = "" if cname == "default" else "_" + cname
-            save_item = "ckptd" if cname == "default" else "ckptd_" + cname
-            blocks.append([save_item, "copy_memcpy" + suffix, "copy_stream" + suffix]
-                          + (["ckptd_one"] if sc["kind"] == "many" and cname == "default" else []))
         rounds = Rounds(name, items, daemon.data, blocks)
         rounds.run(ROUNDS, failures, notes)
         rounds.note_settling(notes)

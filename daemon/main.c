@@ -351,8 +351,7 @@ static void crc_round(struct server *srv)
 
 	while (budget && !list_empty(&srv->crc_busy)) {
 		struct writer *w = list_entry(srv->crc_busy.next, struct writer, busy_link);
-		uint64_t share = budget / 2 > (8ull << 20) ? budget / 2 : budget;
-		uint64_t used = writer_crc_step(w, share, until);
+		uint64_t used = writer_crc_step(w, budget, until);
 
 		budget = used >= budget || now_us() >= until ? 0 : budget - used;
 		/* Its turn is over: to the back of the queue (if still due). */
