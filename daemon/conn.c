@@ -721,7 +721,7 @@ void conns_tick(struct server *srv)
 		}
 		/* A client that stalls mid-save must not keep checksums (and
 		 * so its slots) waiting for long. */
-		if (c->writer_ok && !list_empty(&c->w.crc_q) && !c->w.urgent &&
+		if (c->writer_ok && !list_empty(&c->w.crc_q) &&
 		    now - c->w.last_extent_ms > 200)
 			writer_crc_due(&c->w);
 	}

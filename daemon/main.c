@@ -37,6 +37,14 @@
 #define STOP_GRACE_MS 30000
 #define WORKERS 4
 #define ARENA_WORKERS 4
+/* Checksums are due once a rank is staged, when its client no longer
+ * copies; one thread keeps up with the disk here (ISA-L at 2-4 GiB/s on
+ * cold bytes against a disk of about 2 GiB/s) and leaves the other CPU to
+ * the clients still copying and to the loop.  It runs at a lower priority
+ * (nice 10): where CPUs are short, a trainer's copy and the loop's answers
+ * come first, and a commit waits a little longer instead. */
+#define CRC_WORKERS 1
+#define CRC_NICE 10
 
 static int listen_socket(struct server *srv)
 {
@@ -234,10 +242,13 @@ static int setup(struct server *srv)
 	timerfd_settime(srv->tfd, 0, &its, NULL);
 	/* Worker threads start before the socket: a client never waits for
 	 * them.  They block the signals above (inherited mask). */
-	r = workers_start(&srv->work, WORKERS);
+	r = workers_start(&srv->work, WORKERS, 0);
 	if (r < 0)
 		return r;
-	r = workers_start(&srv->arenas, ARENA_WORKERS);
+	r = workers_start(&srv->arenas, ARENA_WORKERS, 0);
+	if (r < 0)
+		return r;
+	r = workers_start(&srv->crcs, CRC_WORKERS, CRC_NICE);
 	if (r < 0)
 		return r;
 	srv->lfd = listen_socket(srv);
@@ -247,7 +258,8 @@ static int setup(struct server *srv)
 	    (r = add_ev(srv, srv->sigfd, &srv->ev_sig, EV_SIGNAL, srv)) < 0 ||
 	    (r = add_ev(srv, srv->tfd, &srv->ev_timer, EV_TIMER, srv)) < 0 ||
 	    (r = add_ev(srv, srv->work.efd, &srv->ev_work, EV_WORK, &srv->work)) < 0 ||
-	    (r = add_ev(srv, srv->arenas.efd, &srv->ev_arenas, EV_WORK, &srv->arenas)) < 0)
+	    (r = add_ev(srv, srv->arenas.efd, &srv->ev_arenas, EV_WORK, &srv->arenas)) < 0 ||
+	    (r = add_ev(srv, srv->crcs.efd, &srv->ev_crcs, EV_WORK, &srv->crcs)) < 0)
 		return r;
 	return 0;
 }
@@ -330,51 +342,14 @@ static void reap(struct server *srv)
 	conns_reap(srv);
 }
 
-/* Checksums per loop round, for all writers together: at most one 8 MiB
- * slot's worth, and no more than CRC_ROUND_US of the clock.  The bytes come
- * cold from memory (the client wrote them with streaming stores), so ISA-L
- * runs at 2-4 GiB/s here, not at its in-cache speed: 32 MiB a round held the
- * loop for 8-15 ms of CPU (per writer, 8 ranks made it 60 ms).  And memory
- * can be far colder than that: on this VM the host takes back guest pages
- * that sit idle for ~10 s, and the first pass over them ran at ~0.25 GiB/s,
- * so a fixed 8 MiB held the loop for 42 ms in a bench run.  The clock bound
- * (checked between 1 MiB pieces) keeps a round short either way; the loop
- * comes round again at once while more are due. */
-#define CRC_ROUND_BYTES (8ull << 20)
-#define CRC_ROUND_US    2000
-
-/* Runs one round's worth of due checksums, writers taking turns. */
-static void crc_round(struct server *srv)
-{
-	uint64_t budget = CRC_ROUND_BYTES;
-	int64_t until = now_us() + CRC_ROUND_US;
-
-	while (budget && !list_empty(&srv->crc_busy)) {
-		struct writer *w = list_entry(srv->crc_busy.next, struct writer, busy_link);
-		uint64_t used = writer_crc_step(w, budget, until);
-
-		budget = used >= budget || now_us() >= until ? 0 : budget - used;
-		/* Its turn is over: to the back of the queue (if still due). */
-		if (!list_empty(&w->busy_link)) {
-			list_del(&w->busy_link);
-			list_add_tail(&srv->crc_busy, &w->busy_link);
-		}
-	}
-	if (!list_empty(&srv->crc_busy))
-		srv->more_work = true;
-}
-
 static int run(struct server *srv)
 {
 	struct epoll_event evs[64];
 	int64_t stop_at = 0;
 
 	for (;;) {
-		int timeout = srv->more_work ? 0 : -1;
-		int n;
+		int n = epoll_wait(srv->epfd, evs, 64, -1);
 
-		srv->more_work = false;
-		n = epoll_wait(srv->epfd, evs, 64, timeout);
 		if (n < 0 && errno != EINTR) {
 			log_err("epoll_wait: %s", strerror(errno));
 			return -errno;
@@ -432,7 +407,6 @@ static int run(struct server *srv)
 			}
 			}
 		}
-		crc_round(srv);
 		reap(srv);
 		int64_t spent = now_us() - t0, cpu = thread_cpu_us() - c0;
 		if (cpu > srv->max_busy_us)
@@ -472,20 +446,22 @@ static void teardown(struct server *srv)
 				io = true;
 			}
 		}
-		while (!list_empty(&srv->crc_busy))
-			crc_round(srv);
+		workers_complete(&srv->crcs);
 		workers_complete(&srv->work);
 		workers_complete(&srv->arenas);
 		reap(srv);
 		if (!io && list_empty(&srv->saves) && list_empty(&srv->conns) &&
-		    !workers_in_flight(&srv->work) && !workers_in_flight(&srv->arenas))
+		    !workers_in_flight(&srv->crcs) && !workers_in_flight(&srv->work) &&
+		    !workers_in_flight(&srv->arenas))
 			break;
-		struct pollfd pfd[2] = { { .fd = srv->work.efd, .events = POLLIN },
-					 { .fd = srv->arenas.efd, .events = POLLIN } };
-		poll(pfd, 2, 10);
+		struct pollfd pfd[3] = { { .fd = srv->work.efd, .events = POLLIN },
+					 { .fd = srv->arenas.efd, .events = POLLIN },
+					 { .fd = srv->crcs.efd, .events = POLLIN } };
+		poll(pfd, 3, 10);
 	}
 	if (!list_empty(&srv->saves) || !list_empty(&srv->conns))
 		log_warn("stopping with work still in flight");
+	workers_stop(&srv->crcs); /* its done() may queue file-system jobs */
 	workers_stop(&srv->work);
 	workers_stop(&srv->arenas);
 	registry_close(&srv->reg);
@@ -533,7 +509,6 @@ int main(int argc, char **argv)
 
 	list_init(&srv.conns);
 	list_init(&srv.saves);
-	list_init(&srv.crc_busy);
 	srv.start_ms = now_ms();
 	r = setup(&srv);
 	if (r < 0) {

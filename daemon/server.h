@@ -5,10 +5,10 @@
  *
  * One thread (the loop) owns everything here and in conn.h, save.h and
  * writer.h; nothing of it is locked.  Blocking work goes to worker threads
- * (worker.h) and comes back as done() callbacks on the loop.  The loop
- * never waits on the disk, and bounds the CPU work of one round (checksums
- * go in batches), so one client's commit never stalls another's messages:
- * `max_stall_us` measures that promise.
+ * (worker.h) and comes back as done() callbacks on the loop, and so does
+ * CPU work that grows with the bytes (checksums: server.crcs).  The loop
+ * never waits on the disk and does only bookkeeping, so one client's commit
+ * never stalls another's messages: `max_stall_us` measures that promise.
  */
 #ifndef CKPTD_SERVER_H
 #define CKPTD_SERVER_H
@@ -38,15 +38,14 @@ struct server {
 	struct registry reg;
 	struct workers work;        /* file-system jobs */
 	struct workers arenas;      /* making arenas (seconds each) */
+	struct workers crcs;        /* checksums of arena slots (writer.h) */
 	int epfd, lfd, sigfd, tfd;
-	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas;
+	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas, ev_crcs;
 	struct list conns, saves;
 	unsigned n_conns;
 	uint32_t next_id;
 	uint64_t arena_in_use;
 	bool stopping;
-	bool more_work;             /* a handler left work for the next round */
-	struct list crc_busy;       /* writers with checksums to do */
 	int64_t start_ms, last_sweep_ms;
 	bool sweeping;
 	struct work sweep_job;
@@ -63,11 +62,5 @@ int64_t now_ms(void);
 int64_t now_us(void);
 /* CPU time of the calling thread, microseconds (clock.c). */
 int64_t thread_cpu_us(void);
-
-/* Asks the loop not to sleep before its next round (bounded work is left). */
-static inline void server_more_work(struct server *srv)
-{
-	srv->more_work = true;
-}
 
 #endif

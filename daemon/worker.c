@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "daemon/log.h"
@@ -18,6 +19,10 @@ static void *worker_main(void *arg)
 	int r;
 
 	creds_self(&self);
+	/* Lowering one's own priority needs no privilege; on Linux the nice
+	 * value of a thread is its own (setpriority on its thread id). */
+	if (w->nice && setpriority(PRIO_PROCESS, (id_t)gettid(), w->nice) < 0)
+		log_warn("worker: setpriority(%d): %s", w->nice, strerror(errno));
 	r = creds_thread_init();
 	if (r < 0)
 		log_warn("worker: unshare(CLONE_FS): %s (umask shared with the loop)", strerror(-r));
@@ -63,13 +68,14 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-int workers_start(struct workers *w, unsigned n)
+int workers_start(struct workers *w, unsigned n, int nice)
 {
 	int r;
 
 	memset(w, 0, sizeof(*w));
-	if (n < 1 || n > 16)
+	if (n < 1 || n > 16 || nice < 0 || nice > 19)
 		return -EINVAL;
+	w->nice = nice;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->cv, NULL);
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

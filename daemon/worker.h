@@ -44,11 +44,14 @@ struct workers {
 	bool stopping;
 	int efd;                        /* readable when d_head is not empty */
 	unsigned n;
+	int nice;                       /* the threads' nice value */
 	pthread_t th[16];
 };
 
-/* Starts n (1..16) threads.  Returns 0 or -errno. */
-int workers_start(struct workers *w, unsigned n);
+/* Starts n (1..16) threads at nice value `nice` (0..19: 0 is the daemon's
+ * own priority, more yields the CPU to everything else).  Returns 0 or
+ * -errno. */
+int workers_start(struct workers *w, unsigned n, int nice);
 /* Queues a job (loop thread). */
 void workers_submit(struct workers *w, struct work *job);
 /* Runs the done() callbacks of finished jobs (loop thread).  Returns how

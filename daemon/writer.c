@@ -3,6 +3,7 @@
 #include "daemon/writer.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "daemon/server.h"
@@ -21,10 +22,8 @@ int writer_init(struct writer *w, struct server *srv, uint8_t *base, uint64_t ar
 	w->n_slots = (uint32_t)(arena_bytes / slot_bytes);
 	w->held = 0;
 	w->release = release;
-	w->urgent = false;
 	w->last_extent_ms = 0;
 	list_init(&w->crc_q);
-	list_init(&w->busy_link);
 	w->slots = calloc(w->n_slots ? w->n_slots : 1, sizeof(*w->slots));
 	if (!w->slots)
 		return -ENOMEM;
@@ -37,7 +36,6 @@ int writer_init(struct writer *w, struct server *srv, uint8_t *base, uint64_t ar
 
 void writer_free(struct writer *w)
 {
-	list_del(&w->busy_link);
 	free(w->slots);
 	w->slots = NULL;
 }
@@ -94,55 +92,45 @@ static void crc_extent(struct wtarget *t, const uint8_t *buf, uint64_t off, uint
 	}
 }
 
-void writer_crc_due(struct writer *w)
+/* Checksum thread: reads only the slot's bytes and the target's layout
+ * (fixed while a slot of it is held) and writes the slot's own entries of
+ * t->crcs; the loop reads them after done() (worker.c's lock orders it). */
+static void crc_run(struct work *job)
 {
-	if (list_empty(&w->crc_q))
-		return;
-	w->urgent = true;
-	if (list_empty(&w->busy_link))
-		list_add_tail(&w->srv->crc_busy, &w->busy_link);
-	server_more_work(w->srv);
+	struct wslot *s = (struct wslot *)((char *)job - offsetof(struct wslot, crc_job));
+	struct writer *w = s->w;
+
+	crc_extent(s->t, w->base + (uint64_t)(s - w->slots) * w->slot_bytes, s->file_off, s->len);
 }
 
-uint64_t writer_crc_step(struct writer *w, uint64_t budget, int64_t until_us)
+static void crc_done(struct work *job)
 {
-	uint64_t done = 0;
+	struct wslot *s = (struct wslot *)((char *)job - offsetof(struct wslot, crc_job));
 
-	while (!list_empty(&w->crc_q) && done < budget) {
+	s->crc_pending = false;
+	if (!s->writing)
+		slot_finish(s);
+}
+
+void writer_crc_due(struct writer *w)
+{
+	/* slot_finish() may fail a save, which calls back here: take one slot
+	 * at a time off the queue's head, so a nested call finds the rest. */
+	while (!list_empty(&w->crc_q)) {
 		struct wslot *s = list_entry(w->crc_q.next, struct wslot, clink);
-		uint32_t slot = (uint32_t)(s - w->slots);
 
-		if (!s->t->no_crc && s->crc_done < s->len) {
-			/* One piece of the CRC grid: file_off is a multiple of
-			 * the slot size, so pieces never split a grid cell. */
-			uint64_t n = s->len - s->crc_done < LAYOUT_CRC_BLOCK ? s->len - s->crc_done
-									 : LAYOUT_CRC_BLOCK;
-			crc_extent(s->t, w->base + (uint64_t)slot * w->slot_bytes + s->crc_done,
-				   s->file_off + s->crc_done, n);
-			s->crc_done += n;
-			done += n;
-			if (s->crc_done < s->len) {
-				if (now_us() >= until_us)
-					break;
-				continue;
-			}
-		}
 		list_del(&s->clink);
-		s->crc_pending = false;
-		if (!s->writing)
-			slot_finish(s);
-		/* Keep the disk busy between checksums. */
-		w->store->arena_reap(w->io);
-		if (now_us() >= until_us)
-			break;
+		if (s->t->no_crc) {
+			s->crc_pending = false;
+			if (!s->writing)
+				slot_finish(s);
+			continue;
+		}
+		s->crc_job.run = crc_run;
+		s->crc_job.done = crc_done;
+		s->crc_job.creds = NULL;
+		workers_submit(&w->srv->crcs, &s->crc_job);
 	}
-	if (list_empty(&w->crc_q)) {
-		w->urgent = false;
-		list_del(&w->busy_link);
-	}
-	/* A slot with no checksum to do (a failed save) still costs a little:
-	 * count it, so a round always ends. */
-	return done ? done : 1;
 }
 
 void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t file_off,
@@ -155,7 +143,6 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
 	s->file_off = file_off;
 	s->len = len;
 	s->res = 0;
-	s->crc_done = 0;
 	s->writing = true;
 	s->crc_pending = true;
 	list_add_tail(&w->crc_q, &s->clink);
@@ -164,7 +151,8 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
 	w->last_extent_ms = now_ms();
 
 	/* The write goes first; the checksum waits unless it is due.  Both
-	 * only read the slot, and it is released after both. */
+	 * only read the slot, and it is released after both (a slot is never
+	 * rewritten while held: the client has no right to it until RELEASE). */
 	w->store->shard_write(t->shard, w->io, (uint64_t)slot * w->slot_bytes, file_off, padded,
 			      io_done, s);
 	if (t->crc_now || t->no_crc || w->n_slots - w->held <= 1)

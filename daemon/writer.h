@@ -10,10 +10,13 @@
  * calls into the save or commit logic (save.h implements the callback), as
  * fio's engines report completions.
  *
- * Checksums are CPU work on the loop thread.  While a client is still
- * copying they are deferred (on a small machine they would take CPU from its
- * copy threads), and when they are due they run in batches of a few slots
- * per loop round, so one 2 GiB rank never holds the loop for long.
+ * Checksums are CPU work, so they run on the daemon's checksum thread
+ * (server.crcs), one job per slot, never on the loop: a cold 8 MiB slot can
+ * take tens of milliseconds, and the loop must answer every other client
+ * meanwhile.  While a client is still copying they are deferred (on a small
+ * machine they would take CPU from its copy threads); they become due when
+ * the rank is staged, the client goes away or stalls, or it runs short of
+ * free slots.
  */
 #ifndef CKPTD_WRITER_H
 #define CKPTD_WRITER_H
@@ -22,6 +25,7 @@
 #include <stdint.h>
 
 #include "daemon/list.h"
+#include "daemon/worker.h"
 #include "format/layout.h"
 #include "store/store.h"
 
@@ -47,8 +51,8 @@ struct wslot {
 	uint64_t len;            /* file bytes of the extent */
 	bool writing, crc_pending;
 	int res;
-	uint64_t crc_done;       /* bytes of the extent checksummed so far */
-	struct list clink;       /* in writer.crc_q */
+	struct list clink;       /* in writer.crc_q while its checksum waits */
+	struct work crc_job;     /* the checksum, once it is due */
 };
 
 struct writer {
@@ -59,9 +63,7 @@ struct writer {
 	uint64_t slot_bytes;
 	uint32_t n_slots, held;
 	struct wslot *slots;
-	struct list crc_q;       /* slots whose checksum is due or deferred */
-	struct list busy_link;   /* in server.crc_busy while checksums are due */
-	bool urgent;             /* checksums due now (not deferred) */
+	struct list crc_q;       /* slots whose checksum is deferred */
 	int64_t last_extent_ms;
 	/* Gives slot `slot` back to the client (a RELEASE message). */
 	void (*release)(struct writer *w, uint32_t slot);
@@ -81,14 +83,9 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
 		   uint64_t len);
 
 /* Makes the deferred checksums due (the rank is staged, the client went
- * away or stalled, or it is short of free slots). */
+ * away or stalled, or it is short of free slots): they go to the checksum
+ * thread, or straight to done for a target that no longer needs them. */
 void writer_crc_due(struct writer *w);
-
-/* Loop: checksums due slots, a 1 MiB piece (the CRC grid) at a time, until
- * about `budget` bytes are done or the clock passes `until_us` (now_us()),
- * whichever comes first; at least one piece.  Returns the bytes used of the
- * budget (> 0); the writer leaves server.crc_busy once nothing is due. */
-uint64_t writer_crc_step(struct writer *w, uint64_t budget, int64_t until_us);
 
 /* Slots held with a write or checksum still to finish. */
 static inline uint32_t writer_held(const struct writer *w)
