@@ -161,6 +161,7 @@ static void client_destroy(struct ckpt_client *c)
 	if (c->arena)
 		munmap(c->arena, c->arena_bytes);
 	arena_slots_free(&c->slots);
+	free(c->parked);
 	pthread_cond_destroy(&c->slot_cv);
 	pthread_cond_destroy(&c->copy_cv);
 	pthread_cond_destroy(&c->save_cv);
@@ -331,6 +332,12 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 	}
 	r = arena_slots_init(&c->slots, c->arena_bytes, c->slot_bytes);
 	if (r < 0) {
+		cli_set_error("ckpt_connect: slot table: %s", strerror(-r));
+		goto out_destroy;
+	}
+	c->parked = calloc(c->slots.n_slots ? c->slots.n_slots : 1, sizeof(*c->parked));
+	if (!c->parked) {
+		r = -ENOMEM;
 		cli_set_error("ckpt_connect: slot table: %s", strerror(-r));
 		goto out_destroy;
 	}

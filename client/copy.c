@@ -6,7 +6,8 @@
  * S = slot_bytes.  A copy thread claims the next extent of the active save,
  * takes one free slot (waiting when the daemon has not released any: that
  * is the backpressure when the arena is smaller than the checkpoint), fills
- * it from the header buffer and the items' memory, and sends one EXTENT.
+ * it from the header buffer and the items' memory, and sends one EXTENT --
+ * or parks it while the daemon has not yet accepted the save (save.c).
  * Nothing in this path allocates or makes a syscall per item.
  */
 #include <errno.h>
@@ -189,6 +190,24 @@ static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, ch
 
 /* ---- the copy threads ---- */
 
+int cli_send_extent(struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot, uint64_t k,
+		    char *why, size_t whylen)
+{
+	struct proto_extent ext;
+	uint64_t off = k * c->slot_bytes, len = s->layout.file_size - off;
+	int r;
+
+	proto_init(&ext.h, PROTO_EXTENT, sizeof(ext));
+	ext.token = s->token;
+	ext.file_off = off;
+	ext.arena_off = (uint64_t)slot * c->slot_bytes;
+	ext.len = len < c->slot_bytes ? len : c->slot_bytes;
+	r = proto_send(c->sock, &ext, sizeof(ext), -1);
+	if (r < 0)
+		snprintf(why, whylen, "sending EXTENT: %s", strerror(-r));
+	return r;
+}
+
 /* Drops a copy thread's claim on an extent of s.  Caller holds c->lock. */
 static void extent_done_locked(struct ckpt_client *c, struct ckpt_save *s)
 {
@@ -204,7 +223,6 @@ void *copy_thread_main(void *arg)
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
 		struct ckpt_save *s = c->active;
-		struct proto_extent ext;
 		uint64_t k, off, len;
 		int64_t slot;
 		int r;
@@ -230,25 +248,35 @@ void *copy_thread_main(void *arg)
 			len = c->slot_bytes;
 		r = fill_extent(s, off, len, (char *)c->arena + (uint64_t)slot * c->slot_bytes, err,
 				sizeof(err));
+		pthread_mutex_lock(&c->lock);
+		if (r == 0 && save_awaits_ack(s)) {
+			/* Filled before the daemon answered SAVE_BEGIN: the save
+			 * thread sends it once the daemon has accepted. */
+			c->parked[c->n_parked].slot = (uint32_t)slot;
+			c->parked[c->n_parked].ext = k;
+			c->n_parked++;
+			extent_done_locked(c, s);
+			continue;
+		}
+		if (r == 0 && !s->accepted) {
+			/* Refused, or the connection was lost, before the daemon
+			 * took it: the slot was never the daemon's. */
+			arena_slots_put(&c->slots, (uint32_t)slot, 1);
+			pthread_cond_broadcast(&c->slot_cv);
+			extent_done_locked(c, s);
+			continue;
+		}
 		if (r == 0) {
-			proto_init(&ext.h, PROTO_EXTENT, sizeof(ext));
-			ext.token = s->token;
-			ext.file_off = off;
-			ext.arena_off = (uint64_t)slot * c->slot_bytes;
-			ext.len = len;
-			r = proto_send(c->sock, &ext, sizeof(ext), -1);
+			pthread_mutex_unlock(&c->lock);
+			r = cli_send_extent(c, s, (uint32_t)slot, k, err, sizeof(err));
+			pthread_mutex_lock(&c->lock);
 			if (r < 0) {
-				char why[PROTO_MSG_LEN];
-				snprintf(why, sizeof(why), "sending EXTENT: %s", strerror(-r));
-				pthread_mutex_lock(&c->lock);
-				cli_conn_dead_locked(c, why);
+				cli_conn_dead_locked(c, err);
 				extent_done_locked(c, s);
 				continue;
 			}
-		}
-
-		pthread_mutex_lock(&c->lock);
-		if (r < 0) {
+			save_extent_sent_locked(c, s);
+		} else {
 			char msg[PROTO_MSG_LEN];
 			/* The slot never reached the daemon: it is ours again. */
 			arena_slots_put(&c->slots, (uint32_t)slot, 1);
@@ -257,8 +285,6 @@ void *copy_thread_main(void *arg)
 				 s->layout.name, (unsigned long long)off,
 				 (unsigned long long)(off + len), err);
 			save_fail_locked(c, s, r, msg, false);
-		} else {
-			save_extent_sent_locked(c, s);
 		}
 		extent_done_locked(c, s);
 	}

@@ -197,7 +197,8 @@ const struct copy_engine *copy_engine_select(enum ckpt_device device, int device
  *
  *   BUILDING    the caller adds items (only the caller's thread touches it)
  *   QUEUED      committed, on the client's queue
- *   BEGUN       the save thread lays it out, sends SAVE_BEGIN, awaits ACK
+ *   BEGUN       the save thread lays it out, sends SAVE_BEGIN, awaits ACK;
+ *               copy threads fill slots already and park them
  *   STAGING     accepted: copy threads fill and send its extents   [pending]
  *   DONE_EARLY  the daemon reported the commit while the copy thread that
  *               sent the last extent had not yet counted it
@@ -260,15 +261,26 @@ struct ckpt_save {
 	struct ckpt_save *p_next;       /* pending list link */
 	uint32_t desc_first, desc_count; /* descriptor slots until ACK */
 	uint64_t n_ext, next_ext, sent, inflight;
-	int fail_err;                   /* ABORTING/DRAINING: first failure */
+	bool accepted;                  /* SAVE_ACK said yes */
+	int fail_err;                   /* ABORTING/DRAINING, or BEGUN after a
+	                                 * copy failed: first failure */
 	char fail_msg[PROTO_MSG_LEN];
 	uint64_t t_commit_ns, t_staged_ns; /* for the debug log */
 };
 
 void save_unref(struct ckpt_save *s);
 
-/* Copy threads may claim extents of s (STAGING or DONE_EARLY).  [lock] */
+/* Copy threads may claim extents of s (STAGING or DONE_EARLY, or BEGUN
+ * with no copy failed yet).  [lock] */
 bool save_copying(const struct ckpt_save *s);
+/* s awaits the daemon's answer to SAVE_BEGIN: filled slots are parked.
+ * [lock] */
+bool save_awaits_ack(const struct ckpt_save *s);
+
+/* Sends extent k of s, filled in slot `slot` (copy.c).  Called without the
+ * lock.  Returns 0, or -errno with the reason in why. */
+int cli_send_extent(struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot, uint64_t k,
+		    char *why, size_t whylen);
 
 /* Transitions, each under c->lock.  Every one wakes whoever may wait on
  * the change. */
@@ -335,6 +347,13 @@ struct ckpt_client {
 	struct ckpt_save *q_head, *q_tail; /* QUEUED, in commit order */
 	struct ckpt_save *awaiting_ack;   /* BEGUN with SAVE_BEGIN sent */
 	struct ckpt_save *active;         /* extents published to copy threads */
+	/* Slots of the active save filled while it was BEGUN, to be sent
+	 * (or given back) by the save thread; slots.n_slots entries. */
+	struct parked {
+		uint32_t slot;
+		uint64_t ext;
+	} *parked;
+	uint32_t n_parked;
 	struct ckpt_save *pending;        /* the [pending] states */
 	unsigned staging;                 /* committed saves the save thread
 	                                   * has not finished with */

@@ -10,6 +10,12 @@
  * threads (copy.c).  One save stages at a time, in commit order; the daemon's
  * write and commit of a save overlap the staging of the next.
  *
+ * Copies start as soon as SAVE_BEGIN is out, not when the daemon accepts it:
+ * the answer waits for the daemon to create the shard file on a worker
+ * thread (1-5 ms, a few percent of a 2 GiB staging).  Slots filled before
+ * then are parked (client.parked) and sent by the save thread once the
+ * daemon has accepted the save, or given back if it refused.
+ *
  * States (internal.h describes each) and who moves a save between them, all
  * under the client lock and all through set_state_locked():
  *
@@ -17,7 +23,10 @@
  *   QUEUED     -> BEGUN        save thread takes it
  *              -> FINISHED     connection already lost
  *   BEGUN      -> STAGING      SAVE_ACK ok (receiver)
- *              -> FINISHED     SAVE_ACK refusal, layout failed, connection lost
+ *              -> ABORTING     SAVE_ACK ok after a copy failed (receiver)
+ *              -> DRAINING     SAVE_ACK refusal, connection lost, once
+ *                              copies may have started
+ *              -> FINISHED     layout failed, connection lost before
  *   STAGING    -> STAGED       last extent sent (copy thread)
  *              -> DONE_EARLY   SAVE_DONE ok before that was counted (receiver)
  *              -> ABORTING     a copy failed (copy thread)
@@ -33,7 +42,9 @@
  * Futures complete only on the way into STAGED (staged) and FINISHED (staged
  * if not yet, then committed), so staged never completes after committed;
  * and only once no copy thread reads the caller's memory for the save: all
- * extents sent, or (ABORTING/DRAINING) none in flight.
+ * extents sent, or (ABORTING/DRAINING) none in flight.  A copy that fails
+ * while BEGUN only records the failure: the daemon will answer SAVE_BEGIN
+ * either way, and the answer decides between ABORTING and DRAINING.
  */
 #include <assert.h>
 #include <errno.h>
@@ -58,7 +69,8 @@
 static const unsigned allowed[SAVE_STATE_COUNT] = {
 	[SAVE_BUILDING] = BIT(SAVE_QUEUED),
 	[SAVE_QUEUED] = BIT(SAVE_BEGUN) | BIT(SAVE_FINISHED),
-	[SAVE_BEGUN] = BIT(SAVE_STAGING) | BIT(SAVE_FINISHED),
+	[SAVE_BEGUN] = BIT(SAVE_STAGING) | BIT(SAVE_ABORTING) | BIT(SAVE_DRAINING) |
+		       BIT(SAVE_FINISHED),
 	[SAVE_STAGING] = BIT(SAVE_STAGED) | BIT(SAVE_DONE_EARLY) | BIT(SAVE_ABORTING) |
 			 BIT(SAVE_DRAINING),
 	[SAVE_DONE_EARLY] = BIT(SAVE_FINISHED) | BIT(SAVE_DRAINING),
@@ -82,7 +94,12 @@ static bool awaits_done(enum save_state st)
 bool save_copying(const struct ckpt_save *s)
 {
 	enum save_state st = state_of(s);
-	return st == SAVE_STAGING || st == SAVE_DONE_EARLY;
+	return st == SAVE_STAGING || st == SAVE_DONE_EARLY || (st == SAVE_BEGUN && !s->fail_err);
+}
+
+bool save_awaits_ack(const struct ckpt_save *s)
+{
+	return state_of(s) == SAVE_BEGUN;
 }
 
 static double ms_since(uint64_t t0)
@@ -162,10 +179,25 @@ void save_fail_locked(struct ckpt_client *c, struct ckpt_save *s, int err, const
 		      bool daemon_done)
 {
 	switch (state_of(s)) {
-	case SAVE_QUEUED:
 	case SAVE_BEGUN:
+		if (!daemon_done) {
+			/* A copy failed before the daemon answered: its answer
+			 * comes all the same, and decides (save_on_ack_locked). */
+			record_failure(s, err, msg);
+			break;
+		}
 		if (c->awaiting_ack == s)
 			c->awaiting_ack = NULL;
+		if (c->active == s) {
+			/* Copies may be in flight: the save thread finishes
+			 * it once none is. */
+			record_failure(s, err, msg);
+			set_state_locked(c, s, SAVE_DRAINING, 0, 0, NULL);
+			break;
+		}
+		set_state_locked(c, s, SAVE_FINISHED, err, err, msg);
+		break;
+	case SAVE_QUEUED:
 		set_state_locked(c, s, SAVE_FINISHED, err, err, msg);
 		break;
 	case SAVE_STAGING:
@@ -234,7 +266,10 @@ int save_on_ack_locked(struct ckpt_client *c, const struct proto_save_result *m,
 	}
 	c->awaiting_ack = NULL;
 	if (m->err == 0) {
-		set_state_locked(c, s, SAVE_STAGING, 0, 0, NULL);
+		/* The daemon holds the save now: a copy that failed meanwhile
+		 * makes it abort (and the daemon is told). */
+		s->accepted = true;
+		set_state_locked(c, s, s->fail_err ? SAVE_ABORTING : SAVE_STAGING, 0, 0, NULL);
 		return 0;
 	}
 	if (m->msg[0])
@@ -242,6 +277,13 @@ int save_on_ack_locked(struct ckpt_client *c, const struct proto_save_result *m,
 	else
 		snprintf(msg, sizeof(msg), "ckptd refused save '%s': %s", s->layout.name,
 			 strerror(-m->err));
+	if (c->active == s) {
+		/* The refusal is the reason, whatever a copy said before. */
+		s->fail_err = m->err;
+		proto_set_msg(s->fail_msg, msg);
+		set_state_locked(c, s, SAVE_DRAINING, 0, 0, NULL);
+		return 0;
+	}
 	set_state_locked(c, s, SAVE_FINISHED, m->err, m->err, msg);
 	return 0;
 }
@@ -889,6 +931,11 @@ static void begin_locked(struct ckpt_client *c, struct ckpt_save *s)
 	s->n_ext = cli_div_up(s->layout.file_size, c->slot_bytes);
 	s->next_ext = s->sent = s->inflight = 0;
 	c->awaiting_ack = s;
+	/* Laid out, header built: the copy threads may start (they park
+	 * what they fill until the daemon accepts the save). */
+	c->active = s;
+	c->n_parked = 0;
+	pthread_cond_broadcast(&c->copy_cv);
 	pthread_mutex_unlock(&c->lock);
 
 	memcpy((char *)c->arena + (uint64_t)first * c->slot_bytes, desc, desc_len);
@@ -908,6 +955,46 @@ out:
 	free(desc);
 }
 
+/* Sends the extents filled before the daemon accepted s; gives their slots
+ * back if it did not (or s failed meanwhile).  Caller holds c->lock; it is
+ * dropped while sending.  The extents count as in flight until sent, so
+ * an abort waits for them. */
+static void send_parked_locked(struct ckpt_client *c, struct ckpt_save *s)
+{
+	uint32_t n = c->n_parked;
+
+	c->n_parked = 0;
+	cli_log(CKPT_LOG_DEBUG, "save '%s' (token %u): %u extent%s filled before ckptd answered: %s",
+		s->layout.name, s->token, n, n == 1 ? "" : "s",
+		state_of(s) == SAVE_STAGING ? "sending" : "giving the slots back");
+	if (state_of(s) != SAVE_STAGING) {
+		for (uint32_t i = 0; i < n; i++)
+			arena_slots_put(&c->slots, c->parked[i].slot, 1);
+		pthread_cond_broadcast(&c->slot_cv);
+		return;
+	}
+	s->inflight += n;
+	for (uint32_t i = 0; i < n; i++) {
+		struct parked p = c->parked[i];
+		char why[PROTO_MSG_LEN];
+		int r = -ECONNRESET;
+
+		/* The array stays as it is meanwhile: no copy parks a slot of
+		 * s any more, and the next save begins after this one. */
+		if (!c->dead) {
+			pthread_mutex_unlock(&c->lock);
+			r = cli_send_extent(c, s, p.slot, p.ext, why, sizeof(why));
+			pthread_mutex_lock(&c->lock);
+			if (r < 0)
+				cli_conn_dead_locked(c, why);
+		}
+		if (r == 0)
+			save_extent_sent_locked(c, s);
+		if (--s->inflight == 0)
+			pthread_cond_broadcast(&c->save_cv);
+	}
+}
+
 static void run_save(struct ckpt_client *c, struct ckpt_save *s)
 {
 	bool tell = false;
@@ -920,11 +1007,10 @@ static void run_save(struct ckpt_client *c, struct ckpt_save *s)
 		pthread_cond_wait(&c->save_cv, &c->lock);
 	if (state_of(s) == SAVE_BEGUN)
 		save_fail_locked(c, s, -ECONNRESET, c->dead_msg, true);
+	/* No copy parks a slot once the save has left BEGUN. */
+	if (c->active == s && c->n_parked)
+		send_parked_locked(c, s);
 
-	if (save_copying(s)) {
-		c->active = s;
-		pthread_cond_broadcast(&c->copy_cv);
-	}
 	/* Wait until staging is over and no copy thread works on s. */
 	for (;;) {
 		enum save_state st = state_of(s);

@@ -58,6 +58,7 @@ struct fake_ckptd {
 	pthread_t thread;
 	struct fconn *conns[FAKE_MAX_CONNS];
 	uint32_t next_id;
+	unsigned refused;       /* saves refused (the fake's thread only) */
 
 	pthread_mutex_t lock;   /* guards saves and stats */
 	pthread_cond_t cond;
@@ -310,12 +311,17 @@ static int on_begin(struct fake_ckptd *f, struct fconn *c, const struct proto_sa
 		send_result(c, PROTO_SAVE_ACK, m->token, r, err);
 		return 0;
 	}
-	if (f->o.refuse_save || (!f->o.discard && s->pub.layout.file_size > FAKE_MAX_FILE)) {
-		int e = f->o.refuse_save ? f->o.refuse_save : -E2BIG;
+	if (f->o.ack_delay_us)
+		usleep(f->o.ack_delay_us);
+	bool refuse = f->o.refuse_save && (!f->o.refuse_first || f->refused < f->o.refuse_first);
+	if (refuse)
+		f->refused++;
+	if (refuse || (!f->o.discard && s->pub.layout.file_size > FAKE_MAX_FILE)) {
+		int e = refuse ? f->o.refuse_save : -E2BIG;
 		layout_free(&s->pub.layout);
 		free(s);
 		send_result(c, PROTO_SAVE_ACK, m->token, e,
-			    f->o.refuse_save ? "fake ckptd: save refused on purpose"
+			    refuse ? "fake ckptd: save refused on purpose"
 					     : "fake ckptd: file too large");
 		return 0;
 	}

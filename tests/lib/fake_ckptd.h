@@ -27,6 +27,9 @@ struct fake_ckptd_opts {
 	uint64_t arena_max;        /* cap on a granted arena (0: 64 MiB) */
 	int refuse_hello;          /* < 0: answer HELLO with ERROR(this errno) */
 	int refuse_save;           /* < 0: SAVE_ACK every save with this errno */
+	unsigned refuse_first;     /* > 0: refuse only the first this many */
+	unsigned ack_delay_us;     /* sleep before each SAVE_ACK (a daemon
+	                            * slow to create the shard file) */
 	int done_err;              /* < 0: SAVE_DONE every save with this errno */
 	unsigned release_delay_us; /* sleep before each RELEASE (slow drain) */
 	unsigned close_after_extents; /* > 0: drop a client after this many

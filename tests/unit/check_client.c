@@ -1450,6 +1450,89 @@ START_TEST(test_host_engine_copy)
 }
 END_TEST
 
+/* Copies start before the daemon accepts a save (SAVE_ACK): a daemon slow
+ * to answer gets the slots filled meanwhile, sent after its yes.  A 12 MiB
+ * save through a 4 MiB arena parks what fits and waits for the rest; a
+ * small one is wholly parked.  The images must be exact and every EXTENT
+ * must come after the ACK, in a slot the client owns (the fake checks). */
+static struct log_rec park_log = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void save_pattern(struct env *e, const char *name, uint64_t floats, uint32_t seed,
+			 int want, const char *want_msg)
+{
+	struct ckpt_save *s;
+	struct ckpt_future *st, *cm;
+	float *buf = malloc(floats * sizeof(float));
+
+	ck_assert_ptr_nonnull(buf);
+	fill_pattern(buf, floats * sizeof(float), seed);
+	ck_assert_int_eq(ckpt_save_begin(e->c, ROOT, name, 1, &s), 0);
+	struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 1,
+				 .shape = &floats, .data = buf };
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(wait_fut(st), want);
+	ck_assert_int_eq(wait_fut(cm), want);
+	if (want_msg) {
+		ck_assert_ptr_nonnull(strstr(ckpt_future_error(st), want_msg));
+		ck_assert_ptr_nonnull(strstr(ckpt_future_error(cm), want_msg));
+	}
+	ckpt_save_free(s);
+	if (want == 0) {
+		size_t n = fake_ckptd_n_saves(e->fake);
+		const struct fake_save *fs = fake_ckptd_save(e->fake, n - 1);
+		struct expect ex = { "w", "F32", 1, { floats }, buf, floats * sizeof(float) };
+		ck_assert_str_eq(fs->layout.name, name);
+		ck_assert(fs->done);
+		check_image(fs, &ex, 1);
+	}
+	free(buf);
+}
+
+START_TEST(test_copy_before_ack)
+{
+	struct env e;
+
+	ckpt_set_log_fn(log_collect, &park_log);
+	env_start(&e, (struct fake_ckptd_opts){ .ack_delay_us = 100000 }, 4 * MiB);
+	save_pattern(&e, "big", 3 * MiB, 11, 0, NULL);
+	save_pattern(&e, "small", 100 * 1024, 12, 0, NULL);
+	save_pattern(&e, "big-again", 3 * MiB + 5, 13, 0, NULL);
+	env_stop(&e);
+	ckpt_set_log_fn(NULL, NULL);
+	pthread_mutex_lock(&park_log.lock);
+	ck_assert_msg(strstr(park_log.all, "save 'big' (token 1): 3 extents filled before ckptd "
+				       "answered: sending"), "log:\n%s", park_log.all);
+	ck_assert_msg(strstr(park_log.all, "save 'small' (token 2): 1 extent filled before ckptd "
+				       "answered: sending"), "log:\n%s", park_log.all);
+	pthread_mutex_unlock(&park_log.lock);
+}
+END_TEST
+
+/* A refusal that comes after copies started: both futures fail with the
+ * daemon's reason, no EXTENT of the refused save reaches it, and the slots
+ * the copies filled come back (the next save, larger than the arena, needs
+ * every one of them). */
+START_TEST(test_refused_after_copies)
+{
+	struct env e;
+
+	ckpt_set_log_fn(log_collect, &park_log);
+	env_start(&e, (struct fake_ckptd_opts){ .ack_delay_us = 100000, .refuse_save = -EACCES,
+						.refuse_first = 2 }, 4 * MiB);
+	save_pattern(&e, "nope", 3 * MiB, 21, -EACCES, "refused on purpose");
+	save_pattern(&e, "nope-small", 1000, 22, -EACCES, "refused on purpose");
+	save_pattern(&e, "yes", 5 * MiB, 23, 0, NULL);
+	ck_assert_uint_eq(fake_ckptd_n_saves(e.fake), 1);
+	env_stop(&e); /* asserts no protocol violation */
+	ckpt_set_log_fn(NULL, NULL);
+	pthread_mutex_lock(&park_log.lock);
+	ck_assert_msg(strstr(park_log.all, "save 'nope' (token 1): 3 extents filled before ckptd "
+				       "answered: giving the slots back"), "log:\n%s", park_log.all);
+	pthread_mutex_unlock(&park_log.lock);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
 	Suite *s = suite_create("client");
@@ -1479,6 +1562,8 @@ static Suite *client_suite(void)
 	TC("save_image", test_save_image, 20);
 	TC("backpressure", test_backpressure, 30);
 	TC("save_refused", test_save_refused, 20);
+	TC("copy_before_ack", test_copy_before_ack, 30);
+	TC("refused_after_copies", test_refused_after_copies, 30);
 	TC("commit_failed_by_daemon", test_commit_failed_by_daemon, 20);
 	TC("connection_lost", test_connection_lost, 30);
 	TC("pipelined_saves", test_pipelined_saves, 30);
