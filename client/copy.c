@@ -208,8 +208,7 @@ int cli_send_extent(struct ckpt_client *c, const struct ckpt_save *s, uint32_t s
 	return r;
 }
 
-/* Drops a copy thread's claim on an extent of s.  Caller holds c->lock. */
-static void extent_done_locked(struct ckpt_client *c, struct ckpt_save *s)
+void save_extent_done_locked(struct ckpt_client *c, struct ckpt_save *s)
 {
 	if (--s->inflight == 0)
 		pthread_cond_broadcast(&c->save_cv);
@@ -237,7 +236,7 @@ void *copy_thread_main(void *arg)
 		       !c->stopping)
 			pthread_cond_wait(&c->slot_cv, &c->lock);
 		if (slot < 0) {
-			extent_done_locked(c, s);
+			save_extent_done_locked(c, s);
 			continue;
 		}
 		pthread_mutex_unlock(&c->lock);
@@ -255,7 +254,7 @@ void *copy_thread_main(void *arg)
 			c->parked[c->n_parked].slot = (uint32_t)slot;
 			c->parked[c->n_parked].ext = k;
 			c->n_parked++;
-			extent_done_locked(c, s);
+			save_extent_done_locked(c, s);
 			continue;
 		}
 		if (r == 0 && !s->accepted) {
@@ -263,7 +262,7 @@ void *copy_thread_main(void *arg)
 			 * took it: the slot was never the daemon's. */
 			arena_slots_put(&c->slots, (uint32_t)slot, 1);
 			pthread_cond_broadcast(&c->slot_cv);
-			extent_done_locked(c, s);
+			save_extent_done_locked(c, s);
 			continue;
 		}
 		if (r == 0) {
@@ -272,7 +271,7 @@ void *copy_thread_main(void *arg)
 			pthread_mutex_lock(&c->lock);
 			if (r < 0) {
 				cli_conn_dead_locked(c, err);
-				extent_done_locked(c, s);
+				save_extent_done_locked(c, s);
 				continue;
 			}
 			save_extent_sent_locked(c, s);
@@ -286,7 +285,7 @@ void *copy_thread_main(void *arg)
 				 (unsigned long long)(off + len), err);
 			save_fail_locked(c, s, r, msg, false);
 		}
-		extent_done_locked(c, s);
+		save_extent_done_locked(c, s);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;

@@ -277,6 +277,11 @@ bool save_copying(const struct ckpt_save *s);
  * [lock] */
 bool save_awaits_ack(const struct ckpt_save *s);
 
+/* Drops a claim on an extent of s (a copy thread's, or a parked extent
+ * the save thread sent); wakes the save thread at the last (copy.c).
+ * [lock] */
+void save_extent_done_locked(struct ckpt_client *c, struct ckpt_save *s);
+
 /* Sends extent k of s, filled in slot `slot` (copy.c).  Called without the
  * lock.  Returns 0, or -errno with the reason in why. */
 int cli_send_extent(struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot, uint64_t k,

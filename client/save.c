@@ -990,8 +990,7 @@ static void send_parked_locked(struct ckpt_client *c, struct ckpt_save *s)
 		}
 		if (r == 0)
 			save_extent_sent_locked(c, s);
-		if (--s->inflight == 0)
-			pthread_cond_broadcast(&c->save_cv);
+		save_extent_done_locked(c, s);
 	}
 }
 
