@@ -190,19 +190,23 @@ static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, ch
 
 /* ---- the copy threads ---- */
 
-int cli_send_extent(struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot, uint64_t k,
-		    char *why, size_t whylen)
+void cli_extent_msg(const struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot,
+		    uint64_t k, struct proto_extent *ext)
 {
-	struct proto_extent ext;
 	uint64_t off = k * c->slot_bytes, len = s->layout.file_size - off;
-	int r;
 
-	proto_init(&ext.h, PROTO_EXTENT, sizeof(ext));
-	ext.token = s->token;
-	ext.file_off = off;
-	ext.arena_off = (uint64_t)slot * c->slot_bytes;
-	ext.len = len < c->slot_bytes ? len : c->slot_bytes;
-	r = proto_send(c->sock, &ext, sizeof(ext), -1);
+	proto_init(&ext->h, PROTO_EXTENT, sizeof(*ext));
+	ext->token = s->token;
+	ext->file_off = off;
+	ext->arena_off = (uint64_t)slot * c->slot_bytes;
+	ext->len = len < c->slot_bytes ? len : c->slot_bytes;
+}
+
+int cli_send_extents(struct ckpt_client *c, const struct proto_extent *ext, unsigned n,
+		     unsigned *ret_sent, char *why, size_t whylen)
+{
+	int r = proto_send_many(c->sock, ext, sizeof(*ext), n, ret_sent);
+
 	if (r < 0)
 		snprintf(why, whylen, "sending EXTENT: %s", strerror(-r));
 	return r;
@@ -214,9 +218,54 @@ void save_extent_done_locked(struct ckpt_client *c, struct ckpt_save *s)
 		pthread_cond_broadcast(&c->save_cv);
 }
 
+/*
+ * Filled extents a copy thread has not sent yet.  Each EXTENT wakes the
+ * daemon's loop, which on a busy node takes a CPU from a copy thread, and
+ * once its write queue is full the daemon cannot use an extent sooner than
+ * the disk frees a write anyway.  So after the first few extents of a save
+ * (sent one by one, to start the disk at once) a thread sends its extents
+ * SEND_BATCH at a time, in one system call.  It sends what it holds before
+ * it waits for anything (a slot, more work), and extents count as in flight
+ * until sent, so no save completes or drains while a thread holds some.
+ */
+#define SEND_BATCH 4
+#define SEND_SINGLY 4
+
+struct send_batch {
+	struct ckpt_save *s;
+	unsigned n;
+	struct proto_extent ext[SEND_BATCH];
+};
+
+/* Sends b's extents.  Caller holds c->lock; dropped while sending. */
+static void batch_flush_locked(struct ckpt_client *c, struct send_batch *b)
+{
+	struct ckpt_save *s = b->s;
+	char why[PROTO_MSG_LEN];
+	unsigned n = b->n, sent = 0;
+	int r = -ECONNRESET;
+
+	if (n == 0)
+		return;
+	b->n = 0;
+	if (!c->dead) {
+		pthread_mutex_unlock(&c->lock);
+		r = cli_send_extents(c, b->ext, n, &sent, why, sizeof(why));
+		pthread_mutex_lock(&c->lock);
+		if (r < 0)
+			cli_conn_dead_locked(c, why);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (i < sent)
+			save_extent_sent_locked(c, s);
+		save_extent_done_locked(c, s);
+	}
+}
+
 void *copy_thread_main(void *arg)
 {
 	struct ckpt_client *c = arg;
+	struct send_batch b = { 0 };
 	char err[PROTO_MSG_LEN];
 
 	pthread_mutex_lock(&c->lock);
@@ -226,6 +275,10 @@ void *copy_thread_main(void *arg)
 		int64_t slot;
 		int r;
 
+		if (b.n > 0 && (s != b.s || !save_copying(s) || c->dead || s->next_ext >= s->n_ext)) {
+			batch_flush_locked(c, &b);
+			continue;
+		}
 		if (!s || !save_copying(s) || c->dead || s->next_ext >= s->n_ext) {
 			pthread_cond_wait(&c->copy_cv, &c->lock);
 			continue;
@@ -233,8 +286,12 @@ void *copy_thread_main(void *arg)
 		k = s->next_ext++;
 		s->inflight++;
 		while ((slot = arena_slots_take(&c->slots, 1)) < 0 && !c->dead && save_copying(s) &&
-		       !c->stopping)
-			pthread_cond_wait(&c->slot_cv, &c->lock);
+		       !c->stopping) {
+			if (b.n > 0)
+				batch_flush_locked(c, &b); /* then look again */
+			else
+				pthread_cond_wait(&c->slot_cv, &c->lock);
+		}
 		if (slot < 0) {
 			save_extent_done_locked(c, s);
 			continue;
@@ -266,27 +323,23 @@ void *copy_thread_main(void *arg)
 			continue;
 		}
 		if (r == 0) {
-			pthread_mutex_unlock(&c->lock);
-			r = cli_send_extent(c, s, (uint32_t)slot, k, err, sizeof(err));
-			pthread_mutex_lock(&c->lock);
-			if (r < 0) {
-				cli_conn_dead_locked(c, err);
-				save_extent_done_locked(c, s);
-				continue;
-			}
-			save_extent_sent_locked(c, s);
-		} else {
-			char msg[PROTO_MSG_LEN];
-			/* The slot never reached the daemon: it is ours again. */
-			arena_slots_put(&c->slots, (uint32_t)slot, 1);
-			pthread_cond_broadcast(&c->slot_cv);
-			snprintf(msg, sizeof(msg), "save '%s': copying file bytes [%llu, %llu): %.300s",
-				 s->layout.name, (unsigned long long)off,
-				 (unsigned long long)(off + len), err);
-			save_fail_locked(c, s, r, msg, false);
+			/* In flight until batch_flush_locked sends it. */
+			b.s = s;
+			cli_extent_msg(c, s, (uint32_t)slot, k, &b.ext[b.n++]);
+			if (b.n == SEND_BATCH || s->sent < SEND_SINGLY)
+				batch_flush_locked(c, &b);
+			continue;
 		}
+		char msg[PROTO_MSG_LEN];
+		/* The slot never reached the daemon: it is ours again. */
+		arena_slots_put(&c->slots, (uint32_t)slot, 1);
+		pthread_cond_broadcast(&c->slot_cv);
+		snprintf(msg, sizeof(msg), "save '%s': copying file bytes [%llu, %llu): %.300s",
+			 s->layout.name, (unsigned long long)off, (unsigned long long)(off + len), err);
+		save_fail_locked(c, s, r, msg, false);
 		save_extent_done_locked(c, s);
 	}
+	batch_flush_locked(c, &b);
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }

@@ -282,10 +282,15 @@ bool save_awaits_ack(const struct ckpt_save *s);
  * [lock] */
 void save_extent_done_locked(struct ckpt_client *c, struct ckpt_save *s);
 
-/* Sends extent k of s, filled in slot `slot` (copy.c).  Called without the
- * lock.  Returns 0, or -errno with the reason in why. */
-int cli_send_extent(struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot, uint64_t k,
-		    char *why, size_t whylen);
+/* The EXTENT message for extent k of s, filled in slot `slot` (copy.c). */
+void cli_extent_msg(const struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot,
+		    uint64_t k, struct proto_extent *ext);
+
+/* Sends n EXTENT messages in as few system calls as the socket allows
+ * (copy.c).  Called without the lock.  Returns 0, or -errno with the reason
+ * in why and the number sent before the error in *ret_sent. */
+int cli_send_extents(struct ckpt_client *c, const struct proto_extent *ext, unsigned n,
+		     unsigned *ret_sent, char *why, size_t whylen);
 
 /* Transitions, each under c->lock.  Every one wakes whoever may wait on
  * the change. */

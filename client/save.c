@@ -974,23 +974,29 @@ static void send_parked_locked(struct ckpt_client *c, struct ckpt_save *s)
 		return;
 	}
 	s->inflight += n;
-	for (uint32_t i = 0; i < n; i++) {
-		struct parked p = c->parked[i];
+	for (uint32_t i = 0; i < n;) {
+		struct proto_extent ext[16];
 		char why[PROTO_MSG_LEN];
+		unsigned k = n - i < 16 ? n - i : 16, sent = 0;
 		int r = -ECONNRESET;
 
 		/* The array stays as it is meanwhile: no copy parks a slot of
 		 * s any more, and the next save begins after this one. */
+		for (unsigned j = 0; j < k; j++)
+			cli_extent_msg(c, s, c->parked[i + j].slot, c->parked[i + j].ext, &ext[j]);
 		if (!c->dead) {
 			pthread_mutex_unlock(&c->lock);
-			r = cli_send_extent(c, s, p.slot, p.ext, why, sizeof(why));
+			r = cli_send_extents(c, ext, k, &sent, why, sizeof(why));
 			pthread_mutex_lock(&c->lock);
 			if (r < 0)
 				cli_conn_dead_locked(c, why);
 		}
-		if (r == 0)
-			save_extent_sent_locked(c, s);
-		save_extent_done_locked(c, s);
+		for (unsigned j = 0; j < k; j++) {
+			if (j < sent)
+				save_extent_sent_locked(c, s);
+			save_extent_done_locked(c, s);
+		}
+		i += k;
 	}
 }
 

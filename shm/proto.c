@@ -149,6 +149,48 @@ int proto_send(int sock, const void *msg, size_t len, int fd)
 	}
 }
 
+#define SEND_MANY_MAX 16
+
+int proto_send_many(int sock, const void *msgs, size_t len, unsigned n, unsigned *ret_sent)
+{
+	struct iovec iov[SEND_MANY_MAX];
+	struct mmsghdr mh[SEND_MANY_MAX];
+	unsigned done = 0;
+	int r = 0;
+
+	while (done < n) {
+		unsigned k = n - done < SEND_MANY_MAX ? n - done : SEND_MANY_MAX;
+
+		for (unsigned i = 0; i < k; i++) {
+			iov[i].iov_base = (char *)msgs + (size_t)(done + i) * len;
+			iov[i].iov_len = len;
+			memset(&mh[i], 0, sizeof(mh[i]));
+			mh[i].msg_hdr.msg_iov = &iov[i];
+			mh[i].msg_hdr.msg_iovlen = 1;
+		}
+		int got = sendmmsg(sock, mh, k, MSG_NOSIGNAL);
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		for (int i = 0; i < got; i++) {
+			if (mh[i].msg_len != len) {
+				/* A datagram socket never sends part of a message. */
+				done += (unsigned)i;
+				r = -EMSGSIZE;
+				goto out;
+			}
+		}
+		done += (unsigned)got;
+	}
+out:
+	if (ret_sent)
+		*ret_sent = done;
+	return r;
+}
+
 ssize_t proto_recv(int sock, void *buf, int *ret_fd)
 {
 	struct iovec iov = { .iov_base = buf, .iov_len = PROTO_MSG_MAX };

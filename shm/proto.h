@@ -174,6 +174,15 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen);
 int proto_send(int sock, const void *msg, size_t len, int fd);
 
 /*
+ * Sends n messages of len bytes each, laid out back to back at msgs, as n
+ * separate messages in one system call where the socket takes them all
+ * (sendmmsg); no fds.  A blocking socket waits for room as proto_send does.
+ * Returns 0 once all n are sent, or -errno; on an error *ret_sent (if not
+ * NULL) says how many went out before it.
+ */
+int proto_send_many(int sock, const void *msgs, size_t len, unsigned n, unsigned *ret_sent);
+
+/*
  * Receives one message into buf (PROTO_MSG_MAX bytes).  If ret_fd is not
  * NULL, an attached fd is returned there (else -1); fds that were not asked
  * for are closed.  Returns the message length (> 0), 0 on orderly shutdown,

@@ -1509,6 +1509,33 @@ START_TEST(test_copy_before_ack)
 }
 END_TEST
 
+/* More extents filled before the answer than the save thread sends in one
+ * system call (16): every one reaches the daemon exactly once and the image
+ * is exact. */
+START_TEST(test_copy_before_ack_many)
+{
+	struct env e;
+	unsigned parked = 0;
+	const char *p;
+
+	ckpt_set_log_fn(log_collect, &park_log);
+	env_start(&e, (struct fake_ckptd_opts){ .ack_delay_us = 1000000 }, 160 * MiB);
+	save_pattern(&e, "wide", 36 * MiB + 5, 31, 0, NULL);
+	const struct fake_save *fs = fake_ckptd_save(e.fake, 0);
+	uint64_t n_ext = fs->extents;
+	env_stop(&e); /* asserts no protocol violation (no extent twice) */
+	ckpt_set_log_fn(NULL, NULL);
+	pthread_mutex_lock(&park_log.lock);
+	p = strstr(park_log.all, "save 'wide' (token 1): ");
+	ck_assert_msg(p && sscanf(p, "save 'wide' (token 1): %u extents filled", &parked) == 1,
+		      "log:\n%s", park_log.all);
+	pthread_mutex_unlock(&park_log.lock);
+	/* A second of delay is ages for 144 MiB: every extent was parked. */
+	ck_assert_uint_eq(parked, n_ext);
+	ck_assert_uint_gt(parked, 16);
+}
+END_TEST
+
 /* A refusal that comes after copies started: both futures fail with the
  * daemon's reason, no EXTENT of the refused save reaches it, and the slots
  * the copies filled come back (the next save, larger than the arena, needs
@@ -1563,6 +1590,7 @@ static Suite *client_suite(void)
 	TC("backpressure", test_backpressure, 30);
 	TC("save_refused", test_save_refused, 20);
 	TC("copy_before_ack", test_copy_before_ack, 30);
+	TC("copy_before_ack_many", test_copy_before_ack_many, 30);
 	TC("refused_after_copies", test_refused_after_copies, 30);
 	TC("commit_failed_by_daemon", test_commit_failed_by_daemon, 20);
 	TC("connection_lost", test_connection_lost, 30);
