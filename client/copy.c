@@ -6,8 +6,9 @@
  * S = slot_bytes.  A copy thread claims the next extent of the active save,
  * takes one free slot (waiting when the daemon has not released any: that
  * is the backpressure when the arena is smaller than the checkpoint), fills
- * it from the header buffer and the items' memory, and sends one EXTENT --
- * or parks it while the daemon has not yet accepted the save (save.c).
+ * it from the header buffer and the items' memory, and sends one EXTENT for
+ * it (a few at a time once the save is under way: see SEND_BATCH) -- or
+ * parks it while the daemon has not yet accepted the save (save.c).
  * Nothing in this path allocates or makes a syscall per item.
  */
 #include <errno.h>
