@@ -203,14 +203,28 @@ void cli_extent_msg(const struct ckpt_client *c, const struct ckpt_save *s, uint
 	ext->len = len < c->slot_bytes ? len : c->slot_bytes;
 }
 
-int cli_send_extents(struct ckpt_client *c, const struct proto_extent *ext, unsigned n,
-		     unsigned *ret_sent, char *why, size_t whylen)
+void cli_send_extents_locked(struct ckpt_client *c, struct ckpt_save *s,
+			     const struct proto_extent *ext, unsigned n)
 {
-	int r = proto_send_many(c->sock, ext, sizeof(*ext), n, ret_sent);
+	char why[PROTO_MSG_LEN];
+	unsigned sent = 0;
 
-	if (r < 0)
-		snprintf(why, whylen, "sending EXTENT: %s", strerror(-r));
-	return r;
+	if (!c->dead) {
+		int r;
+
+		pthread_mutex_unlock(&c->lock);
+		r = proto_send_many(c->sock, ext, sizeof(*ext), n, &sent);
+		if (r < 0)
+			snprintf(why, sizeof(why), "sending EXTENT: %s", strerror(-r));
+		pthread_mutex_lock(&c->lock);
+		if (r < 0)
+			cli_conn_dead_locked(c, why);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (i < sent)
+			save_extent_sent_locked(c, s);
+		save_extent_done_locked(c, s);
+	}
 }
 
 void save_extent_done_locked(struct ckpt_client *c, struct ckpt_save *s)
@@ -241,26 +255,12 @@ struct send_batch {
 /* Sends b's extents.  Caller holds c->lock; dropped while sending. */
 static void batch_flush_locked(struct ckpt_client *c, struct send_batch *b)
 {
-	struct ckpt_save *s = b->s;
-	char why[PROTO_MSG_LEN];
-	unsigned n = b->n, sent = 0;
-	int r = -ECONNRESET;
+	unsigned n = b->n;
 
 	if (n == 0)
 		return;
 	b->n = 0;
-	if (!c->dead) {
-		pthread_mutex_unlock(&c->lock);
-		r = cli_send_extents(c, b->ext, n, &sent, why, sizeof(why));
-		pthread_mutex_lock(&c->lock);
-		if (r < 0)
-			cli_conn_dead_locked(c, why);
-	}
-	for (unsigned i = 0; i < n; i++) {
-		if (i < sent)
-			save_extent_sent_locked(c, s);
-		save_extent_done_locked(c, s);
-	}
+	cli_send_extents_locked(c, b->s, b->ext, n);
 }
 
 void *copy_thread_main(void *arg)

@@ -286,11 +286,12 @@ void save_extent_done_locked(struct ckpt_client *c, struct ckpt_save *s);
 void cli_extent_msg(const struct ckpt_client *c, const struct ckpt_save *s, uint32_t slot,
 		    uint64_t k, struct proto_extent *ext);
 
-/* Sends n EXTENT messages in as few system calls as the socket allows
- * (copy.c).  Called without the lock.  Returns 0, or -errno with the reason
- * in why and the number sent before the error in *ret_sent. */
-int cli_send_extents(struct ckpt_client *c, const struct proto_extent *ext, unsigned n,
-		     unsigned *ret_sent, char *why, size_t whylen);
+/* Sends n EXTENT messages of s in as few system calls as the socket
+ * allows, then counts each as sent (or not, if the connection failed: it is
+ * then marked dead) and drops its claim (copy.c).  [lock]; dropped while
+ * sending. */
+void cli_send_extents_locked(struct ckpt_client *c, struct ckpt_save *s,
+			     const struct proto_extent *ext, unsigned n);
 
 /* Transitions, each under c->lock.  Every one wakes whoever may wait on
  * the change. */

@@ -976,26 +976,13 @@ static void send_parked_locked(struct ckpt_client *c, struct ckpt_save *s)
 	s->inflight += n;
 	for (uint32_t i = 0; i < n;) {
 		struct proto_extent ext[16];
-		char why[PROTO_MSG_LEN];
-		unsigned k = n - i < 16 ? n - i : 16, sent = 0;
-		int r = -ECONNRESET;
+		unsigned k = n - i < 16 ? n - i : 16;
 
 		/* The array stays as it is meanwhile: no copy parks a slot of
 		 * s any more, and the next save begins after this one. */
 		for (unsigned j = 0; j < k; j++)
 			cli_extent_msg(c, s, c->parked[i + j].slot, c->parked[i + j].ext, &ext[j]);
-		if (!c->dead) {
-			pthread_mutex_unlock(&c->lock);
-			r = cli_send_extents(c, ext, k, &sent, why, sizeof(why));
-			pthread_mutex_lock(&c->lock);
-			if (r < 0)
-				cli_conn_dead_locked(c, why);
-		}
-		for (unsigned j = 0; j < k; j++) {
-			if (j < sent)
-				save_extent_sent_locked(c, s);
-			save_extent_done_locked(c, s);
-		}
+		cli_send_extents_locked(c, s, ext, k);
 		i += k;
 	}
 }
