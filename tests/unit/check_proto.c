@@ -410,6 +410,45 @@ START_TEST(test_send_recv)
 }
 END_TEST
 
+/* proto_send_many: more messages than one sendmmsg takes (16), each
+ * arriving as its own message, in order; a peer gone: -EPIPE and the
+ * number sent before it. */
+START_TEST(test_send_many)
+{
+	struct proto_extent m[40];
+	const struct proto_extent *got = (const struct proto_extent *)buf;
+	char err[256];
+	unsigned sent = 99;
+	int sv[2];
+
+	pair(sv);
+	for (unsigned i = 0; i < 40; i++) {
+		proto_init(&m[i].h, PROTO_EXTENT, sizeof(m[i]));
+		m[i].token = 7;
+		m[i].file_off = (uint64_t)i << 20;
+		m[i].arena_off = (uint64_t)(39 - i) << 20;
+		m[i].len = 1u << 20;
+	}
+	ck_assert_int_eq(proto_send_many(sv[0], m, sizeof(m[0]), 40, &sent), 0);
+	ck_assert_uint_eq(sent, 40);
+	for (unsigned i = 0; i < 40; i++) {
+		ssize_t n = proto_recv(sv[1], buf, NULL);
+
+		ck_assert_int_eq(n, (ssize_t)sizeof(m[0]));
+		ck_assert_int_eq(proto_check(buf, (size_t)n, err, sizeof(err)), PROTO_EXTENT);
+		ck_assert_uint_eq(got->file_off, (uint64_t)i << 20);
+		ck_assert_uint_eq(got->arena_off, (uint64_t)(39 - i) << 20);
+	}
+	ck_assert_int_eq(proto_send_many(sv[0], m, sizeof(m[0]), 0, &sent), 0);
+	ck_assert_uint_eq(sent, 0);
+	close(sv[1]);
+	sent = 99;
+	ck_assert_int_eq(proto_send_many(sv[0], m, sizeof(m[0]), 3, &sent), -EPIPE);
+	ck_assert_uint_eq(sent, 0);
+	close(sv[0]);
+}
+END_TEST
+
 /* A peer passing several fds: one kept at most, the rest closed. */
 START_TEST(test_recv_many_fds)
 {
@@ -499,6 +538,7 @@ static Suite *proto_suite(void)
 
 	tc = tcase_create("transport");
 	tcase_add_test(tc, test_send_recv);
+	tcase_add_test(tc, test_send_many);
 	tcase_add_test(tc, test_recv_many_fds);
 	tcase_add_test(tc, test_recv_too_big);
 	suite_add_tcase(s, tc);
