@@ -276,11 +276,13 @@ void *copy_thread_main(void *arg)
 		int64_t slot;
 		int r;
 
-		if (b.n > 0 && (s != b.s || !save_copying(s) || c->dead || s->next_ext >= s->n_ext)) {
+		bool idle = !s || !save_copying(s) || c->dead || s->next_ext >= s->n_ext;
+
+		if (b.n > 0 && (idle || s != b.s)) {
 			batch_flush_locked(c, &b);
 			continue;
 		}
-		if (!s || !save_copying(s) || c->dead || s->next_ext >= s->n_ext) {
+		if (idle) {
 			pthread_cond_wait(&c->copy_cv, &c->lock);
 			continue;
 		}

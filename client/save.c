@@ -975,8 +975,8 @@ static void send_parked_locked(struct ckpt_client *c, struct ckpt_save *s)
 	}
 	s->inflight += n;
 	for (uint32_t i = 0; i < n;) {
-		struct proto_extent ext[16];
-		unsigned k = n - i < 16 ? n - i : 16;
+		struct proto_extent ext[PROTO_SEND_MANY_MAX];
+		unsigned k = n - i < PROTO_SEND_MANY_MAX ? n - i : PROTO_SEND_MANY_MAX;
 
 		/* The array stays as it is meanwhile: no copy parks a slot of
 		 * s any more, and the next save begins after this one. */

@@ -149,17 +149,15 @@ int proto_send(int sock, const void *msg, size_t len, int fd)
 	}
 }
 
-#define SEND_MANY_MAX 16
-
 int proto_send_many(int sock, const void *msgs, size_t len, unsigned n, unsigned *ret_sent)
 {
-	struct iovec iov[SEND_MANY_MAX];
-	struct mmsghdr mh[SEND_MANY_MAX];
+	struct iovec iov[PROTO_SEND_MANY_MAX];
+	struct mmsghdr mh[PROTO_SEND_MANY_MAX];
 	unsigned done = 0;
 	int r = 0;
 
 	while (done < n) {
-		unsigned k = n - done < SEND_MANY_MAX ? n - done : SEND_MANY_MAX;
+		unsigned k = n - done < PROTO_SEND_MANY_MAX ? n - done : PROTO_SEND_MANY_MAX;
 
 		for (unsigned i = 0; i < k; i++) {
 			iov[i].iov_base = (char *)msgs + (size_t)(done + i) * len;

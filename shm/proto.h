@@ -173,10 +173,12 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen);
  */
 int proto_send(int sock, const void *msg, size_t len, int fd);
 
+/* The most messages proto_send_many hands the kernel in one call. */
+#define PROTO_SEND_MANY_MAX 16
+
 /*
  * Sends n messages of len bytes each, laid out back to back at msgs, as n
- * separate messages in one system call where the socket takes them all
- * (sendmmsg); no fds.  A blocking socket waits for room as proto_send does.
+ * separate messages, PROTO_SEND_MANY_MAX per system call (sendmmsg); no fds.  A blocking socket waits for room as proto_send does.
  * Returns 0 once all n are sent, or -errno; on an error *ret_sent (if not
  * NULL) says how many went out before it.
  */
