@@ -72,6 +72,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -146,6 +147,14 @@ struct rec {
 	double connect_ms;
 	uint64_t arena_bytes, slot_bytes;
 	uint32_t copy_threads, threads_started, expected_threads;
+	/* REC_RESULT of a save (to staged) or a copy (to its end) */
+	struct cost {
+		double cpu_ms;      /* this rank process, every thread */
+		double sys_busy_ms; /* every CPU, from /proc/stat: running anything */
+		double sys_idle_ms; /* idle or waiting for I/O */
+		double sys_steal_ms; /* taken by the hypervisor */
+		uint64_t minflt, nivcsw;
+	} cost;
 	/* REC_SETUP */
 	uint32_t registered;
 	double setup_ms;
@@ -160,6 +169,59 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- where a measurement's CPU went ----------------------------------------- */
+
+/* A snapshot for struct cost: this process's rusage and the machine's CPU
+ * time by kind from /proc/stat's first line (clock ticks: 10 ms each on most
+ * kernels, so the machine-wide figures are coarse).  Taken outside the timed
+ * window; what cannot be read stays zero. */
+struct cost_snap {
+	struct rusage ru;
+	unsigned long long busy, idle, steal; /* ticks */
+};
+
+static void cost_snap(struct cost_snap *cs)
+{
+	unsigned long long v[8];
+	FILE *f;
+
+	memset(cs, 0, sizeof(*cs));
+	(void)getrusage(RUSAGE_SELF, &cs->ru);
+	f = fopen("/proc/stat", "re");
+	if (!f)
+		return;
+	/* user nice system idle iowait irq softirq steal */
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]) == 8) {
+		cs->busy = v[0] + v[1] + v[2] + v[5] + v[6];
+		cs->idle = v[3] + v[4];
+		cs->steal = v[7];
+	}
+	fclose(f);
+}
+
+static double tv_ms(const struct timeval *tv)
+{
+	return (double)tv->tv_sec * 1e3 + (double)tv->tv_usec / 1e3;
+}
+
+static void cost_since(struct cost *c, const struct cost_snap *a)
+{
+	struct cost_snap b;
+
+	cost_snap(&b);
+
+	c->cpu_ms = tv_ms(&b.ru.ru_utime) + tv_ms(&b.ru.ru_stime) - tv_ms(&a->ru.ru_utime) -
+		    tv_ms(&a->ru.ru_stime);
+	double tick_ms = 1e3 / (double)sysconf(_SC_CLK_TCK);
+
+	c->sys_busy_ms = (double)(b.busy - a->busy) * tick_ms;
+	c->sys_idle_ms = (double)(b.idle - a->idle) * tick_ms;
+	c->sys_steal_ms = (double)(b.steal - a->steal) * tick_ms;
+	c->minflt = (uint64_t)(b.ru.ru_minflt - a->ru.ru_minflt);
+	c->nivcsw = (uint64_t)(b.ru.ru_nivcsw - a->ru.ru_nivcsw);
 }
 
 static double ms_between(uint64_t a, uint64_t b)
@@ -490,9 +552,11 @@ static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct
 {
 	struct ckpt_save *save = NULL;
 	struct ckpt_future *staged, *committed;
+	struct cost_snap cs;
 	int64_t tmo = (int64_t)o->timeout_s * 1000;
 	int r;
 
+	cost_snap(&cs);
 	rec->t_start = now_ns();
 	r = ckpt_save_begin(cl, o->root, name, step, &save);
 	if (r < 0) {
@@ -524,6 +588,7 @@ static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct
 	}
 	r = ckpt_future_wait(staged, tmo);
 	rec->t_staged = now_ns();
+	cost_since(&rec->cost, &cs);
 	if (r < 0) {
 		rec_err(rec, "staged future: %s (%s)", strerror(-r),
 			 ckpt_future_error(staged));
@@ -683,12 +748,14 @@ static int copy_limit(struct copy_pool *p, const char *src, char *dst, uint64_t 
 {
 	struct copy_job j = { .src = src, .dst = dst, .bytes = bytes, .piece = piece,
 			      .stream = stream };
+	struct cost_snap cs;
 
 	if (p->n == 0 || piece == 0) {
 		rec_err(rec, "copy limit: %u threads, piece %" PRIu64, p->n, piece);
 		return -EINVAL;
 	}
 	atomic_init(&j.next, 0);
+	cost_snap(&cs);
 	pthread_mutex_lock(&p->lock);
 	p->job = &j;
 	p->running = p->n;
@@ -700,6 +767,7 @@ static int copy_limit(struct copy_pool *p, const char *src, char *dst, uint64_t 
 	rec->t_end = now_ns();
 	p->job = NULL;
 	pthread_mutex_unlock(&p->lock);
+	cost_since(&rec->cost, &cs);
 	/* A cheap check that the copy happened: the first bytes of every piece
 	 * and the very last one. */
 	for (uint64_t off = 0; off < bytes; off += piece) {
@@ -1246,6 +1314,15 @@ static void read_rec(unsigned r, struct rec *rec, const char *what)
 		die_ranks("rank %u exited during %s", r, what);
 }
 
+/* Where the CPU went during a save's staging or a copy (see struct cost). */
+static void print_cost(const char *key, const struct cost *c)
+{
+	printf(", \"%s\": {\"cpu_ms\": %.1f, \"sys_busy_ms\": %.0f, \"sys_idle_ms\": %.0f, "
+	       "\"sys_steal_ms\": %.0f, \"minflt\": %" PRIu64 ", \"nivcsw\": %" PRIu64 "}",
+	       key, c->cpu_ms, c->sys_busy_ms, c->sys_idle_ms, c->sys_steal_ms, c->minflt,
+	       c->nivcsw);
+}
+
 static void print_ms_array(const char *key, const double *v, unsigned n)
 {
 	printf(", \"%s\": [", key);
@@ -1333,6 +1410,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	struct rec *recs = calloc(k, sizeof(*recs));
 	double *staged = calloc(k, sizeof(*staged)), *end = calloc(k, sizeof(*end));
 	uint64_t start = UINT64_MAX, t_call = 0, t_staged = 0, t_end = 0;
+	struct cost cost = { 0 };
 	char buf[MAX_RANKS], g = 'g';
 	const char *what = names[c->kind];
 	uint64_t total = o->bytes * k;
@@ -1375,6 +1453,16 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	for (unsigned r = 0; r < k; r++) {
 		staged[r] = ms_between(start, recs[r].t_staged);
 		end[r] = ms_between(start, recs[r].t_end);
+		/* Ranks' own CPU adds up; the machine-wide figures overlap. */
+		cost.cpu_ms += recs[r].cost.cpu_ms;
+		cost.minflt += recs[r].cost.minflt;
+		cost.nivcsw += recs[r].cost.nivcsw;
+		if (recs[r].cost.sys_busy_ms > cost.sys_busy_ms)
+			cost.sys_busy_ms = recs[r].cost.sys_busy_ms;
+		if (recs[r].cost.sys_idle_ms > cost.sys_idle_ms)
+			cost.sys_idle_ms = recs[r].cost.sys_idle_ms;
+		if (recs[r].cost.sys_steal_ms > cost.sys_steal_ms)
+			cost.sys_steal_ms = recs[r].cost.sys_steal_ms;
 	}
 
 	if (c->kind == CMD_WRITE) {
@@ -1421,6 +1509,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 			print_ms_array("rank_staged_ms", staged, k);
 			print_ms_array("rank_committed_ms", end, k);
 		}
+		print_cost("staging_cost", &cost);
 		break;
 	case CMD_COPY:
 		printf(", \"method\": \"%s\", \"client\": ", c->stream ? "stream" : "memcpy");
@@ -1429,6 +1518,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		       ", \"ms\": %.3f, \"gibps\": %.4f",
 		       client_info[c->client].copy_threads, client_info[c->client].slot_bytes,
 		       ms_between(start, t_end), gibps(total, ms_between(start, t_end)));
+		print_cost("cost", &cost);
 		break;
 	case CMD_WRITE:
 		printf(", \"depth\": %u, \"block_bytes\": %u, \"ms\": %.3f, \"gibps\": %.4f", c->depth,

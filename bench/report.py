@@ -24,7 +24,8 @@ TARGETS = [
 PEER_CEILING_SHARE = 0.9
 
 RATIOS = ["staging_vs_copy_limit", "commit_vs_disk_limit", "durable_speedup_vs_torch", "durable_speedup_vs_dcp",
-          "staged_speedup_vs_dcp", "blocking_speedup_vs_dcp", "vs_one_tensor", "stall_vs_alone"]
+          "staged_speedup_vs_dcp", "blocking_speedup_vs_dcp", "vs_one_tensor", "stall_vs_alone",
+          "staging_vs_copy_during_write"]
 
 
 def _cmp(v, op, bound):
@@ -135,6 +136,7 @@ ROWS = [
     ("connect_ms", _val("connect_ms", 1)),
     ("copy_threads (per client)", _val("copy_threads", 0)),
     ("copy_limit_gibps", _val("copy_limit_gibps", 2)),
+    ("copy_during_write_gibps (not a limit)", _val("copy_during_write_gibps", 2)),
     ("disk_limit_gibps", _val("disk_limit_gibps", 2)),
     ("torch_save_s", _val("torch_save_s", 2)),
     ("dcp_async_call_ms", _val("dcp_async_call_ms", 1)),

@@ -539,6 +539,68 @@ def fio_write(directory, bytes_per_rank, ranks, depth):
             "depth": depth}
 
 
+def sectors_written(directory):
+    """Sectors written so far to the block device that holds `directory`
+    (/sys/dev/block/MAJ:MIN/stat, field 7), or None."""
+    st = os.stat(directory)
+    try:
+        with open("/sys/dev/block/%d:%d/stat" % (os.major(st.st_dev), os.minor(st.st_dev))) as f:
+            return int(f.read().split()[6])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def copy_during_write(ckpt, directory, nbytes, depth, cname="default"):
+    """Not a limit: the client's copy (streaming stores, its threads and
+    piece size) timed while fio writes to the data directory as the daemon
+    does (O_DIRECT, 8 MiB blocks, io_uring at the daemon's depth, fixed
+    buffers).  A save stages while its first bytes drain, so this is what
+    the copy can do beside a disk written at full speed on this machine.
+    fio runs until the copy is done; the copy starts once fio has written
+    64 MiB, and the result says how fast the disk was written during it."""
+    fio = shutil.which("fio")
+    if not fio:
+        raise BenchError("fio not found")
+    if sectors_written(directory) is None:
+        raise BenchError("cannot read the write counter of the disk under %s" % directory)
+    name = "ckpt-bench-bgfio-%d" % os.getpid()
+    path = os.path.join(directory, name)
+    argv = [fio, "--name=" + name, "--filename=" + path, "--ioengine=io_uring", "--direct=1",
+            "--rw=write", "--bs=8m", "--size=%d" % min(nbytes, 2 * GIB), "--iodepth=%d" % depth,
+            "--fixedbufs=1", "--registerfiles=1", "--fallocate=native", "--time_based", "--runtime=60",
+            "--thread",  # one process: fio forks each job into a session of its own otherwise
+            "--output=/dev/null"]
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=die_with_parent)
+    try:
+        s0 = sectors_written(directory)
+        t0 = time.monotonic()
+        while sectors_written(directory) - s0 < (64 * MIB) // 512:
+            if p.poll() is not None:
+                raise BenchError("background fio exited (%d): %s" % (p.returncode, p.stderr.read()[-300:]))
+            if time.monotonic() - t0 > 30:
+                raise BenchError("background fio wrote less than 64 MiB in 30 s")
+            time.sleep(0.005)
+        a, ta = sectors_written(directory), time.monotonic()
+        res = ckpt.cmd("copy stream %s" % cname)
+        b, tb = sectors_written(directory), time.monotonic()
+        if p.poll() is not None:
+            raise BenchError("background fio exited during the copy (%d)" % p.returncode)
+        res["write_gibps_during"] = round((b - a) * 512 / GIB / (tb - ta), 3)
+        return res
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.kill()
+        p.communicate()
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
 # ---- rounds -----------------------------------------------------------------
 
 SETTLE_LIMIT_S = 20.0
@@ -906,6 +968,10 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
                 block.append("copy_%s%s" % (method, suffix))
         if sc["kind"] == "many":
             blocks[0].append("ckptd_one")
+        if sc["kind"] == "save":
+            items.append(("copy_during_write",
+                          lambda: copy_during_write(ckpt, daemon.data, nbytes, uring_depth), ckpt))
+            blocks[0].append("copy_during_write")
         items.append(("disk_builtin", lambda: ckpt.cmd("write %s %d" % (daemon.data, uring_depth)), ckpt))
         for mult in (1, 2):
             items.append(("disk_fio_d%d" % (uring_depth * mult),
@@ -994,6 +1060,10 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
     ceil = {k: [] for k in ("durable_speedup_vs_torch", "durable_speedup_vs_dcp", "staged_speedup_vs_dcp")}
     if sc["kind"] == "many":
         per["vs_one_tensor"] = []
+    cdw = rounds.series("copy_during_write", "gibps")
+    if sc["kind"] == "save":
+        per["staging_vs_copy_during_write"] = []
+        r["copy_during_write_gibps"] = median(cdw)
     round_ratios = []
     for i, rd in enumerate(rounds.rounds):
         f = rd["figures"].get(ck, {})
@@ -1018,6 +1088,8 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
         }
         if sc["kind"] == "many":
             x["vs_one_tensor"] = ratio(f.get("committed_ms"), rd["figures"].get("ckptd_one", {}).get("committed_ms"))
+        if sc["kind"] == "save":
+            x["staging_vs_copy_during_write"] = ratio(ratio(gib, staged_s), cdw[i])
         for k, v in x.items():
             per[k].append(v)
         for k, v in c.items():
@@ -1077,6 +1149,24 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
                                   "writes at depth %d after fallocate, fsync of file(s) and directory, "
                                   "timed from open to the last fsync" % uring_depth,
                        "stat": "best median of the methods; per round, the best method's figure"}
+    if sc["kind"] == "save":
+        d["copy_during_write"] = {
+            "what": "not a limit and not a target: the client's copy (streaming stores, %d threads, %d-byte "
+                    "pieces) while fio writes to the data directory at depth %d (O_DIRECT, 8 MiB, io_uring, "
+                    "fixed buffers), started once fio has written 64 MiB; a save stages while its first "
+                    "bytes drain" % (cl["copy_threads"], cl["slot_bytes"], uring_depth),
+            "write_gibps_during": median(rounds.series("copy_during_write", "write_gibps_during"))}
+    # Where the CPU went (medians over rounds; ckpt_bench's struct cost):
+    # the client's own CPU and the machine's busy time, while a save staged
+    # and while each copy ran.
+    cost = {}
+    for item, key in ((ck, "staging_cost"), ("copy_stream" + suffix, "cost"), ("copy_during_write", "cost")):
+        per_round = [rd["figures"].get(item, {}).get(key) for rd in rounds.rounds]
+        per_round = [c for c in per_round if c]
+        if per_round:
+            cost[item] = {f: median([c.get(f) for c in per_round if c.get(f) is not None])
+                          for f in ("cpu_ms", "sys_busy_ms", "sys_idle_ms", "sys_steal_ms", "nivcsw")}
+    d["cpu"] = cost
     d["dcp"] = {"thread_count": r["dcp_thread_count"], "median_committed_ms_by_thread_count": dcp_meds,
                 "tried": list(DCP_THREADS), "stat": "the thread count with the best median committed_ms"}
     d["warmup"] = warm
