@@ -51,18 +51,34 @@ endif
 CPPFLAGS += -D_GNU_SOURCE -Iinclude -I. -DCKPT_VERSION=\"$(VERSION)\"
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu17 -pthread -fPIC -fvisibility=hidden $(WARN) -MMD -MP
-LDLIBS   += -ljansson -lisal -luring -lsystemd -lpthread
+LDLIBS   += -ljansson -lisal -luring -lsystemd -lpthread -ldl
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
+# CUDA: cuda/ is built when the toolkit's headers are found (CUDA_HOME, by
+# default /usr/local/cuda); CUDA=0 leaves it out, CUDA=1 insists.  Nothing
+# links libcudart: libckpt loads it at run time (cuda/cudart.h), so the
+# headers are all the build needs, and the daemon never sees CUDA.
+CUDA      ?= auto
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(CUDA),0)
+HAVE_CUDA :=
+else
+HAVE_CUDA := $(shell test -f '$(CUDA_HOME)/include/cuda_runtime_api.h' && echo 1)
+ifeq ($(CUDA)$(HAVE_CUDA),1)
+$(error CUDA=1 but no $(CUDA_HOME)/include/cuda_runtime_api.h: set CUDA_HOME to the toolkit)
+endif
+endif
+
 CORE_SRCS   := $(sort $(wildcard shm/*.c format/*.c store/*.c))
+CUDA_SRCS   := $(if $(HAVE_CUDA),$(sort $(wildcard cuda/*.c)))
 CLIENT_SRCS := $(sort $(wildcard client/*.c))
 DAEMON_MAIN := daemon/main.c
 CTL_MAIN    := ctl/ckptctl.c
 DAEMON_SRCS := $(filter-out $(DAEMON_MAIN),$(sort $(wildcard daemon/*.c)))
-UNIT_SRCS   := $(sort $(wildcard tests/unit/check_*.c))
+UNIT_SRCS   := $(filter-out $(if $(HAVE_CUDA),,tests/unit/check_cudart.c),$(sort $(wildcard tests/unit/check_*.c)))
 INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c))
 TESTLIB_SRCS := $(sort $(wildcard tests/lib/*.c))
 BENCH_SRCS  := $(sort $(wildcard bench/*.c))
@@ -70,7 +86,7 @@ EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJS   := $(call obj,$(CORE_SRCS))
-CLIENT_OBJS := $(call obj,$(CLIENT_SRCS))
+CLIENT_OBJS := $(call obj,$(CLIENT_SRCS)) $(call obj,$(CUDA_SRCS))
 DAEMON_OBJS := $(call obj,$(DAEMON_SRCS))
 TESTLIB_OBJS := $(call obj,$(TESTLIB_SRCS))
 
@@ -82,6 +98,7 @@ CKPTCTL   := $(BUILD)/ckptctl
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRCS))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
+FAKE_CUDART := $(if $(HAVE_CUDA),$(BUILD)/tests/libfakecudart.so)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
 .PHONY: all deps test unit integration demo bench install uninstall clean help check-deps FORCE
@@ -133,6 +150,18 @@ $(PATHS_STAMP): FORCE
 		echo '$(PREFIX) $(BINDIR) $(SYSCONFDIR)' >$@
 $(BUILD)/obj/daemon/config.o: $(PATHS_STAMP)
 $(BUILD)/obj/daemon/config.o: CPPFLAGS += -DCKPTD_CONFIG_PATH='"$(CONFIG_PATH)"'
+
+# Whether this build has the CUDA engine is compiled into the client: the
+# stamp changes (and the client is rebuilt) exactly when that does.
+CUDA_STAMP := $(BUILD)/.cuda
+$(CUDA_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(HAVE_CUDA) $(CUDA_HOME)' | cmp -s - $@ || echo '$(HAVE_CUDA) $(CUDA_HOME)' >$@
+$(call obj,$(CLIENT_SRCS)): $(CUDA_STAMP)
+ifneq ($(HAVE_CUDA),)
+$(call obj,$(CLIENT_SRCS) $(CUDA_SRCS)): CPPFLAGS += -DCKPT_HAVE_CUDA -isystem $(CUDA_HOME)/include
+$(BUILD)/tests/check_cudart: CPPFLAGS += -isystem $(CUDA_HOME)/include
+endif
 
 $(BUILD)/systemd/ckptd.service: systemd/ckptd.service.in $(PATHS_STAMP)
 	$(call msg,GEN,$@)
@@ -186,7 +215,14 @@ $(BUILD)/examples/%: examples/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
-tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS)
+# The fake CUDA runtime (tests/fakes/fake_cudart.c), compiled against the
+# toolkit's header so that its signatures are the real ones.
+$(BUILD)/tests/libfakecudart.so: tests/fakes/fake_cudart.c | $(DEPS_STAMP)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) -isystem $(CUDA_HOME)/include $(CFLAGS) $(LDFLAGS) -shared -o $@ $< -lpthread
+
+tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS) $(FAKE_CUDART)
 
 # `make test`: installs what is missing, builds, runs every test and prints
 # one summary line.  TESTS=name,name limits the run; see tests/run.sh.

@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/* cudart.c - see cudart.h. */
+#include "cuda/cudart.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+	pthread_once_t once;
+	struct cudart rt;
+	bool ok;
+	char err[512];
+} g = { .once = PTHREAD_ONCE_INIT };
+
+/* Every symbol or none: a runtime that lacks one call is not used at all. */
+static bool lookup(void *dl, struct cudart *rt)
+{
+#define LOOK(name)                                                                         \
+	do {                                                                               \
+		dlerror();                                                                 \
+		*(void **)&rt->name = dlsym(dl, "cuda" #name);                            \
+		if (!rt->name) {                                                           \
+			const char *e = dlerror();                                         \
+			snprintf(g.err, sizeof(g.err), "'%s' has no cuda" #name ": %s",    \
+				 rt->path, e ? e : "symbol is NULL");                        \
+			return false;                                                      \
+		}                                                                          \
+	} while (0)
+	LOOK(RuntimeGetVersion);
+	LOOK(GetErrorName);
+	LOOK(GetErrorString);
+	LOOK(GetDeviceCount);
+	LOOK(GetDevice);
+	LOOK(SetDevice);
+	LOOK(PointerGetAttributes);
+	LOOK(HostRegister);
+	LOOK(HostUnregister);
+	LOOK(StreamCreateWithFlags);
+	LOOK(StreamDestroy);
+	LOOK(StreamWaitEvent);
+	LOOK(EventCreateWithFlags);
+	LOOK(EventDestroy);
+	LOOK(EventRecord);
+	LOOK(EventQuery);
+	LOOK(EventSynchronize);
+	LOOK(MemcpyAsync);
+#undef LOOK
+	return true;
+}
+
+static void load(void)
+{
+	/* The toolkit's soname first: the runtime keeps its ABI within a
+	 * major version (CUDART_VERSION is 1000 * major + 10 * minor). */
+	char major[32];
+	const char *const names[] = { major, "libcudart.so" };
+	const char *env = secure_getenv("CKPT_CUDART");
+	void *dl = NULL;
+
+	snprintf(major, sizeof(major), "libcudart.so.%d", CUDART_VERSION / 1000);
+	if (env && *env) {
+		snprintf(g.rt.path, sizeof(g.rt.path), "%s", env);
+		dl = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+		if (!dl) {
+			snprintf(g.err, sizeof(g.err), "cannot load the CUDA runtime $CKPT_CUDART='%s': %s",
+				 env, dlerror());
+			return;
+		}
+	} else {
+		char first[256] = "";
+
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !dl; i++) {
+			snprintf(g.rt.path, sizeof(g.rt.path), "%s", names[i]);
+			dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+			if (!dl && i == 0)
+				snprintf(first, sizeof(first), "%s", dlerror());
+		}
+		if (!dl) {
+			snprintf(g.err, sizeof(g.err),
+				 "cannot load the CUDA runtime (%s; set $CKPT_CUDART to its path, or "
+				 "add its directory to the loader's path)", first);
+			return;
+		}
+	}
+	if (!lookup(dl, &g.rt)) {
+		dlclose(dl);
+		return;
+	}
+	/* Needs no driver: a runtime without one still answers this. */
+	if (g.rt.RuntimeGetVersion(&g.rt.version) != cudaSuccess)
+		g.rt.version = 0;
+	g.ok = true;
+}
+
+const struct cudart *cudart_get(char *err, size_t errlen)
+{
+	pthread_once(&g.once, load);
+	if (!g.ok) {
+		snprintf(err, errlen, "%s", g.err);
+		return NULL;
+	}
+	return &g.rt;
+}
+
+void cudart_errmsg(const struct cudart *rt, cudaError_t e, char *buf, size_t len,
+		   const char *call_fmt, ...)
+{
+	const char *name = rt->GetErrorName(e), *str = rt->GetErrorString(e);
+	size_t n;
+	va_list ap;
+
+	va_start(ap, call_fmt);
+	vsnprintf(buf, len, call_fmt, ap);
+	va_end(ap);
+	n = strlen(buf);
+	if (n < len)
+		snprintf(buf + n, len - n, ": %s (%s)", name ? name : "unknown CUDA error",
+			 str ? str : "no description");
+}
+
+int cudart_errno(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorInvalidValue:
+		return -EINVAL;
+	case cudaErrorNotReady:
+		return -EAGAIN;
+	case cudaErrorHostMemoryAlreadyRegistered:
+		return -EEXIST;
+	case cudaErrorNoDevice:
+	case cudaErrorInvalidDevice:
+	case cudaErrorInsufficientDriver:
+		return -ENODEV;
+	default:
+		return -EIO;
+	}
+}
