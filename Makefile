@@ -22,7 +22,7 @@ SYSCONFDIR  ?= $(PREFIX)/etc
 endif
 DESTDIR  ?=
 SANITIZE ?=
-VERSION  := 0.2.0
+VERSION  := 0.3.0
 
 ifeq ($(SANITIZE),)
 BUILD    ?= build
@@ -63,6 +63,9 @@ endif
 # headers are all the build needs, and the daemon never sees CUDA.
 CUDA      ?= auto
 CUDA_HOME ?= /usr/local/cuda
+ifeq ($(filter $(CUDA),0 1 auto),)
+$(error CUDA=$(CUDA): use CUDA=0 (leave CUDA out), CUDA=1 (require it) or CUDA=auto)
+endif
 ifeq ($(CUDA),0)
 HAVE_CUDA :=
 else
@@ -78,7 +81,7 @@ CLIENT_SRCS := $(sort $(wildcard client/*.c))
 DAEMON_MAIN := daemon/main.c
 CTL_MAIN    := ctl/ckptctl.c
 DAEMON_SRCS := $(filter-out $(DAEMON_MAIN),$(sort $(wildcard daemon/*.c)))
-UNIT_SRCS   := $(filter-out $(if $(HAVE_CUDA),,tests/unit/check_cudart.c),$(sort $(wildcard tests/unit/check_*.c)))
+UNIT_SRCS   := $(sort $(wildcard tests/unit/check_*.c))
 INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c))
 TESTLIB_SRCS := $(sort $(wildcard tests/lib/*.c))
 BENCH_SRCS  := $(sort $(wildcard bench/*.c))
@@ -158,9 +161,12 @@ $(CUDA_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(HAVE_CUDA) $(CUDA_HOME)' | cmp -s - $@ || echo '$(HAVE_CUDA) $(CUDA_HOME)' >$@
 $(call obj,$(CLIENT_SRCS)): $(CUDA_STAMP)
+# Tests and benchmarks see the client's internals, so they are built the
+# same way; the CUDA tests are built either way (without CUDA they SKIP).
+CUDA_USERS := $(call obj,$(CLIENT_SRCS) $(CUDA_SRCS)) $(UNIT_BINS) $(INTEG_BINS) $(BENCH_BINS)
+$(CUDA_USERS): $(CUDA_STAMP)
 ifneq ($(HAVE_CUDA),)
-$(call obj,$(CLIENT_SRCS) $(CUDA_SRCS)): CPPFLAGS += -DCKPT_HAVE_CUDA -isystem $(CUDA_HOME)/include
-$(BUILD)/tests/check_cudart: CPPFLAGS += -isystem $(CUDA_HOME)/include
+$(CUDA_USERS): CPPFLAGS += -DCKPT_HAVE_CUDA -isystem $(CUDA_HOME)/include
 endif
 
 $(BUILD)/systemd/ckptd.service: systemd/ckptd.service.in $(PATHS_STAMP)
@@ -217,7 +223,7 @@ $(BUILD)/examples/%: examples/%.c $(LIB_A)
 
 # The fake CUDA runtime (tests/fakes/fake_cudart.c), compiled against the
 # toolkit's header so that its signatures are the real ones.
-$(BUILD)/tests/libfakecudart.so: tests/fakes/fake_cudart.c | $(DEPS_STAMP)
+$(BUILD)/tests/libfakecudart.so: tests/fakes/fake_cudart.c tests/fakes/fake_cudart.h $(CUDA_STAMP) | $(DEPS_STAMP)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) -isystem $(CUDA_HOME)/include $(CFLAGS) $(LDFLAGS) -shared -o $@ $< -lpthread

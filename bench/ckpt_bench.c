@@ -179,6 +179,7 @@ static uint64_t now_ns(void)
  * window; what cannot be read stays zero. */
 struct cost_snap {
 	struct rusage ru;
+	bool stat_ok;                         /* /proc/stat was read */
 	unsigned long long busy, idle, steal; /* ticks */
 };
 
@@ -198,6 +199,7 @@ static void cost_snap(struct cost_snap *cs)
 		cs->busy = v[0] + v[1] + v[2] + v[5] + v[6];
 		cs->idle = v[3] + v[4];
 		cs->steal = v[7];
+		cs->stat_ok = true;
 	}
 	fclose(f);
 }
@@ -217,9 +219,11 @@ static void cost_since(struct cost *c, const struct cost_snap *a)
 		    tv_ms(&a->ru.ru_stime);
 	double tick_ms = 1e3 / (double)sysconf(_SC_CLK_TCK);
 
-	c->sys_busy_ms = (double)(b.busy - a->busy) * tick_ms;
-	c->sys_idle_ms = (double)(b.idle - a->idle) * tick_ms;
-	c->sys_steal_ms = (double)(b.steal - a->steal) * tick_ms;
+	if (a->stat_ok && b.stat_ok) {
+		c->sys_busy_ms = (double)(b.busy - a->busy) * tick_ms;
+		c->sys_idle_ms = (double)(b.idle - a->idle) * tick_ms;
+		c->sys_steal_ms = (double)(b.steal - a->steal) * tick_ms;
+	}
 	c->minflt = (uint64_t)(b.ru.ru_minflt - a->ru.ru_minflt);
 	c->nivcsw = (uint64_t)(b.ru.ru_nivcsw - a->ru.ru_nivcsw);
 }

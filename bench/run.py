@@ -575,7 +575,7 @@ def copy_during_write(ckpt, directory, nbytes, depth, cname="default"):
     try:
         s0 = sectors_written(directory)
         t0 = time.monotonic()
-        while sectors_written(directory) - s0 < (64 * MIB) // 512:
+        while (sectors_written(directory) or 0) - s0 < (64 * MIB) // 512:
             if p.poll() is not None:
                 raise BenchError("background fio exited (%d): %s" % (p.returncode, p.stderr.read()[-300:]))
             if time.monotonic() - t0 > 30:
@@ -586,7 +586,8 @@ def copy_during_write(ckpt, directory, nbytes, depth, cname="default"):
         b, tb = sectors_written(directory), time.monotonic()
         if p.poll() is not None:
             raise BenchError("background fio exited during the copy (%d)" % p.returncode)
-        res["write_gibps_during"] = round((b - a) * 512 / GIB / (tb - ta), 3)
+        res["write_gibps_during"] = (round((b - a) * 512 / GIB / (tb - ta), 3)
+                                     if a is not None and b is not None else None)
         return res
     finally:
         try:

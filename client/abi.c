@@ -20,11 +20,12 @@
  * uninitialised.  (On 32-bit targets the pointers are smaller and the
  * layouts differ, which the size field copes with.) */
 #if UINTPTR_MAX == UINT64_MAX
-_Static_assert(sizeof(struct ckpt_connect_opts) == 4 * 4 + 2 * 8 + 3 * 8, "padding");
+_Static_assert(sizeof(struct ckpt_connect_opts) == 4 * 4 + 2 * 8 + 3 * 8 + 2 * 4, "padding");
 _Static_assert(sizeof(struct ckpt_save_opts) == 2 * 4 + 2 * 8 + 8, "padding");
-_Static_assert(sizeof(struct ckpt_tensor) == 2 * 4 + 5 * 8 + 4 * 4, "padding");
+_Static_assert(sizeof(struct ckpt_tensor) == 2 * 4 + 5 * 8 + 4 * 4 + 8, "padding");
 #endif
-_Static_assert(sizeof(enum ckpt_dtype) == 4 && sizeof(enum ckpt_device) == 4,
+_Static_assert(sizeof(enum ckpt_dtype) == 4 && sizeof(enum ckpt_device) == 4 &&
+	       sizeof(enum ckpt_cuda_pin) == 4,
 	       "enums in public structs must stay 4 bytes");
 
 const struct abi_struct abi_connect_opts = {

@@ -158,6 +158,8 @@ static void client_destroy(struct ckpt_client *c)
 
 	if (c->sock >= 0)
 		close(c->sock);
+	/* Unpinned before it is unmapped. */
+	cli_cuda_close(c);
 	if (c->arena)
 		munmap(c->arena, c->arena_bytes);
 	arena_slots_free(&c->slots);
@@ -186,6 +188,16 @@ static int check_opts(const struct ckpt_connect_opts *o)
 	if (o->rank >= o->world) {
 		cli_set_error("ckpt_connect: rank %u is not below the world size %u", o->rank,
 			      o->world);
+		return -EINVAL;
+	}
+	if (o->cuda_pin != CKPT_CUDA_PIN_AUTO && o->cuda_pin != CKPT_CUDA_PIN_ON &&
+	    o->cuda_pin != CKPT_CUDA_PIN_OFF) {
+		cli_set_error("ckpt_connect: cuda_pin %d is not a CKPT_CUDA_PIN_* value",
+			      (int)o->cuda_pin);
+		return -EINVAL;
+	}
+	if (o->reserved != 0) {
+		cli_set_error("ckpt_connect: the reserved field must be 0");
 		return -EINVAL;
 	}
 	if (o->copy_threads > CLI_MAX_COPY_THREADS) {
@@ -340,6 +352,15 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 		r = -ENOMEM;
 		cli_set_error("ckpt_connect: slot table: %s", strerror(-r));
 		goto out_destroy;
+	}
+	{
+		char cerr[512];
+
+		r = cli_cuda_open(c, o.cuda_pin, cerr, sizeof(cerr));
+		if (r < 0) {
+			cli_set_error("ckpt_connect: %s", cerr);
+			goto out_destroy;
+		}
 	}
 
 	r = -pthread_create(&c->recv_thread, NULL, recv_thread_main, c);

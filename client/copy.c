@@ -12,6 +12,7 @@
  * Nothing in this path allocates or makes a syscall per item.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -105,11 +106,8 @@ const struct copy_engine *copy_engine_select(enum ckpt_device device, int device
 	case CKPT_DEVICE_HOST:
 		return &copy_engine_host;
 	case CKPT_DEVICE_CUDA:
-		/* The seam for cuda/: return its engine here once built. */
-		snprintf(err, errlen, "CUDA device tensors need the CUDA copy engine, which this "
-			 "build does not include");
-		*ret_err = -EOPNOTSUPP;
-		return NULL;
+		/* Whether CUDA can serve it is cli_cuda_check()'s to say. */
+		return &copy_engine_cuda;
 	default:
 		snprintf(err, errlen, "unknown device %d", (int)device);
 		*ret_err = -EINVAL;
@@ -121,10 +119,13 @@ const struct copy_engine *copy_engine_select(enum ckpt_device device, int device
 
 #define MAX_ENGINES 4
 
-/* Copies file bytes [off, off + len) of save s into dst.  Returns 0 or
- * -errno with the reason in err. */
-static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, char *dst,
-		       char *err, size_t errlen)
+/* Copies file bytes [off, off + len) of save s into dst: host items at
+ * once, device items queued on their copy streams and noted in p (marked
+ * when this returns: the caller polls p before the slot may go anywhere).
+ * Returns 0 or -errno with the reason in err; on failure nothing of it is
+ * still running. */
+static int fill_extent(struct ckpt_client *c, const struct ckpt_save *s, uint64_t off,
+		       uint64_t len, char *dst, cli_cuda_pending *p, char *err, size_t errlen)
 {
 	const struct layout *l = &s->layout;
 	const struct copy_engine *used[MAX_ENGINES];
@@ -149,13 +150,19 @@ static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, ch
 			snprintf(err, errlen, "internal error: item '%s' starts at %llu, after a "
 				 "hole at %llu", it->name, (unsigned long long)it->begin,
 				 (unsigned long long)pos);
-			return -EIO;
+			r = -EIO;
+			goto out_drain;
 		}
 		n = (end < it->end ? end : it->end) - pos;
-		r = e->copy(dst + (pos - off), (const char *)s->src[i].data + (pos - it->begin),
-			    (size_t)n, err, errlen);
+		if (e == &copy_engine_cuda)
+			r = cli_cuda_copy(c, s, i, dst + (pos - off),
+					  (const char *)s->src[i].data + (pos - it->begin), (size_t)n,
+					  p, err, errlen);
+		else
+			r = e->copy(dst + (pos - off), (const char *)s->src[i].data + (pos - it->begin),
+				    (size_t)n, err, errlen);
 		if (r < 0)
-			return r;
+			goto out_drain;
 		if (e->sync) {
 			unsigned k = 0;
 			while (k < n_used && used[k] != e)
@@ -164,7 +171,7 @@ static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, ch
 				if (n_used == MAX_ENGINES) {
 					r = e->sync(err, errlen);
 					if (r < 0)
-						return r;
+						goto out_drain;
 				} else {
 					used[n_used++] = e;
 				}
@@ -175,18 +182,30 @@ static int fill_extent(const struct ckpt_save *s, uint64_t off, uint64_t len, ch
 	if (pos != end) {
 		snprintf(err, errlen, "internal error: the items end at %llu, the file at %llu",
 			 (unsigned long long)pos, (unsigned long long)end);
-		return -EIO;
+		r = -EIO;
+		goto out_drain;
 	}
 	for (unsigned k = 0; k < n_used; k++) {
 		r = used[k]->sync(err, errlen);
 		if (r < 0)
-			return r;
+			goto out_drain;
 	}
 	/* O_DIRECT writes whole 4 KiB blocks: the tail must be zeros, not
 	 * whatever a previous save left in the slot. */
 	uint64_t padded = (len + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
 	memset(dst + len, 0, (size_t)(padded - len));
-	return 0;
+	return cli_cuda_mark(c, p, err, errlen);
+
+out_drain:
+	/* Copies already queued still write into the slot: wait for them
+	 * before the caller gives the slot back. */
+	if (p->n > 0) {
+		char why[PROTO_MSG_LEN];
+
+		if (cli_cuda_mark(c, p, why, sizeof(why)) == 0)
+			(void)cli_cuda_poll(c, p, true, why, sizeof(why));
+	}
+	return r;
 }
 
 /* ---- the copy threads ---- */
@@ -263,22 +282,134 @@ static void batch_flush_locked(struct ckpt_client *c, struct send_batch *b)
 	cli_send_extents_locked(c, b->s, b->ext, n);
 }
 
+/*
+ * Extents whose device copies a thread has queued and not yet seen finish.
+ * Their slots are the daemon's to see only once the copies are done, so
+ * they stay counted in flight (s->inflight) until then.  A thread queues up
+ * to PENDING_MAX extents before it waits for the oldest: that keeps the
+ * GPU's copy engine busy while the thread works on the next extent.  Like
+ * held EXTENTs, pending extents are finished before the thread waits for
+ * anything (a slot, more work): the daemon cannot free slots it has not
+ * been sent.
+ */
+#define PENDING_MAX 4
+
+struct pending {
+	unsigned head, n;
+	struct pending_ext {
+		struct ckpt_save *s;
+		uint32_t slot;
+		uint64_t k;
+		cli_cuda_pending p;
+	} e[PENDING_MAX];
+};
+
+/* A filled extent (r: fill_extent's result, err its reason): parked,
+ * given back, queued for sending or failed.  [lock] */
+static void extent_filled_locked(struct ckpt_client *c, struct send_batch *b, struct ckpt_save *s,
+				 uint32_t slot, uint64_t k, int r, const char *err)
+{
+	char msg[PROTO_MSG_LEN];
+	uint64_t off = k * c->slot_bytes, len = s->layout.file_size - off;
+
+	if (r == 0 && save_awaits_ack(s)) {
+		/* Filled before the daemon answered SAVE_BEGIN: the save
+		 * thread sends it once the daemon has accepted. */
+		c->parked[c->n_parked].slot = slot;
+		c->parked[c->n_parked].ext = k;
+		c->n_parked++;
+		save_extent_done_locked(c, s);
+		return;
+	}
+	if (r == 0 && !s->accepted) {
+		/* Refused, or the connection was lost, before the daemon
+		 * took it: the slot was never the daemon's. */
+		arena_slots_put(&c->slots, slot, 1);
+		pthread_cond_broadcast(&c->slot_cv);
+		save_extent_done_locked(c, s);
+		return;
+	}
+	if (r == 0) {
+		if (b->n > 0 && b->s != s)
+			batch_flush_locked(c, b);
+		/* In flight until batch_flush_locked sends it. */
+		b->s = s;
+		cli_extent_msg(c, s, slot, k, &b->ext[b->n++]);
+		if (b->n == SEND_BATCH || s->sent < SEND_SINGLY)
+			batch_flush_locked(c, b);
+		return;
+	}
+	/* The slot never reached the daemon: it is ours again. */
+	arena_slots_put(&c->slots, slot, 1);
+	pthread_cond_broadcast(&c->slot_cv);
+	if (len > c->slot_bytes)
+		len = c->slot_bytes;
+	snprintf(msg, sizeof(msg), "save '%s': copying file bytes [%llu, %llu): %.300s",
+		 s->layout.name, (unsigned long long)off, (unsigned long long)(off + len), err);
+	save_fail_locked(c, s, r, msg, false);
+	save_extent_done_locked(c, s);
+}
+
+/* Finishes pending extents, oldest first: waits for the first `must` of
+ * them (all: UINT_MAX), then takes those done already.  [lock]; dropped
+ * while waiting. */
+static void pending_reap_locked(struct ckpt_client *c, struct send_batch *b, struct pending *q,
+				unsigned must)
+{
+	char err[PROTO_MSG_LEN];
+
+	while (q->n > 0) {
+		struct pending_ext *e = &q->e[q->head];
+		bool wait = must > 0;
+		int r;
+
+		if (wait)
+			pthread_mutex_unlock(&c->lock);
+		r = cli_cuda_poll(c, &e->p, wait, err, sizeof(err));
+		if (wait)
+			pthread_mutex_lock(&c->lock);
+		if (r == -EAGAIN)
+			return;
+		if (must > 0)
+			must--;
+		q->head = (q->head + 1) % PENDING_MAX;
+		q->n--;
+		extent_filled_locked(c, b, e->s, e->slot, e->k, r, err);
+	}
+}
+
+/* Sends or finishes everything the thread holds.  [lock] */
+static void hold_flush_locked(struct ckpt_client *c, struct send_batch *b, struct pending *q)
+{
+	pending_reap_locked(c, b, q, UINT_MAX);
+	batch_flush_locked(c, b);
+}
+
 void *copy_thread_main(void *arg)
 {
 	struct ckpt_client *c = arg;
 	struct send_batch b = { 0 };
+	struct pending q = { 0 };
 	char err[PROTO_MSG_LEN];
 
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
 		struct ckpt_save *s = c->active;
+		cli_cuda_pending p = { 0 };
 		uint64_t k, off, len;
 		int64_t slot;
 		int r;
 
+		if (q.n > 0)
+			pending_reap_locked(c, &b, &q, q.n == PENDING_MAX ? 1 : 0);
+
 		bool idle = !s || !save_copying(s) || c->dead || s->next_ext >= s->n_ext;
 
-		if (b.n > 0 && (idle || s != b.s)) {
+		if ((b.n > 0 || q.n > 0) && idle) {
+			hold_flush_locked(c, &b, &q);
+			continue;
+		}
+		if (b.n > 0 && s != b.s) {
 			batch_flush_locked(c, &b);
 			continue;
 		}
@@ -290,8 +421,8 @@ void *copy_thread_main(void *arg)
 		s->inflight++;
 		while ((slot = arena_slots_take(&c->slots, 1)) < 0 && !c->dead && save_copying(s) &&
 		       !c->stopping) {
-			if (b.n > 0)
-				batch_flush_locked(c, &b); /* then look again */
+			if (b.n > 0 || q.n > 0)
+				hold_flush_locked(c, &b, &q); /* then look again */
 			else
 				pthread_cond_wait(&c->slot_cv, &c->lock);
 		}
@@ -305,44 +436,19 @@ void *copy_thread_main(void *arg)
 		len = s->layout.file_size - off;
 		if (len > c->slot_bytes)
 			len = c->slot_bytes;
-		r = fill_extent(s, off, len, (char *)c->arena + (uint64_t)slot * c->slot_bytes, err,
-				sizeof(err));
+		r = fill_extent(c, s, off, len, (char *)c->arena + (uint64_t)slot * c->slot_bytes, &p,
+				err, sizeof(err));
 		pthread_mutex_lock(&c->lock);
-		if (r == 0 && save_awaits_ack(s)) {
-			/* Filled before the daemon answered SAVE_BEGIN: the save
-			 * thread sends it once the daemon has accepted. */
-			c->parked[c->n_parked].slot = (uint32_t)slot;
-			c->parked[c->n_parked].ext = k;
-			c->n_parked++;
-			save_extent_done_locked(c, s);
+		if (r == 0 && p.n > 0) {
+			struct pending_ext *e = &q.e[(q.head + q.n) % PENDING_MAX];
+
+			*e = (struct pending_ext){ s, (uint32_t)slot, k, p };
+			q.n++;
 			continue;
 		}
-		if (r == 0 && !s->accepted) {
-			/* Refused, or the connection was lost, before the daemon
-			 * took it: the slot was never the daemon's. */
-			arena_slots_put(&c->slots, (uint32_t)slot, 1);
-			pthread_cond_broadcast(&c->slot_cv);
-			save_extent_done_locked(c, s);
-			continue;
-		}
-		if (r == 0) {
-			/* In flight until batch_flush_locked sends it. */
-			b.s = s;
-			cli_extent_msg(c, s, (uint32_t)slot, k, &b.ext[b.n++]);
-			if (b.n == SEND_BATCH || s->sent < SEND_SINGLY)
-				batch_flush_locked(c, &b);
-			continue;
-		}
-		char msg[PROTO_MSG_LEN];
-		/* The slot never reached the daemon: it is ours again. */
-		arena_slots_put(&c->slots, (uint32_t)slot, 1);
-		pthread_cond_broadcast(&c->slot_cv);
-		snprintf(msg, sizeof(msg), "save '%s': copying file bytes [%llu, %llu): %.300s",
-			 s->layout.name, (unsigned long long)off, (unsigned long long)(off + len), err);
-		save_fail_locked(c, s, r, msg, false);
-		save_extent_done_locked(c, s);
+		extent_filled_locked(c, &b, s, (uint32_t)slot, k, r, err);
 	}
-	batch_flush_locked(c, &b);
+	hold_flush_locked(c, &b, &q);
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }

@@ -229,7 +229,48 @@ enum save_state {
 struct save_src {
 	const void *data;
 	const struct copy_engine *engine;
+	/* CKPT_DEVICE_CUDA: the device, the caller's stream (stream_set: from
+	 * the tensor, else the save's), and the save's start event for that
+	 * (device, stream), set at commit (cuda.c). */
+	int32_t device;
+	bool stream_set;
+	void *stream;
+	uint32_t start;
 };
+
+/* CUDA (client/cuda.c; stubs in a build without it).  A copy thread's
+ * extent whose device copies are still running. */
+#ifdef CKPT_HAVE_CUDA
+#include "cuda/cuxfer.h"
+typedef struct cuxfer_pending cli_cuda_pending;
+#else
+typedef struct {
+	unsigned n;
+} cli_cuda_pending;
+#endif
+struct ckpt_client;
+struct ckpt_save;
+/* At connect / disconnect (after the copy threads stopped, before the arena
+ * is unmapped). */
+int cli_cuda_open(struct ckpt_client *c, enum ckpt_cuda_pin pin, char *err, size_t errlen);
+void cli_cuda_close(struct ckpt_client *c);
+/* add_tensor: checks a device tensor's memory (loads CUDA on first use). */
+int cli_cuda_check(struct ckpt_client *c, const void *data, uint64_t bytes, int device, char *err,
+		   size_t errlen);
+/* Commit, on the caller's thread: records the start events of s. */
+int cli_cuda_commit(struct ckpt_client *c, struct ckpt_save *s, char *err, size_t errlen);
+/* Frees s's start events. */
+void cli_cuda_save_free(struct ckpt_save *s);
+/* Copy thread: queues a copy of item i's bytes [from, from + n) to dst. */
+int cli_cuda_copy(struct ckpt_client *c, const struct ckpt_save *s, size_t i, void *dst,
+		  const void *from, size_t n, cli_cuda_pending *p, char *err, size_t errlen);
+/* After an extent's copies: 0 when none is pending; else marks them. */
+int cli_cuda_mark(struct ckpt_client *c, cli_cuda_pending *p, char *err, size_t errlen);
+/* 0 done, -EAGAIN (not yet; only without wait), or -errno with err. */
+int cli_cuda_poll(struct ckpt_client *c, cli_cuda_pending *p, bool wait, char *err, size_t errlen);
+/* The engine of CKPT_DEVICE_CUDA items (fill_extent sends them to
+ * cli_cuda_copy instead of ->copy). */
+extern const struct copy_engine copy_engine_cuda;
 
 struct ckpt_save {
 	struct ckpt_client *client;
@@ -252,6 +293,16 @@ struct ckpt_save {
 
 	struct ckpt_future staged;
 	struct ckpt_future committed;
+
+	/* CUDA: the default stream of device items (set_cuda_stream), and one
+	 * start event per (device, stream) recorded at commit. */
+	void *cuda_stream;
+	struct cli_cuda_start {
+		int32_t device;
+		void *stream;
+		void *event; /* cudaEvent_t */
+	} *starts;
+	uint32_t n_starts;
 
 	/* Built by the save thread, read by copy threads. */
 	char *hdr;              /* the file prefix [0, data_start) */
@@ -370,6 +421,8 @@ struct ckpt_client {
 	                                   * has not finished with */
 	struct attempt_entry attempts[CLI_ATTEMPT_NAMES];
 	uint64_t attempt_clock;
+
+	void *cuda;                       /* struct cuxfer (client/cuda.c) */
 
 	pthread_t recv_thread, save_thread;
 	pthread_t copy_threads[CLI_MAX_COPY_THREADS];

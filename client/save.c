@@ -139,8 +139,13 @@ static void set_state_locked(struct ckpt_client *c, struct ckpt_save *s, enum sa
 		cli_log(CKPT_LOG_DEBUG, "save '%s' (token %u, attempt %u): committed in %.1f ms "
 			"(%.1f ms after staged)", s->layout.name, s->token, s->attempt,
 			ms_since(s->t_commit_ns), ms_since(s->t_staged_ns));
-	if (staging_ends)
+	if (staging_ends) {
+		/* No copy of s is queued or running any more (a failed save
+		 * ends staging only once none is in flight): its start events
+		 * are done with, and the client is still there to free them. */
+		cli_cuda_save_free(s);
 		future_complete(&s->staged, to == SAVE_STAGED ? 0 : staged_err, msg);
+	}
 	if (to == SAVE_FINISHED)
 		future_complete(&s->committed, commit_err, msg);
 	atomic_store_explicit(&s->state, to, memory_order_relaxed);
@@ -721,7 +726,9 @@ static int add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor)
 	if (r < 0)
 		return r;
 	engine = copy_engine_select(t.device, t.device_index, &r, err, sizeof(err));
-	if (!engine) {
+	if (engine == &copy_engine_cuda)
+		r = cli_cuda_check(save->client, t.data, bytes, t.device_index, err, sizeof(err));
+	if (!engine || r < 0) {
 		cli_set_error("ckpt_save_add_tensor: tensor '%s': %s", t.name, err);
 		return r;
 	}
@@ -732,8 +739,16 @@ static int add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor)
 		cli_set_error("ckpt_save_add_tensor: name '%s' is already in this save", t.name);
 		return -EEXIST;
 	}
-	return add_item(save, "ckpt_save_add_tensor", ITEM_TENSOR, t.name, t.dtype, t.ndim,
-			t.shape, t.global_shape, t.offsets, t.data, engine);
+	r = add_item(save, "ckpt_save_add_tensor", ITEM_TENSOR, t.name, t.dtype, t.ndim, t.shape,
+		     t.global_shape, t.offsets, t.data, engine);
+	if (r == 0 && engine == &copy_engine_cuda) {
+		struct save_src *src = &save->src[save->layout.n_items - 1];
+
+		src->device = t.device_index;
+		src->stream_set = t.cuda_stream != NULL;
+		src->stream = t.cuda_stream;
+	}
+	return r;
 }
 
 int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor)
@@ -780,6 +795,25 @@ int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const void *data
 	return spoil(save, add_blob(save, key, data, len));
 }
 
+static int set_cuda_stream(struct ckpt_save *save, void *stream)
+{
+	if (!save) {
+		cli_set_error("ckpt_save_set_cuda_stream: save is NULL");
+		return -EINVAL;
+	}
+	if (!building(save)) {
+		cli_set_error("ckpt_save_set_cuda_stream: the save is already committed");
+		return -EBUSY;
+	}
+	save->cuda_stream = stream;
+	return 0;
+}
+
+int ckpt_save_set_cuda_stream(struct ckpt_save *save, void *stream)
+{
+	return spoil(save, set_cuda_stream(save, stream));
+}
+
 /* ---- commit ---- */
 
 int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
@@ -811,6 +845,16 @@ int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 			      c->dead ? c->dead_msg : "the client is disconnecting");
 		pthread_mutex_unlock(&c->lock);
 		return -ENOTCONN;
+	}
+	/* Here, on the caller's thread and before any copy can start: the
+	 * events that order the device copies after the caller's work. */
+	char err[PROTO_MSG_LEN];
+	int r = cli_cuda_commit(c, save, err, sizeof(err));
+	if (r < 0) {
+		pthread_mutex_unlock(&c->lock);
+		cli_set_error("ckpt_save_commit: save '%s': %s", save->layout.name, err);
+		cli_cuda_save_free(save);
+		return spoil(save, r);
 	}
 	save->token = c->next_token++;
 	if (c->next_token == 0)

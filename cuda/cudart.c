@@ -44,6 +44,7 @@ static bool lookup(void *dl, struct cudart *rt)
 	LOOK(StreamCreateWithFlags);
 	LOOK(StreamDestroy);
 	LOOK(StreamWaitEvent);
+	LOOK(StreamSynchronize);
 	LOOK(EventCreateWithFlags);
 	LOOK(EventDestroy);
 	LOOK(EventRecord);
@@ -54,47 +55,77 @@ static bool lookup(void *dl, struct cudart *rt)
 	return true;
 }
 
+static const char *candidate(unsigned i, char *buf, size_t len)
+{
+	const char *env = secure_getenv("CKPT_CUDART");
+
+	if (env && *env)
+		return i == 0 ? env : NULL;
+	/* The toolkit's soname first: the runtime keeps its ABI within a
+	 * major version (CUDART_VERSION is 1000 * major + 10 * minor); CUDA
+	 * 11's was libcudart.so.11.0. */
+	if (i == 0)
+		snprintf(buf, len, "libcudart.so.%d", CUDART_VERSION / 1000);
+	else if (i == 1)
+		snprintf(buf, len, "libcudart.so.%d.0", CUDART_VERSION / 1000);
+	return i <= 1 ? buf : i == 2 ? "libcudart.so" : NULL;
+}
+
+bool cudart_loaded(void)
+{
+	char buf[64];
+	const char *name;
+
+	for (unsigned i = 0; (name = candidate(i, buf, sizeof(buf))); i++) {
+		void *dl = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+
+		if (dl) {
+			dlclose(dl);
+			return true;
+		}
+	}
+	return false;
+}
+
 static void load(void)
 {
-	/* The toolkit's soname first: the runtime keeps its ABI within a
-	 * major version (CUDART_VERSION is 1000 * major + 10 * minor). */
-	char major[32];
-	const char *const names[] = { major, "libcudart.so" };
 	const char *env = secure_getenv("CKPT_CUDART");
+	char buf[64], first[256] = "";
+	const char *name;
 	void *dl = NULL;
 
-	snprintf(major, sizeof(major), "libcudart.so.%d", CUDART_VERSION / 1000);
-	if (env && *env) {
-		snprintf(g.rt.path, sizeof(g.rt.path), "%s", env);
-		dl = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-		if (!dl) {
-			snprintf(g.err, sizeof(g.err), "cannot load the CUDA runtime $CKPT_CUDART='%s': %s",
-				 env, dlerror());
-			return;
-		}
-	} else {
-		char first[256] = "";
-
-		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !dl; i++) {
-			snprintf(g.rt.path, sizeof(g.rt.path), "%s", names[i]);
-			dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-			if (!dl && i == 0)
-				snprintf(first, sizeof(first), "%s", dlerror());
-		}
-		if (!dl) {
+	for (unsigned i = 0; !dl && (name = candidate(i, buf, sizeof(buf))); i++) {
+		snprintf(g.rt.path, sizeof(g.rt.path), "%s", name);
+		dl = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+		if (!dl && i == 0)
+			snprintf(first, sizeof(first), "%s", dlerror());
+	}
+	if (!dl) {
+		if (env && *env)
 			snprintf(g.err, sizeof(g.err),
-				 "cannot load the CUDA runtime (%s; set $CKPT_CUDART to its path, or "
-				 "add its directory to the loader's path)", first);
-			return;
-		}
+				 "cannot load the CUDA runtime $CKPT_CUDART='%s': %s", env, first);
+		else
+			snprintf(g.err, sizeof(g.err),
+				 "cannot load the CUDA runtime (%s; set $CKPT_CUDART to its path, "
+				 "or add its directory to the loader's path)", first);
+		return;
 	}
 	if (!lookup(dl, &g.rt)) {
 		dlclose(dl);
 		return;
 	}
-	/* Needs no driver: a runtime without one still answers this. */
+	/* Needs no driver: a runtime without one still answers this.  Another
+	 * major version (the unversioned name may be any) has another ABI. */
 	if (g.rt.RuntimeGetVersion(&g.rt.version) != cudaSuccess)
 		g.rt.version = 0;
+	if (g.rt.version / 1000 != CUDART_VERSION / 1000) {
+		snprintf(g.err, sizeof(g.err), "the CUDA runtime '%s' is version %d.%d; this libckpt "
+			 "was built for CUDA %d.x (set $CKPT_CUDART to a runtime of that version)",
+			 g.rt.path, g.rt.version / 1000, g.rt.version % 1000 / 10,
+			 CUDART_VERSION / 1000);
+		dlclose(dl);
+		return;
+	}
 	g.ok = true;
 }
 

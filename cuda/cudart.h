@@ -18,9 +18,16 @@
 #ifndef CKPT_CUDA_CUDART_H
 #define CKPT_CUDA_CUDART_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cuda_runtime_api.h>
+
+/* That mode renames some calls (cudaMemcpyAsync_ptsz, ...): the names looked
+ * up here are the plain ones, whose default stream is the legacy one. */
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "cuda/ must be built without CUDA_API_PER_THREAD_DEFAULT_STREAM"
+#endif
 
 #define CUDART_FN(name) __typeof__(cuda##name) *name
 
@@ -39,6 +46,7 @@ struct cudart {
 	CUDART_FN(StreamCreateWithFlags);
 	CUDART_FN(StreamDestroy);
 	CUDART_FN(StreamWaitEvent);
+	CUDART_FN(StreamSynchronize);
 	CUDART_FN(EventCreateWithFlags);
 	CUDART_FN(EventDestroy);
 	CUDART_FN(EventRecord);
@@ -54,6 +62,10 @@ struct cudart {
  * loaded.  The runtime stays loaded until the process exits.
  */
 const struct cudart *cudart_get(char *err, size_t errlen);
+
+/* Whether the process has a CUDA runtime loaded already (the one
+ * cudart_get() would load), without loading one. */
+bool cudart_loaded(void);
 
 /* Formats a failed call for the user: "cudaSetDevice(3): cudaErrorInvalidDevice
  * (invalid device ordinal)".  call_fmt is printf-style. */

@@ -25,7 +25,8 @@
  *
  * ABI and versions:
  *   - The soname is libckpt.so.0.  Every symbol carries a version node
- *     (LIBCKPT_0.2 for this release); symbols added later go into a new node,
+ *     (LIBCKPT_0.2, and LIBCKPT_0.3 for what 0.3 added); symbols added later
+ *     go into a new node,
  *     so a program linked against this release keeps running with later ones.
  *   - Structs the caller fills in (ckpt_connect_opts, ckpt_save_opts,
  *     ckpt_tensor) start with a `size` field, which the caller sets to the
@@ -81,7 +82,7 @@ extern "C" {
 
 /* Version of this header; ckpt_version() is that of the library at run time. */
 #define CKPT_VERSION_MAJOR 0
-#define CKPT_VERSION_MINOR 2
+#define CKPT_VERSION_MINOR 3
 #define CKPT_VERSION_PATCH 0
 
 /* Socket used when neither the options nor $CKPTD_SOCKET name one. */
@@ -137,6 +138,21 @@ CKPT_API size_t ckpt_dtype_size(enum ckpt_dtype dtype);
 enum ckpt_device {
 	CKPT_DEVICE_HOST = 0, /* ordinary (pageable or pinned) host memory */
 	CKPT_DEVICE_CUDA = 1, /* CUDA device memory: needs a CUDA build */
+};
+
+/* Whether the client pins its staging arena for CUDA copies
+ * (cudaHostRegister, once, at connect or at the first device tensor).
+ * Copies from a device into pinned memory run on the GPU's copy engine
+ * without a CPU; into pageable memory they are slower and hold the copying
+ * thread.  Append-only. */
+enum ckpt_cuda_pin {
+	CKPT_CUDA_PIN_AUTO = 0, /* pin at connect if the process already has a CUDA
+	                         * runtime loaded (a CUDA trainer), else at the
+	                         * first device tensor; a failure to pin is
+	                         * logged, and copies go unpinned */
+	CKPT_CUDA_PIN_ON = 1,   /* load CUDA and pin at connect; ckpt_connect
+	                         * fails if either fails */
+	CKPT_CUDA_PIN_OFF = 2,  /* never pin */
 };
 
 /* Returns the message of the last failed synchronous call on this thread
@@ -200,6 +216,9 @@ struct ckpt_connect_opts {
 	const char *job;         /* job id shared by all ranks; required */
 	const char *run;         /* run id (see below); NULL: from the
 	                          * environment; "": none */
+	/* libckpt 0.3: */
+	enum ckpt_cuda_pin cuda_pin; /* see enum ckpt_cuda_pin; 0: AUTO */
+	uint32_t reserved;       /* must be 0 */
 };
 
 #define CKPT_CONNECT_OPTS_INIT .size = sizeof(struct ckpt_connect_opts)
@@ -336,6 +355,12 @@ struct ckpt_tensor {
 	int32_t device_index;      /* CUDA device ordinal, for CKPT_DEVICE_CUDA */
 	uint32_t replica;          /* data-parallel copies of the same chunk: only
 	                            * replica 0 is written, others are skipped */
+	/* libckpt 0.3: */
+	void *cuda_stream;         /* CKPT_DEVICE_CUDA: the cudaStream_t the
+	                            * tensor was produced on; the copy waits for
+	                            * the work queued on it before the commit.
+	                            * NULL: the save's stream
+	                            * (ckpt_save_set_cuda_stream) */
 };
 
 #define CKPT_TENSOR_INIT .size = sizeof(struct ckpt_tensor)
@@ -356,6 +381,17 @@ CKPT_API int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tens
  * `key`.  `data` must stay valid until staged.  Errors as for add_tensor. */
 CKPT_API int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const void *data,
 				size_t len);
+
+/*
+ * The CUDA stream (a cudaStream_t) the save's device tensors were produced
+ * on, for those whose ckpt_tensor.cuda_stream is NULL.  Default: NULL, the
+ * legacy default stream.  At ckpt_save_commit() the library records an
+ * event on each such stream (on the calling thread, leaving its current
+ * device as it was) and copies each tensor only after the work queued on
+ * its stream before that point, without waiting for the device.  Returns
+ * 0, -EINVAL (NULL save), -EBUSY (already committed).  (LIBCKPT_0.3)
+ */
+CKPT_API int ckpt_save_set_cuda_stream(struct ckpt_save *save, void *stream);
 
 /*
  * Hands the save to the library and returns at once: layout, copies and the

@@ -67,13 +67,13 @@ struct fstream {
 	struct op *head, *tail;
 	bool stop, busy;
 	int device;
-	cudaError_t error; /* sticky: the first asynchronous error */
 	struct fstream *next;
 };
 
 struct fevent {
 	uint64_t recorded, done;
-	struct fstream *stream; /* of the last record */
+	unsigned refs;          /* queued RECORD and WAIT ops */
+	bool destroyed;         /* freed when the last op is done with it */
 	struct fevent *next;
 };
 
@@ -84,6 +84,9 @@ static struct fstream *streams;
 static struct fevent *events;
 static struct fstream *legacy;
 static int n_devices = 2;
+/* The first asynchronous error: as on a GPU, it is sticky for the whole
+ * context, and every later call that queues or waits for work returns it. */
+static cudaError_t sticky;
 static __thread int cur_device;
 static long n_registered, n_streams, n_events, n_allocs, n_copies;
 
@@ -129,14 +132,15 @@ static struct region *find_region(const void *p, size_t len, bool device)
 
 /* ---- streams ---- */
 
-static void run_op(struct fstream *s, struct op *o)
+static void run_op(struct op *o)
 {
 	switch (o->kind) {
 	case OP_COPY:
 		if (o->fail != cudaSuccess) {
 			pthread_mutex_lock(&lock);
-			if (s->error == cudaSuccess)
-				s->error = o->fail;
+			if (sticky == cudaSuccess)
+				sticky = o->fail;
+			pthread_cond_broadcast(&cv);
 			pthread_mutex_unlock(&lock);
 		} else {
 			memcpy(o->dst, o->src, o->len);
@@ -178,8 +182,11 @@ static void *stream_main(void *arg)
 		}
 		s->busy = true;
 		pthread_mutex_unlock(&lock);
-		run_op(s, o);
+		run_op(o);
 		pthread_mutex_lock(&lock);
+		if ((o->kind == OP_RECORD || o->kind == OP_WAIT) && --o->ev->refs == 0 &&
+		    o->ev->destroyed)
+			free(o->ev);
 		s->head = o->next;
 		if (!s->head)
 			s->tail = NULL;
@@ -230,10 +237,17 @@ static cudaError_t enqueue(cudaStream_t st, struct op *o)
 		free(o);
 		return cudaErrorInvalidResourceHandle;
 	}
-	if (o->kind == OP_RECORD) {
-		o->gen = ++o->ev->recorded;
-		o->ev->stream = s;
+	if (sticky != cudaSuccess) {
+		cudaError_t e = sticky;
+
+		pthread_mutex_unlock(&lock);
+		free(o);
+		return e;
 	}
+	if (o->kind == OP_RECORD)
+		o->gen = ++o->ev->recorded;
+	if (o->kind == OP_RECORD || o->kind == OP_WAIT)
+		o->ev->refs++;
 	if (s->tail)
 		s->tail->next = o;
 	else
@@ -311,8 +325,13 @@ API cudaError_t cudaGetDevice(int *d)
 
 API cudaError_t cudaSetDevice(int d)
 {
+	int n;
+
 	FAIL_POINT("SetDevice");
-	if (d < 0 || d >= n_devices)
+	pthread_mutex_lock(&lock);
+	n = n_devices;
+	pthread_mutex_unlock(&lock);
+	if (d < 0 || d >= n)
 		return cudaErrorInvalidDevice;
 	cur_device = d;
 	return cudaSuccess;
@@ -510,6 +529,25 @@ API cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned int
 	return enqueue(st, o);
 }
 
+API cudaError_t cudaStreamSynchronize(cudaStream_t st)
+{
+	struct fstream *s;
+	cudaError_t r;
+
+	FAIL_POINT("StreamSynchronize");
+	pthread_mutex_lock(&lock);
+	s = resolve(st);
+	if (!s) {
+		pthread_mutex_unlock(&lock);
+		return cudaErrorInvalidResourceHandle;
+	}
+	while ((s->head || s->busy) && sticky == cudaSuccess)
+		pthread_cond_wait(&cv, &lock);
+	r = sticky;
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
 API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 {
 	struct fevent *ev;
@@ -539,12 +577,12 @@ API cudaError_t cudaEventDestroy(cudaEvent_t e)
 		if (*pp == ev) {
 			*pp = ev->next;
 			n_events--;
-			/* A record still queued refers to it: wait for it, as the
-			 * real runtime defers the release. */
-			while (ev->done < ev->recorded)
-				pthread_cond_wait(&cv, &lock);
+			/* Like the real runtime: returns at once, and the event
+			 * goes when no queued record or wait needs it. */
+			ev->destroyed = true;
+			if (ev->refs == 0)
+				free(ev);
 			pthread_mutex_unlock(&lock);
-			free(ev);
 			return cudaSuccess;
 		}
 	}
@@ -567,11 +605,10 @@ API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st)
 	return enqueue(st, o);
 }
 
-/* An event whose stream hit an asynchronous error reports that error. */
 static cudaError_t event_state_locked(struct fevent *ev)
 {
-	if (ev->stream && ev->stream->error != cudaSuccess)
-		return ev->stream->error;
+	if (sticky != cudaSuccess)
+		return sticky;
 	return ev->done >= ev->recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -600,9 +637,11 @@ API cudaError_t cudaEventSynchronize(cudaEvent_t e)
 		return cudaErrorInvalidResourceHandle;
 	pthread_mutex_lock(&lock);
 	want = ev->recorded;
-	while (ev->done < want && !(ev->stream && ev->stream->error != cudaSuccess))
+	while (ev->done < want && sticky == cudaSuccess)
 		pthread_cond_wait(&cv, &lock);
-	r = event_state_locked(ev);
+	/* What was recorded when it was called: a later record on another
+	 * thread does not make it wait longer. */
+	r = sticky;
 	pthread_mutex_unlock(&lock);
 	return r;
 }

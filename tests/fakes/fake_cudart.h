@@ -16,7 +16,8 @@
 void fake_cuda_set_devices(int n);
 /* The n-th next call of `call` (its name without "cuda", e.g. "MemcpyAsync")
  * returns err; for MemcpyAsync with async set, the call succeeds and the copy
- * fails when its stream runs it (the stream's later events report err).
+ * fails when its stream runs it, and from then on, as on a GPU, every call
+ * that queues or waits for work returns err (the context is broken).
  * n = 0 disarms. */
 void fake_cuda_fail(const char *call, long n, cudaError_t err, bool async);
 /* Enqueues a "kernel" on st: after delay_us it sets len bytes at dst (device

@@ -92,9 +92,22 @@ START_TEST(test_connect_opts_size)
 	struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT, .socket_path = sock, .job = "j",
 				       .world = 1 };
 	ck_assert_uint_eq(o.size, sizeof(o));
-	ck_assert_uint_eq(CKPT_CONNECT_OPTS_SIZE_VER0, sizeof(o));
+	/* 0.3 appended cuda_pin and a reserved field. */
+	ck_assert_uint_eq(CKPT_CONNECT_OPTS_SIZE_VER0 + 8, sizeof(o));
 	/* Valid options reach the socket (which does not exist). */
 	ck_assert_int_eq(ckpt_connect(&o, &c), -ENOENT);
+	/* A program built against 0.2 (the shorter struct) still connects. */
+	struct ckpt_connect_opts old = o;
+	old.size = CKPT_CONNECT_OPTS_SIZE_VER0;
+	ck_assert_int_eq(ckpt_connect(&old, &c), -ENOENT);
+	old = o;
+	old.cuda_pin = (enum ckpt_cuda_pin)7;
+	ck_assert_int_eq(ckpt_connect(&old, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "cuda_pin"));
+	old = o;
+	old.reserved = 1;
+	ck_assert_int_eq(ckpt_connect(&old, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "reserved"));
 
 	struct ckpt_connect_opts bad = o;
 	bad.size = 0; /* a program written for libckpt 0.1 */
@@ -157,7 +170,12 @@ START_TEST(test_tensor_and_save_opts_size)
 	struct ckpt_tensor t = { CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 1,
 				 .shape = &shape, .data = w };
 	ck_assert_uint_eq(t.size, sizeof(t));
-	ck_assert_uint_eq(CKPT_TENSOR_SIZE_VER0, sizeof(t));
+	/* 0.3 appended cuda_stream; a 0.2 program's tensor still adds. */
+	ck_assert_uint_eq(CKPT_TENSOR_SIZE_VER0 + 8, sizeof(t));
+	struct ckpt_tensor t_old = t;
+	t_old.size = CKPT_TENSOR_SIZE_VER0;
+	t_old.name = "w_old";
+	ck_assert_int_eq(ckpt_save_add_tensor(s, &t_old), 0);
 	GROWN(struct ckpt_tensor) gt = { .base = t };
 	gt.base.size = sizeof(gt);
 	ck_assert_int_eq(ckpt_save_add_tensor(s, &gt.base), 0);
@@ -173,7 +191,7 @@ START_TEST(test_tensor_and_save_opts_size)
 	ck_assert_int_eq(ckpt_future_wait(cm, 30000), 0);
 	ckpt_save_free(s);
 	const struct fake_save *fs = fake_ckptd_save(fake, 0);
-	ck_assert_uint_eq(fs->layout.n_items, 2);
+	ck_assert_uint_eq(fs->layout.n_items, 3);
 	ck_assert_uint_eq(fs->layout.step, 3);
 
 	/* A tensor of a newer header using a newer field, and one of an
@@ -236,6 +254,9 @@ START_TEST(test_symbols)
 		ck_assert_msg(dlvsym(h, names[i], "LIBCKPT_0.2") != NULL, "%s@LIBCKPT_0.2: %s",
 			      names[i], dlerror());
 	}
+	/* Added in 0.3, in its own node. */
+	ck_assert_msg(dlvsym(h, "ckpt_save_set_cuda_stream", "LIBCKPT_0.3") != NULL,
+		      "ckpt_save_set_cuda_stream@LIBCKPT_0.3: %s", dlerror());
 	/* Internal functions stay hidden. */
 	ck_assert_ptr_null(dlsym(h, "abi_copy_in"));
 	ck_assert_ptr_null(dlsym(h, "cli_set_error"));
