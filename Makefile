@@ -82,7 +82,7 @@ DAEMON_MAIN := daemon/main.c
 CTL_MAIN    := ctl/ckptctl.c
 DAEMON_SRCS := $(filter-out $(DAEMON_MAIN),$(sort $(wildcard daemon/*.c)))
 UNIT_SRCS   := $(sort $(wildcard tests/unit/check_*.c))
-INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c))
+INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c tests/gpu/check_*.c))
 TESTLIB_SRCS := $(sort $(wildcard tests/lib/*.c))
 BENCH_SRCS  := $(sort $(wildcard bench/*.c))
 EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
@@ -99,7 +99,7 @@ LIB_INT   := $(BUILD)/libckpt-internal.a
 CKPTD     := $(BUILD)/ckptd
 CKPTCTL   := $(BUILD)/ckptctl
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
-INTEG_BINS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRCS))
+INTEG_BINS := $(patsubst %.c,$(BUILD)/tests/%,$(notdir $(INTEG_SRCS)))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 FAKE_CUDART := $(if $(HAVE_CUDA),$(BUILD)/tests/libfakecudart.so)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
@@ -207,6 +207,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB_INT) $(TESTLIB_OBJS)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJS) $(LIB_INT) -lcheck -lsubunit -lm -lrt $(LDLIBS)
 
 $(BUILD)/tests/%: tests/integration/%.c $(LIB_INT) $(TESTLIB_OBJS)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJS) $(LIB_INT) -lcheck -lsubunit -lm -lrt $(LDLIBS)
+
+$(BUILD)/tests/%: tests/gpu/%.c $(LIB_INT) $(TESTLIB_OBJS)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(TESTLIB_OBJS) $(LIB_INT) -lcheck -lsubunit -lm -lrt $(LDLIBS)

@@ -5,7 +5,8 @@
 #
 # Runs, in this order: every unit test program $BUILD/tests/check_X (one per
 # tests/unit/check_X.c), every integration test program (tests/integration/
-# check_X.c), then every tests/integration/*.sh script.  Build first (make
+# check_X.c, and tests/gpu/check_X.c: real GPU, SKIP without one), then
+# every tests/integration/*.sh script.  Build first (make
 # tests-build); `make test` does both.
 #
 # Environment:
@@ -228,7 +229,7 @@ if [ "$mode" != integration ]; then
 	done
 fi
 if [ "$mode" != unit ]; then
-	for src in tests/integration/check_*.c; do
+	for src in tests/integration/check_*.c tests/gpu/check_*.c; do
 		name=$(basename "$src" .c)
 		selected "$name" && run_check_prog "$name" "$BUILD/tests/$name"
 	done

@@ -18,6 +18,7 @@
 
 #ifdef CKPT_HAVE_CUDA
 #include "cuda/cudart.h"
+#include "cuda/cuxfer.h"
 
 static char fake_path[4096];
 
@@ -259,6 +260,47 @@ START_TEST(test_fake_fails_on_demand)
 }
 END_TEST
 
+/* ---- cuxfer: the engine's calls that check_cuda.c does not reach ---- */
+
+/* Host to device (what restore will call), and the caller's current device
+ * left alone by the calls made on the caller's thread. */
+START_TEST(test_cuxfer_h2d_and_caller_device)
+{
+	struct fake f = fake_open();
+	const size_t len = 3 << 20;
+	unsigned char *arena = malloc(len), *dev;
+	struct cuxfer *x;
+	cudaEvent_t ev;
+	char err[512];
+	int cur = -1;
+
+	ck_assert_ptr_nonnull(arena);
+	for (size_t i = 0; i < len; i++)
+		arena[i] = (unsigned char)(i * 7 + 1);
+	ck_assert_int_eq(cuxfer_open(CUXFER_PIN_OFF, arena, len, &x, err, sizeof(err)), 0);
+	ck_assert_int_eq(f.rt->SetDevice(1), cudaSuccess);
+	ck_assert_int_eq(f.malloc_((void **)&dev, len), cudaSuccess);
+	ck_assert_int_eq(cuxfer_check(x, dev, len, 1, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuxfer_check(x, dev, len + 1, 1, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cuxfer_check(x, dev, len, 2, err, sizeof(err)), -ENODEV);
+	ck_assert_msg(strstr(err, "device 2 does not exist"), "%s", err);
+	ck_assert_int_eq(cuxfer_record_start(x, 0, NULL, &ev, err, sizeof(err)), 0);
+	ck_assert_int_eq(f.rt->GetDevice(&cur), cudaSuccess);
+	ck_assert_int_eq(cur, 1);
+	cuxfer_start_free(x, ev);
+	ck_assert_int_eq(cuxfer_h2d(x, 1, dev, arena, len, err, sizeof(err)), 0);
+	ck_assert_int_eq(memcmp(dev, arena, len), 0); /* the fake's device memory is host memory */
+	/* A copy into memory of another device is refused with the CUDA error. */
+	ck_assert_int_eq(cuxfer_h2d(x, 1, arena, arena, 16, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "cudaErrorInvalidValue"), "%s", err);
+	ck_assert_int_eq(cuxfer_pinned(x), false);
+	cuxfer_close(x);
+	ck_assert_int_eq(f.stat("streams"), 0);
+	ck_assert_int_eq(f.free_(dev), cudaSuccess);
+	free(arena);
+}
+END_TEST
+
 #else /* built without CUDA: nothing to test, and the run says so */
 
 START_TEST(test_no_cuda)
@@ -289,6 +331,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_fake_no_wait_races);
 	tcase_add_test(tc, test_fake_checks_pointers);
 	tcase_add_test(tc, test_fake_fails_on_demand);
+	tcase_add_test(tc, test_cuxfer_h2d_and_caller_device);
 	suite_add_tcase(s, tc);
 	return s;
 #endif
