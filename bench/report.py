@@ -20,6 +20,9 @@ TARGETS = [
     ("save-2g", "max_loop_stall_ms", "<=", 10.0, "value"),
     ("save-many", "vs_one_tensor", "<=", 1.5, "ratio"),
     ("save-8ranks", "commit_vs_disk_limit", ">=", 0.85, "ratio"),
+    ("save-gpu-2g", "call_ms", "<=", 1.0, "value"),
+    ("save-gpu-2g", "staging_vs_d2h_limit", ">=", 0.9, "ratio"),
+    ("save-gpu-2g", "staged_speedup_vs_dcp", ">=", 1.5, "peer"),
 ]
 PEER_CEILING_SHARE = 0.9
 
