@@ -39,8 +39,6 @@ int cli_cuda_open(struct ckpt_client *c, enum ckpt_cuda_pin pin, char *err, size
 	c->cuda = x;
 	if (cuxfer_pinned(x))
 		cli_log(CKPT_LOG_DEBUG, "arena pinned for CUDA copies");
-	if (cuxfer_pin_failure(x, err, errlen))
-		cli_log(CKPT_LOG_WARNING, "device copies go to unpinned memory (slower): %s", err);
 	return 0;
 }
 

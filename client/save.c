@@ -826,35 +826,36 @@ int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 		return -EINVAL;
 	}
 	c = save->client;
-	pthread_mutex_lock(&c->lock);
+	/* Only the caller's thread touches a BUILDING save. */
 	if (!building(save)) {
-		pthread_mutex_unlock(&c->lock);
 		cli_set_error("ckpt_save_commit: the save is already committed");
 		return -EBUSY;
 	}
 	if (save->poison_err) {
-		pthread_mutex_unlock(&c->lock);
 		/* Committing what is left would make a valid checkpoint that
 		 * silently lacks an item. */
 		cli_set_error("ckpt_save_commit: save '%s' is incomplete and is not committed: %s",
 			      save->layout.name, save->poison_msg);
 		return save->poison_err;
 	}
+	/* Here, on the caller's thread, before any copy can start, and without
+	 * the client's lock (CUDA calls may wait, e.g. for a full launch
+	 * queue): the events that order the device copies after the caller's
+	 * work. */
+	char err[PROTO_MSG_LEN];
+	int r = cli_cuda_commit(c, save, err, sizeof(err));
+	if (r < 0) {
+		cli_set_error("ckpt_save_commit: save '%s': %s", save->layout.name, err);
+		cli_cuda_save_free(save);
+		return spoil(save, r);
+	}
+	pthread_mutex_lock(&c->lock);
 	if (c->dead || c->stopping) {
 		cli_set_error("ckpt_save_commit: %s",
 			      c->dead ? c->dead_msg : "the client is disconnecting");
 		pthread_mutex_unlock(&c->lock);
-		return -ENOTCONN;
-	}
-	/* Here, on the caller's thread and before any copy can start: the
-	 * events that order the device copies after the caller's work. */
-	char err[PROTO_MSG_LEN];
-	int r = cli_cuda_commit(c, save, err, sizeof(err));
-	if (r < 0) {
-		pthread_mutex_unlock(&c->lock);
-		cli_set_error("ckpt_save_commit: save '%s': %s", save->layout.name, err);
 		cli_cuda_save_free(save);
-		return spoil(save, r);
+		return -ENOTCONN;
 	}
 	save->token = c->next_token++;
 	if (c->next_token == 0)

@@ -71,22 +71,6 @@ static const char *candidate(unsigned i, char *buf, size_t len)
 	return i <= 1 ? buf : i == 2 ? "libcudart.so" : NULL;
 }
 
-bool cudart_loaded(void)
-{
-	char buf[64];
-	const char *name;
-
-	for (unsigned i = 0; (name = candidate(i, buf, sizeof(buf))); i++) {
-		void *dl = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
-
-		if (dl) {
-			dlclose(dl);
-			return true;
-		}
-	}
-	return false;
-}
-
 static void load(void)
 {
 	const char *env = secure_getenv("CKPT_CUDART");

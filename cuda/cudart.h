@@ -63,10 +63,6 @@ struct cudart {
  */
 const struct cudart *cudart_get(char *err, size_t errlen);
 
-/* Whether the process has a CUDA runtime loaded already (the one
- * cudart_get() would load), without loading one. */
-bool cudart_loaded(void);
-
 /* Formats a failed call for the user: "cudaSetDevice(3): cudaErrorInvalidDevice
  * (invalid device ordinal)".  call_fmt is printf-style. */
 void cudart_errmsg(const struct cudart *rt, cudaError_t e, char *buf, size_t len,

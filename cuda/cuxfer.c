@@ -124,20 +124,16 @@ int cuxfer_open(enum cuxfer_pin pin, void *arena, uint64_t len, struct cuxfer **
 	x->pin = pin;
 	x->arena = arena;
 	x->len = len;
-	if (pin == CUXFER_PIN_ON || (pin == CUXFER_PIN_AUTO && cudart_loaded())) {
+	if (pin == CUXFER_PIN_ON) {
 		pthread_mutex_lock(&x->mu);
 		r = runtime_locked(x, err, errlen);
 		if (r == 0)
 			r = pin_locked(x, err, errlen);
 		pthread_mutex_unlock(&x->mu);
-		/* AUTO: a trainer whose runtime has no device saves host
-		 * memory as before; its device tensors get the reason. */
-		if (r < 0 && pin == CUXFER_PIN_ON) {
+		if (r < 0) {
 			cuxfer_close(x);
 			return r;
 		}
-		if (r < 0 && x->rt)
-			snprintf(x->pin_msg, sizeof(x->pin_msg), "%s", err);
 	}
 	*ret = x;
 	return 0;
@@ -148,12 +144,11 @@ void cuxfer_close(struct cuxfer *x)
 	if (!x)
 		return;
 	if (x->rt) {
+		/* None of these needs a current device: the caller's thread
+		 * keeps its own. */
 		for (int d = 0; d < CUXFER_MAX_DEVICES; d++) {
 			struct cudev *v = &x->dev[d];
 
-			if (!v->has_stream && !v->n_pool)
-				continue;
-			(void)x->rt->SetDevice(d);
 			for (unsigned i = 0; i < v->n_pool; i++)
 				(void)x->rt->EventDestroy(v->pool[i]);
 			if (v->has_stream)
@@ -168,9 +163,16 @@ void cuxfer_close(struct cuxfer *x)
 	free(x);
 }
 
-bool cuxfer_pinned(const struct cuxfer *x)
+bool cuxfer_pinned(struct cuxfer *x)
 {
-	return x && x->n_pinned > 0;
+	bool r;
+
+	if (!x)
+		return false;
+	pthread_mutex_lock(&x->mu);
+	r = x->n_pinned > 0;
+	pthread_mutex_unlock(&x->mu);
+	return r;
 }
 
 bool cuxfer_pin_failure(struct cuxfer *x, char *buf, size_t len)
@@ -188,16 +190,35 @@ bool cuxfer_pin_failure(struct cuxfer *x, char *buf, size_t len)
 }
 
 /* Makes dev the calling thread's current device.  On a caller's thread,
- * put its own device back afterwards: the trainer must find it unchanged. */
-static int with_device(struct cuxfer *x, int dev, char *err, size_t errlen)
+ * note its device first (*prev) and put it back with device_restore(): the
+ * trainer must find it unchanged.  Setting a device that is already
+ * current is skipped, so no context is made on a device the thread does
+ * not use. */
+static int with_device(struct cuxfer *x, int dev, int *prev, char *err, size_t errlen)
 {
-	cudaError_t e = x->rt->SetDevice(dev);
+	int cur = -1;
+	cudaError_t e = x->rt->GetDevice(&cur);
 
+	if (e != cudaSuccess) {
+		cudart_errmsg(x->rt, e, err, errlen, "cudaGetDevice");
+		return cudart_errno(e);
+	}
+	if (prev)
+		*prev = cur;
+	if (cur == dev)
+		return 0;
+	e = x->rt->SetDevice(dev);
 	if (e != cudaSuccess) {
 		cudart_errmsg(x->rt, e, err, errlen, "cudaSetDevice(%d)", dev);
 		return cudart_errno(e);
 	}
 	return 0;
+}
+
+static void device_restore(struct cuxfer *x, int dev, int prev)
+{
+	if (prev >= 0 && prev != dev)
+		(void)x->rt->SetDevice(prev);
 }
 
 int cuxfer_check(struct cuxfer *x, const void *data, uint64_t len, int dev, char *err, size_t errlen)
@@ -208,12 +229,6 @@ int cuxfer_check(struct cuxfer *x, const void *data, uint64_t len, int dev, char
 
 	pthread_mutex_lock(&x->mu);
 	r = runtime_locked(x, err, errlen);
-	if (r == 0 && x->pin == CUXFER_PIN_AUTO && x->n_pinned == 0 && !x->pin_msg[0]) {
-		/* Unpinned, device copies still work (slower): a failure to pin
-		 * is not the tensor's fault.  Tried once. */
-		if (pin_locked(x, x->pin_msg, sizeof(x->pin_msg)) == 0)
-			x->pin_msg[0] = '\0';
-	}
 	pthread_mutex_unlock(&x->mu);
 	if (r < 0)
 		return r;
@@ -222,6 +237,20 @@ int cuxfer_check(struct cuxfer *x, const void *data, uint64_t len, int dev, char
 			 x->n_devices);
 		return -ENODEV;
 	}
+	pthread_mutex_lock(&x->mu);
+	if (x->pin == CUXFER_PIN_AUTO && x->n_pinned == 0 && !x->pin_msg[0]) {
+		int prev = -1;
+
+		/* In the context of the tensor's device, which the trainer
+		 * uses.  Unpinned, device copies still work (slower): a
+		 * failure to pin is not the tensor's fault.  Tried once. */
+		if (with_device(x, dev, &prev, x->pin_msg, sizeof(x->pin_msg)) == 0) {
+			if (pin_locked(x, x->pin_msg, sizeof(x->pin_msg)) == 0)
+				x->pin_msg[0] = '\0';
+			device_restore(x, dev, prev);
+		}
+	}
+	pthread_mutex_unlock(&x->mu);
 	if (len == 0)
 		return 0;
 	e = x->rt->PointerGetAttributes(&a, data);
@@ -255,18 +284,13 @@ int cuxfer_record_start(struct cuxfer *x, int dev, void *stream, cudaEvent_t *re
 {
 	cudaEvent_t ev;
 	cudaError_t e;
-	int caller = 0, r;
+	int caller = -1, r;
 
 	if (!x->rt) {
 		snprintf(err, errlen, "internal error: no CUDA runtime at commit");
 		return -EIO;
 	}
-	e = x->rt->GetDevice(&caller);
-	if (e != cudaSuccess) {
-		cudart_errmsg(x->rt, e, err, errlen, "cudaGetDevice");
-		return cudart_errno(e);
-	}
-	r = with_device(x, dev, err, errlen);
+	r = with_device(x, dev, &caller, err, errlen);
 	if (r < 0)
 		return r;
 	e = x->rt->EventCreateWithFlags(&ev, START_FLAGS);
@@ -280,7 +304,7 @@ int cuxfer_record_start(struct cuxfer *x, int dev, void *stream, cudaEvent_t *re
 			(void)x->rt->EventDestroy(ev);
 		}
 	}
-	(void)x->rt->SetDevice(caller);
+	device_restore(x, dev, caller);
 	if (e != cudaSuccess)
 		return cudart_errno(e);
 	*ret_ev = ev;
@@ -298,7 +322,7 @@ void cuxfer_start_free(struct cuxfer *x, cudaEvent_t ev)
 static int stream_of(struct cuxfer *x, int dev, cudaStream_t *ret, char *err, size_t errlen)
 {
 	struct cudev *v = &x->dev[dev];
-	int r = with_device(x, dev, err, errlen);
+	int r = with_device(x, dev, NULL, err, errlen);
 
 	if (r < 0)
 		return r;
@@ -347,14 +371,20 @@ int cuxfer_copy(struct cuxfer *x, struct cuxfer_pending *p, int dev, cudaEvent_t
 	if (r < 0)
 		return r;
 	if (i == p->n) {
-		/* The first copy of this extent on dev: queue the wait for the
-		 * trainer's work once per extent (a no-op once it is done). */
+		p->dev[p->n] = dev;
+		p->waited[p->n++] = NULL;
+	}
+	if (p->waited[i] != start) {
+		/* Each item waits for the event of its own stream: tensors of
+		 * one device produced on two streams share the copy stream but
+		 * not their ordering.  Consecutive items of one stream need it
+		 * once (a wait is a no-op once its event is done). */
 		e = x->rt->StreamWaitEvent(st, start, 0);
 		if (e != cudaSuccess) {
 			cudart_errmsg(x->rt, e, err, errlen, "cudaStreamWaitEvent on device %d", dev);
 			return cudart_errno(e);
 		}
-		p->dev[p->n++] = dev;
+		p->waited[i] = start;
 	}
 	e = x->rt->MemcpyAsync(dst, src, len, cudaMemcpyDeviceToHost, st);
 	if (e != cudaSuccess) {
@@ -484,16 +514,26 @@ int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len
 			 x->n_devices);
 		return -ENODEV;
 	}
-	r = stream_of(x, dev, &st, err, errlen);
+	int prev = -1;
+
+	r = with_device(x, dev, &prev, err, errlen);
 	if (r < 0)
 		return r;
-	e = x->rt->MemcpyAsync(dst, src, len, cudaMemcpyHostToDevice, st);
-	if (e != cudaSuccess) {
-		cudart_errmsg(x->rt, e, err, errlen, "cudaMemcpyAsync of %zu bytes to device %d (%p)",
-			      len, dev, dst);
-		return cudart_errno(e);
+	r = stream_of(x, dev, &st, err, errlen);
+	if (r == 0) {
+		e = x->rt->MemcpyAsync(dst, src, len, cudaMemcpyHostToDevice, st);
+		if (e != cudaSuccess) {
+			cudart_errmsg(x->rt, e, err, errlen, "cudaMemcpyAsync of %zu bytes to device %d "
+				      "(%p)", len, dev, dst);
+			r = cudart_errno(e);
+		}
 	}
-	p.dev[p.n++] = dev;
-	r = cuxfer_mark(x, &p, err, errlen);
-	return r < 0 ? r : cuxfer_poll(x, &p, true, err, errlen);
+	if (r == 0) {
+		p.dev[p.n++] = dev;
+		r = cuxfer_mark(x, &p, err, errlen);
+	}
+	if (r == 0)
+		r = cuxfer_poll(x, &p, true, err, errlen);
+	device_restore(x, dev, prev);
+	return r;
 }

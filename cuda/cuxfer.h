@@ -47,17 +47,21 @@ struct cuxfer;
 struct cuxfer_pending {
 	unsigned n;
 	int dev[CUXFER_MARK_DEVICES];
+	cudaEvent_t waited[CUXFER_MARK_DEVICES]; /* the last start event dev's
+	                                          * stream was made to wait for */
 	cudaEvent_t ev[CUXFER_MARK_DEVICES];
 	bool marked;
 };
 
 /*
  * For a client whose arena is [arena, arena + len).  pin ON loads the
- * runtime and pins the arena now (failing if either fails); AUTO pins now
- * only if the process already has a CUDA runtime loaded (a trainer using
- * CUDA), else at the first device tensor; OFF never pins (device copies
- * then go to pageable memory: slower, and synchronous for the copying
- * thread).  Returns 0 and *ret, or -errno with the reason in err.
+ * runtime and pins the arena now, in the calling thread's current CUDA
+ * context (failing if either fails); AUTO pins at the first device tensor,
+ * with that tensor's device current (a process that saves only host memory
+ * never pins, and no context is made on a device the trainer does not
+ * use); OFF never pins (device copies then go to pageable memory: slower,
+ * and synchronous for the copying thread).  Returns 0 and *ret, or -errno
+ * with the reason in err.
  */
 int cuxfer_open(enum cuxfer_pin pin, void *arena, uint64_t len, struct cuxfer **ret, char *err,
 		size_t errlen);
@@ -68,7 +72,7 @@ int cuxfer_open(enum cuxfer_pin pin, void *arena, uint64_t len, struct cuxfer **
 void cuxfer_close(struct cuxfer *x);
 
 /* Whether the arena is pinned now. */
-bool cuxfer_pinned(const struct cuxfer *x);
+bool cuxfer_pinned(struct cuxfer *x);
 
 /* AUTO: true once, with the reason in buf, if pinning was tried and failed
  * (the copies then go to pageable memory). */
@@ -119,7 +123,8 @@ int cuxfer_poll(struct cuxfer *x, struct cuxfer_pending *p, bool wait, char *err
 /*
  * Host to device, for restore: copies len bytes from src (in the arena or
  * any host memory) to device memory dst of device `dev`, on dev's copy
- * stream, and waits for it.  Returns 0 or -errno with the reason in err.
+ * stream, and waits for it; the caller's current device is left as it was.
+ * Returns 0 or -errno with the reason in err.
  */
 int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len, char *err,
 	       size_t errlen);

@@ -146,11 +146,13 @@ enum ckpt_device {
  * without a CPU; into pageable memory they are slower and hold the copying
  * thread.  Append-only. */
 enum ckpt_cuda_pin {
-	CKPT_CUDA_PIN_AUTO = 0, /* pin at connect if the process already has a CUDA
-	                         * runtime loaded (a CUDA trainer), else at the
-	                         * first device tensor; a failure to pin is
+	CKPT_CUDA_PIN_AUTO = 0, /* pin at the first device tensor (in
+	                         * ckpt_save_add_tensor, with that tensor's
+	                         * device current): a client that saves only
+	                         * host memory never pins.  A failure to pin is
 	                         * logged, and copies go unpinned */
-	CKPT_CUDA_PIN_ON = 1,   /* load CUDA and pin at connect; ckpt_connect
+	CKPT_CUDA_PIN_ON = 1,   /* load CUDA and pin at connect, in the calling
+	                         * thread's current CUDA context; ckpt_connect
 	                         * fails if either fails */
 	CKPT_CUDA_PIN_OFF = 2,  /* never pin */
 };

@@ -200,6 +200,70 @@ START_TEST(test_waits_for_caller_stream)
 }
 END_TEST
 
+/*
+ * Two tensors of one device in one extent, produced on two streams: each
+ * copy waits for its own stream's work (the slow one is on the second
+ * stream).  And the caller's current device is what it was after add,
+ * commit and disconnect.
+ */
+START_TEST(test_two_streams_one_extent)
+{
+	const size_t len = 64 * 1024;
+	const uint64_t shape[1] = { len };
+	struct fake f = fake_load();
+	struct testd t;
+	struct ckpt_client *c;
+	struct ckpt_save *s;
+	struct ckpt_tensor ten;
+	cudaStream_t fast, slow;
+	unsigned char *a, *b;
+	int (*get_device)(int *);
+	int cur = -1;
+
+	*(void **)&get_device = dlsym(dlopen(getenv("CKPT_CUDART"), RTLD_NOW | RTLD_NOLOAD),
+				      "cudaGetDevice");
+	ck_assert_ptr_nonnull(get_device);
+	td_init(&t, "two_streams_one_extent");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\n"), 0);
+	ck_assert_int_eq(f.set_device(1), cudaSuccess);
+	c = connect_pin(&t, CKPT_CUDA_PIN_AUTO, 16 * MiB, NULL);
+	ck_assert_int_eq(f.stream_create(&fast, cudaStreamNonBlocking), cudaSuccess);
+	ck_assert_int_eq(f.stream_create(&slow, cudaStreamNonBlocking), cudaSuccess);
+	ck_assert_int_eq(f.set_device(0), cudaSuccess);
+	ck_assert_int_eq(f.malloc_((void **)&a, len), cudaSuccess);
+	ck_assert_int_eq(f.malloc_((void **)&b, len), cudaSuccess);
+	ck_assert_int_eq(f.set_device(1), cudaSuccess);
+	ck_assert_int_eq(f.kernel(a, len, 0x11, 0, fast), cudaSuccess);
+	ck_assert_int_eq(f.kernel(b, len, 0x11, 0, slow), cudaSuccess);
+	f.idle();
+	ck_assert_int_eq(f.kernel(a, len, 0x22, 0, fast), cudaSuccess);
+	ck_assert_int_eq(f.kernel(b, len, 0x33, 300000, slow), cudaSuccess);
+
+	ck_assert_int_eq(ckpt_save_begin(c, t.root, "twostreams", 1, &s), 0);
+	ten = dev_tensor("a", shape, a, 0, fast);
+	add_ok(s, &ten);
+	ten = dev_tensor("b", shape, b, 0, slow);
+	add_ok(s, &ten);
+	ck_assert_int_eq(get_device(&cur), cudaSuccess);
+	ck_assert_int_eq(cur, 1);
+	commit_ok(s, "two streams");
+	ck_assert_int_eq(get_device(&cur), cudaSuccess);
+	ck_assert_int_eq(cur, 1);
+	ckpt_save_free(s);
+	ckpt_disconnect(c);
+	ck_assert_int_eq(get_device(&cur), cudaSuccess);
+	ck_assert_int_eq(cur, 1);
+	assert_bytes(&t, "twostreams", "a", len, 0x22);
+	assert_bytes(&t, "twostreams", "b", len, 0x33);
+	f.idle();
+	ck_assert_int_eq(f.stream_destroy(fast), cudaSuccess);
+	ck_assert_int_eq(f.stream_destroy(slow), cudaSuccess);
+	ck_assert_int_eq(f.free_(a), cudaSuccess);
+	ck_assert_int_eq(f.free_(b), cudaSuccess);
+	td_fini(&t);
+}
+END_TEST
+
 /* ---- host and device tensors, two devices, larger than the arena ----------- */
 
 START_TEST(test_mixed_and_backpressure)
@@ -375,18 +439,20 @@ START_TEST(test_pinning)
 		      "%s", ckpt_last_error());
 	ck_assert_int_eq(f.stat("registered"), 0);
 
-	/* OFF: never pinned; AUTO without a device tensor: not pinned either
-	 * (the runtime is loaded in this process by now, so AUTO pins). */
+	/* OFF: never pinned.  AUTO: not at connect, though the runtime is
+	 * loaded in this process by now (a client that saves only host memory
+	 * never pins). */
 	c = connect_pin(&t, CKPT_CUDA_PIN_OFF, 16 * MiB, NULL);
 	ck_assert_int_eq(f.stat("registered"), 0);
 	ckpt_disconnect(c);
 	c = connect_pin(&t, CKPT_CUDA_PIN_AUTO, 16 * MiB, NULL);
-	ck_assert_int_eq(f.stat("registered"), 1);
+	ck_assert_int_eq(f.stat("registered"), 0);
 	ckpt_disconnect(c);
 	ck_assert_int_eq(f.stat("registered"), 0);
 
-	/* AUTO, and pinning fails: the client connects and warns, and a
-	 * device save still works, from unpinned memory. */
+	/* AUTO, and pinning at the first device tensor fails: the tensor is
+	 * added, the client warns once, and the save works from unpinned
+	 * memory. */
 	const uint64_t shape[1] = { 3 * MiB };
 	struct ckpt_save *s;
 	struct ckpt_tensor ten;
@@ -396,13 +462,13 @@ START_TEST(test_pinning)
 	warned = 0;
 	ckpt_set_log_fn(on_log, NULL);
 	c = connect_pin(&t, CKPT_CUDA_PIN_AUTO, 16 * MiB, NULL);
-	ck_assert_int_eq(f.stat("registered"), 0);
-	ck_assert_msg(warned == 1, "%d warnings about unpinned memory", warned);
 	ck_assert_int_eq(f.malloc_((void **)&dev, shape[0]), cudaSuccess);
 	td_fill(dev, shape[0], 11, 0);
 	ck_assert_int_eq(ckpt_save_begin(c, t.root, "unpinned", 1, &s), 0);
 	ten = dev_tensor("w", shape, dev, 0, NULL);
 	add_ok(s, &ten);
+	ck_assert_int_eq(f.stat("registered"), 0);
+	ck_assert_msg(warned == 1, "%d warnings about unpinned memory", warned);
 	commit_ok(s, "unpinned save");
 	ckpt_save_free(s);
 	ckpt_disconnect(c);
@@ -536,6 +602,7 @@ int main(void)
 #else
 
 	td_case(s, "waits_for_caller_stream", test_waits_for_caller_stream, 120, 0, 1);
+	td_case(s, "two_streams_one_extent", test_two_streams_one_extent, 120, 0, 1);
 	td_case(s, "mixed_and_backpressure", test_mixed_and_backpressure, 120, 0, 1);
 	td_case(s, "copy_error", test_copy_error, 120, 0, 2);
 	td_case(s, "pinning", test_pinning, 120, 0, 1);
