@@ -221,10 +221,9 @@ static void device_restore(struct cuxfer *x, int dev, int prev)
 		(void)x->rt->SetDevice(prev);
 }
 
-int cuxfer_check(struct cuxfer *x, const void *data, uint64_t len, int dev, char *err, size_t errlen)
+/* The runtime is there (loaded on first use) and has device dev. */
+static int device_ready(struct cuxfer *x, int dev, char *err, size_t errlen)
 {
-	struct cudaPointerAttributes a;
-	cudaError_t e;
 	int r;
 
 	pthread_mutex_lock(&x->mu);
@@ -237,6 +236,18 @@ int cuxfer_check(struct cuxfer *x, const void *data, uint64_t len, int dev, char
 			 x->n_devices);
 		return -ENODEV;
 	}
+	return 0;
+}
+
+int cuxfer_check(struct cuxfer *x, const void *data, uint64_t len, int dev, char *err, size_t errlen)
+{
+	struct cudaPointerAttributes a;
+	cudaError_t e;
+	int r;
+
+	r = device_ready(x, dev, err, errlen);
+	if (r < 0)
+		return r;
 	pthread_mutex_lock(&x->mu);
 	if (x->pin == CUXFER_PIN_AUTO && x->n_pinned == 0 && !x->pin_msg[0]) {
 		int prev = -1;
@@ -504,16 +515,9 @@ int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len
 	cudaError_t e;
 	int r;
 
-	pthread_mutex_lock(&x->mu);
-	r = runtime_locked(x, err, errlen);
-	pthread_mutex_unlock(&x->mu);
+	r = device_ready(x, dev, err, errlen);
 	if (r < 0)
 		return r;
-	if (dev < 0 || dev >= x->n_devices) {
-		snprintf(err, errlen, "CUDA device %d does not exist (this process sees %d)", dev,
-			 x->n_devices);
-		return -ENODEV;
-	}
 	int prev = -1;
 
 	r = with_device(x, dev, &prev, err, errlen);

@@ -266,6 +266,25 @@ END_TEST
 
 /* ---- host and device tensors, two devices, larger than the arena ----------- */
 
+/* A save of device 0's tensor, a host tensor and device 1's tensor. */
+static struct ckpt_save *begin_mixed(struct ckpt_client *c, const struct testd *t,
+				     const uint64_t *dshape, const uint64_t *hshape, void *dev0,
+				     void *dev1, void *host)
+{
+	struct ckpt_save *s;
+	struct ckpt_tensor ten;
+
+	ck_assert_int_eq(ckpt_save_begin(c, t->root, "mixed", 2, &s), 0);
+	ten = dev_tensor("d0", dshape, dev0, 0, NULL);
+	add_ok(s, &ten);
+	ten = (struct ckpt_tensor){ CKPT_TENSOR_INIT, .name = "h", .dtype = CKPT_U8, .ndim = 1,
+				    .shape = hshape, .data = host };
+	add_ok(s, &ten);
+	ten = dev_tensor("d1", dshape, dev1, 1, NULL);
+	add_ok(s, &ten);
+	return s;
+}
+
 START_TEST(test_mixed_and_backpressure)
 {
 	/* 8 MiB arena, 36 MiB of tensors: the copies wait for slots. */
@@ -296,28 +315,14 @@ START_TEST(test_mixed_and_backpressure)
 	td_fill(dev1, dlen, 8, 0);
 	td_fill(host, hlen, 9, 0);
 
-	ck_assert_int_eq(ckpt_save_begin(c, t.root, "mixed", 2, &s), 0);
-	ten = dev_tensor("d0", dshape, dev0, 0, NULL);
-	add_ok(s, &ten);
-	ten = (struct ckpt_tensor){ CKPT_TENSOR_INIT, .name = "h", .dtype = CKPT_U8, .ndim = 1,
-				    .shape = hshape, .data = host };
-	add_ok(s, &ten);
-	ten = dev_tensor("d1", dshape, dev1, 1, NULL);
-	add_ok(s, &ten);
+	s = begin_mixed(c, &t, dshape, hshape, dev0, dev1, host);
 	/* Memory of device 1 given as device 0's is refused, with the reason. */
 	ten = dev_tensor("wrong", dshape, dev1, 0, NULL);
 	ck_assert_int_eq(ckpt_save_add_tensor(s, &ten), -EINVAL);
 	ck_assert_msg(strstr(ckpt_last_error(), "device 1, not 0"), "%s", ckpt_last_error());
 	ckpt_save_free(s); /* that made the save incomplete: begin again */
 
-	ck_assert_int_eq(ckpt_save_begin(c, t.root, "mixed", 2, &s), 0);
-	ten = dev_tensor("d0", dshape, dev0, 0, NULL);
-	add_ok(s, &ten);
-	ten = (struct ckpt_tensor){ CKPT_TENSOR_INIT, .name = "h", .dtype = CKPT_U8, .ndim = 1,
-				    .shape = hshape, .data = host };
-	add_ok(s, &ten);
-	ten = dev_tensor("d1", dshape, dev1, 1, NULL);
-	add_ok(s, &ten);
+	s = begin_mixed(c, &t, dshape, hshape, dev0, dev1, host);
 	ck_assert_int_eq(ckpt_save_add_blob(s, "loader", "epoch=3", 7), 0);
 	commit_ok(s, "mixed save");
 	ckpt_save_free(s);
