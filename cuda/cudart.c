@@ -130,6 +130,8 @@ void cudart_errmsg(const struct cudart *rt, cudaError_t e, char *buf, size_t len
 	size_t n;
 	va_list ap;
 
+	if (!buf || len == 0)
+		return;
 	va_start(ap, call_fmt);
 	vsnprintf(buf, len, call_fmt, ap);
 	va_end(ap);

@@ -63,7 +63,7 @@ struct cudart {
  */
 const struct cudart *cudart_get(char *err, size_t errlen);
 
-/* Formats a failed call for the user: "cudaSetDevice(3): cudaErrorInvalidDevice
+/* Formats a failed call for the user (nothing if buf is NULL or len 0): "cudaSetDevice(3): cudaErrorInvalidDevice
  * (invalid device ordinal)".  call_fmt is printf-style. */
 void cudart_errmsg(const struct cudart *rt, cudaError_t e, char *buf, size_t len,
 		   const char *call_fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -467,7 +467,9 @@ int cuxfer_mark(struct cuxfer *x, struct cuxfer_pending *p, char *err, size_t er
 			for (unsigned j = 0; j < p->n; j++) {
 				if (j < i)
 					event_put(x, p->dev[j], p->ev[j]);
-				if (stream_of(x, p->dev[j], &st, NULL, 0) == 0)
+				char ignored[256];
+
+				if (stream_of(x, p->dev[j], &st, ignored, sizeof(ignored)) == 0)
 					(void)x->rt->StreamSynchronize(st);
 			}
 			p->n = 0;
