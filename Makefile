@@ -233,7 +233,7 @@ $(BUILD)/tests/libfakecudart.so: tests/fakes/fake_cudart.c tests/fakes/fake_cuda
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) -isystem $(CUDA_HOME)/include $(CFLAGS) $(LDFLAGS) -shared -o $@ $< -lpthread
 
-tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS) $(FAKE_CUDART)
+tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS) $(FAKE_CUDART) $(BENCH_BINS)
 
 # `make test`: installs what is missing, builds, runs every test and prints
 # one summary line.  TESTS=name,name limits the run; see tests/run.sh.
@@ -255,7 +255,7 @@ demo:
 
 bench:
 	$(Q)scripts/deps.sh --quiet --bench
-	$(Q)$(MAKE) --no-print-directory all $(BENCH_BINS)
+	$(Q)$(MAKE) --no-print-directory all $(BENCH_BINS) $(if $(filter-out 0,$(BENCH_FAKE_CUDA)),$(FAKE_CUDART))
 	$(Q)BUILD=$(BUILD) QUICK=$(QUICK) python3 bench/run.py
 
 install: all $(BUILD)/systemd/ckptd.service

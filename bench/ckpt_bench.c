@@ -54,6 +54,7 @@
  * usage.
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -84,6 +85,9 @@
 #include "client/internal.h"
 #include "shm/arena.h"
 #include "store/fsutil.h"
+#ifdef CKPT_HAVE_CUDA
+#include "cuda/cudart.h"
+#endif
 
 #define MAX_RANKS     256
 #define MAX_CLIENTS   4
@@ -111,6 +115,7 @@ struct opts {
 	uint64_t arena;   /* 0: derived from bytes and tensors */
 	unsigned max_depth;
 	unsigned timeout_s;
+	bool gpu;         /* the state on a CUDA device */
 	struct client_spec clients[MAX_CLIENTS];
 	unsigned n_clients;
 };
@@ -158,6 +163,8 @@ struct rec {
 	/* REC_SETUP */
 	uint32_t registered;
 	double setup_ms;
+	int32_t gpu_device, gpu_devices, cuda_version; /* --gpu */
+	char cuda_runtime[256];
 	char err[ERR_LEN];
 };
 
@@ -276,8 +283,9 @@ static void usage(void)
 		"  --arena B            staging arena to ask for (default: the shard file size)\n"
 		"  --max-depth D        deepest 'write' allowed (default 64)\n"
 		"  --timeout S          bound on any wait, seconds (default 900)\n"
+		"  --gpu                the state on a CUDA device (rank r: device r %% count)\n"
 		"commands: save CLIENT [one] [notify] | copy memcpy|stream CLIENT |\n"
-		"          write DIR DEPTH | quit\n");
+		"          write DIR DEPTH | d2h whole|chunked CLIENT (--gpu) | quit\n");
 	exit(2);
 }
 
@@ -351,6 +359,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "arena", required_argument, NULL, 'a' },
 		{ "max-depth", required_argument, NULL, 'd' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "gpu", no_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -369,6 +378,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'a': o->arena = parse_size(optarg, "--arena"); break;
 		case 'd': o->max_depth = parse_uint(optarg, "--max-depth", 1, 4096); break;
 		case 'T': o->timeout_s = parse_uint(optarg, "--timeout", 1, 7 * 86400); break;
+		case 'g': o->gpu = true; break;
 		default: usage();
 		}
 	}
@@ -409,8 +419,11 @@ static struct ckpt_connect_opts connect_opts(const char *socket_path, const char
 	};
 }
 
+/* device < 0: host memory; else the CUDA device of that ordinal (the
+ * tensor produced on the legacy default stream). */
 static struct ckpt_tensor f32_tensor(const char *name, const uint64_t *shape, const float *data,
-				     const uint64_t *global_shape, const uint64_t *offsets)
+				     int device, const uint64_t *global_shape,
+				     const uint64_t *offsets)
 {
 	return (struct ckpt_tensor){
 		CKPT_TENSOR_INIT,
@@ -419,7 +432,8 @@ static struct ckpt_tensor f32_tensor(const char *name, const uint64_t *shape, co
 		.ndim = 1,
 		.shape = shape,
 		.data = data,
-		.device = CKPT_DEVICE_HOST,
+		.device = device < 0 ? CKPT_DEVICE_HOST : CKPT_DEVICE_CUDA,
+		.device_index = device < 0 ? 0 : device,
 		.global_shape = global_shape,
 		.offsets = offsets,
 	};
@@ -547,12 +561,13 @@ static uint64_t default_arena(uint64_t bytes, unsigned tensors)
 
 /* ---- one save ------------------------------------------------------------- */
 
-/* Saves the state once as view v and fills rec's times.  With notify_fd >= 0,
- * sends a REC_STAGED record as soon as the staged future completes.  Returns
- * 0 or -errno with rec->err set. */
+/* Saves the state once as view v and fills rec's times: its bytes at base
+ * (the host copy, or with device >= 0 its copy on that CUDA device).  With
+ * notify_fd >= 0, sends a REC_STAGED record as soon as the staged future
+ * completes.  Returns 0 or -errno with rec->err set. */
 static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct state *s,
-		      const struct view *v, const char *name, unsigned step, int notify_fd,
-		      struct rec *rec)
+		      const float *base, int device, const struct view *v, const char *name,
+		      unsigned step, int notify_fd, struct rec *rec)
 {
 	struct ckpt_save *save = NULL;
 	struct ckpt_future *staged, *committed;
@@ -572,7 +587,7 @@ static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct
 		uint64_t shape[1] = { v->elems[t] };
 		uint64_t gshape[1] = { v->elems[t] * s->world };
 		uint64_t offs[1] = { v->elems[t] * s->rank };
-		struct ckpt_tensor ten = f32_tensor(v->names[t], shape, s->buf + v->first[t],
+		struct ckpt_tensor ten = f32_tensor(v->names[t], shape, base + v->first[t], device,
 						    s->world > 1 ? gshape : NULL,
 						    s->world > 1 ? offs : NULL);
 
@@ -926,6 +941,205 @@ out:
 	return r;
 }
 
+/* ---- device memory and the D2H limit (--gpu) ------------------------------
+ *
+ * With --gpu the state lives on a CUDA device (rank r on device r % count),
+ * written there once from the host copy built by state_init; saves describe
+ * it as CKPT_DEVICE_CUDA tensors produced on the legacy default stream.
+ * The D2H limit copies the same device bytes into the limits' memfd, pinned
+ * with cudaHostRegister as the client pins its arena, with
+ * cudaMemcpyAsync on a non-blocking stream of the rank's own: in one call
+ * ("whole") or in pieces of the client's slot size, the pieces the engine
+ * copies ("chunked"); timed from the first call to the end of
+ * cudaStreamSynchronize.  The runtime is libckpt's own (cuda/cudart.c,
+ * $CKPT_CUDART included), so the bench runs against the fake runtime of the
+ * tests as well; cudaMalloc and cudaFree, which libckpt never calls, are
+ * looked up in the same library.
+ */
+struct gpu {
+	bool on;
+	int device, devices;
+	char runtime[256];
+	int version;
+#ifdef CKPT_HAVE_CUDA
+	const struct cudart *rt;
+	__typeof__(cudaMalloc) *malloc_;
+	__typeof__(cudaFree) *free_;
+	cudaStream_t stream; /* the D2H limit's */
+	float *dbuf;         /* the state on the device */
+	void *pinned;        /* the limits' memfd while registered */
+#endif
+};
+
+#ifdef CKPT_HAVE_CUDA
+static int gpu_fail(struct gpu *g, cudaError_t e, char *err, size_t errlen, const char *call)
+{
+	cudart_errmsg(g->rt, e, err, errlen, "%s", call);
+	return cudart_errno(e);
+}
+
+/* Device d, the state copied to it and the limit's memory pinned.  Returns
+ * 0 or -errno with the reason in err. */
+static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, char *err,
+		    size_t errlen)
+{
+	cudaError_t e;
+	void *dl, *p = NULL;
+
+	g->rt = cudart_get(err, errlen);
+	if (!g->rt)
+		return -ENODEV;
+	snprintf(g->runtime, sizeof(g->runtime), "%s", g->rt->path);
+	g->version = g->rt->version;
+	dl = dlopen(g->rt->path, RTLD_NOW | RTLD_NOLOAD);
+	if (!dl) {
+		snprintf(err, errlen, "dlopen '%s' again: %s", g->rt->path, dlerror());
+		return -ENODEV;
+	}
+	*(void **)&g->malloc_ = dlsym(dl, "cudaMalloc");
+	*(void **)&g->free_ = dlsym(dl, "cudaFree");
+	dlclose(dl); /* libckpt's own reference keeps it loaded */
+	if (!g->malloc_ || !g->free_) {
+		snprintf(err, errlen, "'%s' has no cudaMalloc or cudaFree", g->rt->path);
+		return -ENODEV;
+	}
+	e = g->rt->GetDeviceCount(&g->devices);
+	if (e != cudaSuccess)
+		return gpu_fail(g, e, err, errlen, "cudaGetDeviceCount");
+	if (g->devices < 1) {
+		snprintf(err, errlen, "no CUDA device");
+		return -ENODEV;
+	}
+	g->device = (int)(s->rank % (unsigned)g->devices);
+	e = g->rt->SetDevice(g->device);
+	if (e != cudaSuccess)
+		return gpu_fail(g, e, err, errlen, "cudaSetDevice");
+	e = g->malloc_(&p, s->bytes);
+	if (e != cudaSuccess)
+		return gpu_fail(g, e, err, errlen, "cudaMalloc of the state");
+	g->dbuf = p;
+	e = g->rt->StreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+	if (e != cudaSuccess)
+		return gpu_fail(g, e, err, errlen, "cudaStreamCreateWithFlags");
+	e = g->rt->MemcpyAsync(g->dbuf, s->buf, s->bytes, cudaMemcpyHostToDevice, g->stream);
+	if (e == cudaSuccess)
+		e = g->rt->StreamSynchronize(g->stream);
+	if (e != cudaSuccess)
+		return gpu_fail(g, e, err, errlen, "copying the state to the device");
+	e = g->rt->HostRegister(lb->addr, lb->bytes, cudaHostRegisterPortable);
+	if (e != cudaSuccess)
+		return gpu_fail(g, e, err, errlen, "cudaHostRegister of the limit's buffer");
+	g->pinned = lb->addr;
+	g->on = true;
+	return 0;
+}
+
+static const float *gpu_base(const struct gpu *g)
+{
+	return g->dbuf;
+}
+
+static void gpu_free(struct gpu *g)
+{
+	if (!g->rt)
+		return;
+	if (g->pinned)
+		g->rt->HostUnregister(g->pinned);
+	if (g->stream)
+		g->rt->StreamDestroy(g->stream);
+	if (g->dbuf)
+		g->free_(g->dbuf);
+	*g = (struct gpu){ 0 };
+}
+
+/* A training step's worth of change on the device: the host copy's
+ * changed elements (state_mutate) written over, then the device idle, so
+ * that every measurement starts with nothing queued. */
+static int gpu_mutate(struct gpu *g, const struct state *s, const struct view *v, char *err,
+		      size_t errlen)
+{
+	cudaError_t e = cudaSuccess;
+
+	for (unsigned i = 0; i < v->count && e == cudaSuccess; i++)
+		e = g->rt->MemcpyAsync(g->dbuf + v->first[i], s->buf + v->first[i], sizeof(float),
+				       cudaMemcpyHostToDevice, NULL);
+	if (e == cudaSuccess)
+		e = g->rt->StreamSynchronize(NULL);
+	return e == cudaSuccess ? 0 : gpu_fail(g, e, err, errlen, "updating the device state");
+}
+
+static int d2h_limit(struct gpu *g, const struct state *s, char *dst, uint64_t piece, bool whole,
+		     struct rec *rec)
+{
+	const char *src = (const char *)g->dbuf;
+	struct cost_snap cs;
+	cudaError_t e = cudaSuccess;
+
+	size_t n = s->bytes < 64 ? (size_t)s->bytes : 64;
+
+	if (whole)
+		piece = s->bytes;
+	memset(dst, 0, n);
+	memset(dst + s->bytes - n, 0, n);
+	cost_snap(&cs);
+	rec->t_start = now_ns();
+	for (uint64_t off = 0; off < s->bytes && e == cudaSuccess; off += piece)
+		e = g->rt->MemcpyAsync(dst + off, src + off,
+				       s->bytes - off < piece ? s->bytes - off : piece,
+				       cudaMemcpyDeviceToHost, g->stream);
+	if (e == cudaSuccess)
+		e = g->rt->StreamSynchronize(g->stream);
+	rec->t_end = now_ns();
+	cost_since(&rec->cost, &cs);
+	if (e != cudaSuccess) {
+		gpu_fail(g, e, rec->err, sizeof(rec->err), "D2H limit: cudaMemcpyAsync");
+		return cudart_errno(e);
+	}
+	/* The device holds the host copy's values (gpu_mutate keeps them in
+	 * step): a cheap check that the copy happened. */
+	if (memcmp(dst, s->buf, n) || memcmp(dst + s->bytes - n, (const char *)s->buf + s->bytes - n, n)) {
+		rec_err(rec, "D2H limit: the copy does not hold the device's bytes");
+		return -EIO;
+	}
+	return 0;
+}
+#else
+static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, char *err,
+		    size_t errlen)
+{
+	(void)g, (void)s, (void)lb;
+	snprintf(err, errlen, "this ckpt_bench was built without CUDA (CUDA=0 or no toolkit headers)");
+	return -EOPNOTSUPP;
+}
+
+static void gpu_free(struct gpu *g)
+{
+	(void)g;
+}
+
+static int gpu_mutate(struct gpu *g, const struct state *s, const struct view *v, char *err,
+		      size_t errlen)
+{
+	(void)g, (void)s, (void)v;
+	snprintf(err, errlen, "built without CUDA");
+	return -EOPNOTSUPP;
+}
+
+static const float *gpu_base(const struct gpu *g)
+{
+	(void)g;
+	return NULL;
+}
+
+static int d2h_limit(struct gpu *g, const struct state *s, char *dst, uint64_t piece, bool whole,
+		     struct rec *rec)
+{
+	(void)g, (void)s, (void)dst, (void)piece, (void)whole;
+	rec_err(rec, "built without CUDA");
+	return -EOPNOTSUPP;
+}
+#endif
+
 /* ---- pipes ---------------------------------------------------------------- */
 
 /* Writes all of buf; returns false if the other side is gone. */
@@ -985,7 +1199,7 @@ static bool read_line(int fd, char *buf, size_t len)
 
 /* ---- commands ------------------------------------------------------------- */
 
-enum cmd_kind { CMD_SAVE, CMD_COPY, CMD_WRITE, CMD_QUIT };
+enum cmd_kind { CMD_SAVE, CMD_COPY, CMD_WRITE, CMD_D2H, CMD_QUIT };
 
 struct cmd {
 	enum cmd_kind kind;
@@ -993,6 +1207,7 @@ struct cmd {
 	bool one;      /* save: one tensor */
 	bool notify;   /* save */
 	bool stream;   /* copy */
+	bool whole;    /* d2h */
 	char dir[PATH_MAX]; /* write */
 	unsigned depth;     /* write */
 };
@@ -1083,7 +1298,26 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 		c->depth = (unsigned)d;
 		return true;
 	}
-	snprintf(err, errlen, "unknown command '%s' (save, copy, write, quit)", argv[0]);
+	if (!strcmp(argv[0], "d2h") && argc == 3) {
+		c->kind = CMD_D2H;
+		if (!o->gpu) {
+			snprintf(err, errlen, "d2h: the state is not on a device (no --gpu)");
+			return false;
+		}
+		if (!strcmp(argv[1], "whole")) {
+			c->whole = true;
+		} else if (strcmp(argv[1], "chunked")) {
+			snprintf(err, errlen, "d2h: method '%s' is not whole or chunked", argv[1]);
+			return false;
+		}
+		c->client = find_client(o, argv[2]);
+		if (c->client < 0) {
+			snprintf(err, errlen, "no client '%s'", argv[2]);
+			return false;
+		}
+		return true;
+	}
+	snprintf(err, errlen, "unknown command '%s' (save, copy, write, d2h, quit)", argv[0]);
 	return false;
 }
 
@@ -1118,6 +1352,7 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		      int go_fd, int rec_fd)
 {
 	struct rank_client rc[MAX_CLIENTS] = { 0 };
+	struct gpu gpu = { 0 };
 	struct limit_buf lb;
 	struct state st;
 	struct rec rec;
@@ -1187,6 +1422,15 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 	else if (!lb.registered)
 		rec_err(&rec, "%s", lb.why_not);
 	rec.registered = lb.registered;
+	if (r == 0 && o->gpu) {
+		r = gpu_init(&gpu, &st, &lb, rec.err, sizeof(rec.err));
+		rec.rc = r;
+		rec.gpu_device = gpu.device;
+		rec.gpu_devices = gpu.devices;
+		rec.cuda_version = gpu.version;
+		snprintf(rec.cuda_runtime, sizeof(rec.cuda_runtime), "%s", gpu.runtime);
+	}
+	rec.setup_ms = ms_between(t0, now_ns());
 	if (!write_all(rec_fd, &rec, sizeof(rec)) || r < 0)
 		_exit(1);
 
@@ -1208,8 +1452,13 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 			cli = &rc[c.client];
 		if (c.kind == CMD_SAVE) {
 			v = c.one ? &st.one : &st.many;
-			if (cli->steps > 0)
+			if (cli->steps > 0) {
 				state_mutate(&st, v, cli->steps);
+				if (gpu.on && gpu_mutate(&gpu, &st, v, err, sizeof(err)) < 0) {
+					fprintf(stderr, "ckpt_bench rank %u: %s\n", rank, err);
+					_exit(1);
+				}
+			}
 			save_name(name, sizeof(name), job_pid, o->clients[c.client].name, cli->steps);
 		} else if (c.kind == CMD_WRITE) {
 			limit_path(path, sizeof(path), c.dir, job_pid, rank);
@@ -1219,7 +1468,8 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 			_exit(1);
 		switch (c.kind) {
 		case CMD_SAVE:
-			rec.rc = timed_save(cli->cl, o, &st, v, name, cli->steps,
+			rec.rc = timed_save(cli->cl, o, &st, gpu.on ? gpu_base(&gpu) : st.buf,
+					    gpu.on ? gpu.device : -1, v, name, cli->steps,
 					    c.notify ? rec_fd : -1, &rec);
 			cli->steps++;
 			break;
@@ -1229,6 +1479,9 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 			break;
 		case CMD_WRITE:
 			rec.rc = disk_write(&lb, path, c.depth, &rec);
+			break;
+		case CMD_D2H:
+			rec.rc = d2h_limit(&gpu, &st, lb.addr, cli->slot_bytes, c.whole, &rec);
 			break;
 		case CMD_QUIT:
 			break;
@@ -1240,6 +1493,7 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		copy_pool_stop(&rc[i].pool);
 		ckpt_disconnect(rc[i].cl);
 	}
+	gpu_free(&gpu);
 	state_free(&st);
 	_exit(0);
 }
@@ -1341,7 +1595,9 @@ static void gather_ready(const struct opts *o, pid_t pid)
 	unsigned k = o->ranks;
 	double setup_max = 0;
 	bool registered = true;
-	char why_not[ERR_LEN] = "";
+	char why_not[ERR_LEN] = "", runtime[256] = "";
+	int devices = 0, version = 0;
+	uint64_t device_mask = 0;
 
 	printf("{\"event\": \"ready\", \"pid\": %ld, \"ranks\": %u, \"bytes_per_rank\": %" PRIu64
 	       ", \"tensors\": %u, \"clients\": {",
@@ -1393,6 +1649,14 @@ static void gather_ready(const struct opts *o, pid_t pid)
 			registered = false;
 			snprintf(why_not, sizeof(why_not), "%s", rec.err);
 		}
+		if (o->gpu) {
+			devices = rec.gpu_devices;
+			version = rec.cuda_version;
+			if (rec.gpu_device >= 0 && rec.gpu_device < 64)
+				device_mask |= 1ull << rec.gpu_device;
+			snprintf(runtime, sizeof(runtime), "%.*s", (int)sizeof(rec.cuda_runtime),
+				 rec.cuda_runtime);
+		}
 		setup_max = rec.setup_ms > setup_max ? rec.setup_ms : setup_max;
 	}
 	printf("}, \"limit_buffer\": {\"setup_ms\": %.3f, \"registered\": %s, \"stream_copy\": %s",
@@ -1401,7 +1665,14 @@ static void gather_ready(const struct opts *o, pid_t pid)
 		printf(", \"not_registered\": ");
 		print_json_str(why_not);
 	}
-	printf("}}\n");
+	printf("}");
+	if (o->gpu) {
+		printf(", \"gpu\": {\"devices\": %d, \"devices_used\": %d, \"cuda_runtime\": ", devices,
+		       __builtin_popcountll(device_mask));
+		print_json_str(runtime);
+		printf(", \"cuda_runtime_version\": %d}", version);
+	}
+	printf("}\n");
 	fflush(stdout);
 }
 
@@ -1409,7 +1680,7 @@ static void gather_ready(const struct opts *o, pid_t pid)
 static void run_cmd(const struct opts *o, const struct cmd *c, const char *line, pid_t pid,
 		    int ready_r, unsigned *save_no)
 {
-	static const char *names[] = { "save", "copy", "write", "quit" };
+	static const char *names[] = { "save", "copy", "write", "d2h", "quit" };
 	unsigned k = o->ranks;
 	struct rec *recs = calloc(k, sizeof(*recs));
 	double *staged = calloc(k, sizeof(*staged)), *end = calloc(k, sizeof(*end));
@@ -1529,6 +1800,16 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		       WRITE_BLOCK, ms_between(start, t_end), gibps(total, ms_between(start, t_end)));
 		if (k > 1)
 			print_ms_array("rank_fsynced_ms", end, k);
+		break;
+	case CMD_D2H:
+		printf(", \"method\": \"%s\", \"client\": ", c->whole ? "whole" : "chunked");
+		print_json_str(o->clients[c->client].name);
+		printf(", \"piece_bytes\": %" PRIu64 ", \"ms\": %.3f, \"gibps\": %.4f",
+		       c->whole ? o->bytes : client_info[c->client].slot_bytes,
+		       ms_between(start, t_end), gibps(total, ms_between(start, t_end)));
+		if (k > 1)
+			print_ms_array("rank_ms", end, k);
+		print_cost("cost", &cost);
 		break;
 	case CMD_QUIT:
 		break;

@@ -19,11 +19,19 @@ as their median, min and max (and a ceiling where one is defined).
 
 Environment: BUILD (build directory, default "build"), QUICK (non-empty and
 not "0": small sizes, 2 rounds: a smoke check), SCENARIOS (comma-separated
-subset of save-2g, save-many, save-8ranks, two-jobs), BENCH_ROUNDS (override
-the number of rounds, >= 2; fewer than 5 is noted as not a protocol run),
-BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out; its fields are then
-null with a reason), BENCH_OUT (output JSON path; default
-bench/results/latest.json).
+subset of save-2g, save-many, save-8ranks, two-jobs, save-gpu-2g),
+BENCH_ROUNDS (override the number of rounds, >= 2; fewer than 5 is noted as
+not a protocol run), BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out;
+its fields are then null with a reason), BENCH_OUT (output JSON path; default
+bench/results/latest.json), BENCH_RUN_DIR (the daemon's and workers' files,
+removed at the start; default $BUILD/bench-run), BENCH_FAKE_CUDA=1 (save-gpu-2g against the
+tests' fake CUDA runtime, $BUILD/tests/libfakecudart.so from `make
+tests-build`: a check that the GPU scenario's code runs on a machine without
+a GPU; its figures are not a GPU's and its targets are not judged).
+
+save-gpu-2g runs where libckpt's CUDA loader finds a device (bench/gpu_probe)
+and reports null with the reason elsewhere.  It has run only against the
+fake runtime so far: no GPU machine has been available.
 
   python3 bench/run.py --markdown FILE   prints a results file as Markdown
 
@@ -63,6 +71,10 @@ SKIP_DCP = env_flag("BENCH_SKIP_DCP")
 SKIP_TORCH = env_flag("BENCH_SKIP_TORCH")
 BUILD = os.environ.get("BUILD") or "build"
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(REPO, BUILD)
+# The GPU scenario against the tests' fake CUDA runtime: a check that its
+# code runs, never a GPU figure (its targets are not judged).
+FAKE_CUDA = env_flag("BENCH_FAKE_CUDA")
+FAKE_CUDART = os.path.join(BUILD, "tests", "libfakecudart.so")
 PROTOCOL_ROUNDS = 5
 ROUNDS = 2 if QUICK else PROTOCOL_ROUNDS
 # DCP's FileSystemWriter thread counts tried in every round (BENCH.md).
@@ -470,12 +482,16 @@ def bench_python(notes):
     return py
 
 
-def worker_env(ranks):
-    """Every measuring process gets the same CPU-only torch settings, and
-    LOCAL_WORLD_SIZE = the ranks of its job on this machine (the library's
-    default copy threads depend on it)."""
+def worker_env(ranks, gpu=False):
+    """Every measuring process gets the same CPU-only torch settings (with
+    gpu: the devices this process sees, and for BENCH_FAKE_CUDA the fake
+    runtime), and LOCAL_WORLD_SIZE = the ranks of its job on this machine
+    (the library's default copy threads depend on it)."""
     env = dict(os.environ)
-    env["CUDA_VISIBLE_DEVICES"] = ""
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif FAKE_CUDA:
+        env["CKPT_CUDART"] = FAKE_CUDART
     threads = str(max(1, cpus() // ranks))
     env["OMP_NUM_THREADS"] = threads
     env["MKL_NUM_THREADS"] = threads
@@ -1299,6 +1315,157 @@ def two_jobs_scenario(name, sc, daemon, run_dir, failures):
     return {name: r}
 
 
+def gpu_scenario(name, sc, daemon, py, run_dir, failures):
+    """save-gpu-2g: device tensors saved by ckptd against the D2H limit
+    (cudaMemcpyAsync of the same device bytes into pinned memory: one call
+    and the engine's pieces, the better median) and DCP async_save of the
+    same CUDA tensors, in rounds.  Returns {scenario name: result}."""
+    ranks, nbytes, tensors = sc["ranks"], sc["bytes"], sc["tensors"]
+    gib = nbytes * ranks / GIB
+    notes = []
+    detail = {}
+    env = worker_env(ranks, gpu=True)
+    if FAKE_CUDA:
+        notes.append("BENCH_FAKE_CUDA: measured against the fake CUDA runtime of the tests "
+                     "(tests/fakes/fake_cudart.c: device memory is host memory, a stream is a thread "
+                     "running memcpy), a check that this scenario's code runs: not a GPU figure, and "
+                     "its targets are not judged")
+    want_dcp = bool(py) and not SKIP_DCP
+    arena = arena_for(nbytes, tensors)
+    # ckpt_bench holds the host copy of the state, the limit's buffer and
+    # the arena (and, with the fake, the "device" memory); DCP its pinned
+    # stager and torch's own memory.
+    plan = {"ckpt_bench": ranks * (2 * nbytes + arena + (nbytes if FAKE_CUDA else 0)) + 64 * MIB,
+            "dcp": ranks * (nbytes + 600 * MIB), "margin": GIB}
+    detail["memory_plan_gib"] = {k: round(v / GIB, 2) for k, v in plan.items()}
+    avail = meminfo("MemAvailable")
+    if avail is not None and want_dcp and avail < plan["ckpt_bench"] + plan["dcp"] + plan["margin"]:
+        want_dcp = False
+        notes.append("DCP left out: %.1f GiB of memory available, the scenario with DCP wants ~%.1f GiB"
+                     % (avail / GIB, (plan["ckpt_bench"] + plan["dcp"] + plan["margin"]) / GIB))
+
+    progress("%s: starting ckpt_bench --gpu%s" % (name, ", DCP" if want_dcp else ""))
+    ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, ranks, ["default:0"], arena) + ["--gpu"],
+                        run_dir, env, notes)
+    peers = None
+    if want_dcp:
+        peers = start_worker("peers", [py, os.path.join(REPO, "bench", "baselines", "peers.py"),
+                                       "--dir", daemon.data, "--bytes", str(nbytes), "--tensors", str(tensors),
+                                       "--procs", str(ranks), "--device", "cuda"], run_dir, env, notes)
+    workers = [w for w in (ckpt, peers) if w]
+    warm = {}
+    try:
+        ready = await_ready(ckpt, notes, "ckpt_bench")
+        if ready is None:
+            raise BenchError("ckpt_bench --gpu did not start: %s" % notes[-1])
+        peers_ready = await_ready(peers, notes, "the DCP worker")
+        have_dcp = want_dcp and peers_ready is not None
+        if have_dcp and peers_ready.get("no_dcp"):
+            notes.append("DCP: %s" % peers_ready["no_dcp"])
+            have_dcp = False
+        detail["ckpt_bench"] = ready
+        detail["peers"] = {"ready": peers_ready}
+
+        progress("%s: warm-up saves" % name)
+        warm["ckptd"] = ckpt.cmd("save default")
+        for method in ("whole", "chunked"):
+            warm["d2h_" + method] = ckpt.cmd("d2h %s default" % method)
+        if have_dcp:
+            for t in DCP_THREADS:
+                try:
+                    warm["dcp_t%d" % t] = peers.cmd("dcp %d" % t)
+                except BenchError as e:
+                    notes.append("DCP warm-up: %s" % e)
+                    have_dcp = False
+                    break
+
+        # The save runs in a block next to the D2H limit it is divided by.
+        items = [("ckptd", lambda: ckpt.cmd("save default"), ckpt)]
+        for method in ("whole", "chunked"):
+            items.append(("d2h_" + method, (lambda m=method: ckpt.cmd("d2h %s default" % m)), ckpt))
+        if have_dcp:
+            for t in DCP_THREADS:
+                items.append(("dcp_t%d" % t, (lambda t=t: peers.cmd("dcp %d" % t)), peers))
+        rounds = Rounds(name, items, daemon.data, [["ckptd", "d2h_whole", "d2h_chunked"]])
+        rounds.run(ROUNDS, failures, notes)
+        rounds.note_settling(notes)
+        stall, status = loop_stall(daemon, notes)
+    finally:
+        for w in workers:
+            rc = w.close()
+            if rc not in (0, None) and not w.dead:
+                notes.append("%s exited with status %s: %s" % (w.name, rc, log_tail(w.log_path, 3)))
+
+    cl = ready["clients"]["default"]
+    r = {"bytes": nbytes * ranks, "tensors": tensors, "ranks": ranks, "rounds": len(rounds.rounds),
+         "fake_cuda": FAKE_CUDA, "gpu": ready.get("gpu")}
+    for k in ("call_ms", "staged_ms", "committed_ms"):
+        r[k] = median(rounds.series("ckptd", k))
+        r["first_" + k] = warm.get("ckptd", {}).get(k)
+    r["connect_ms"] = cl["connect_ms"]
+    r["copy_threads"] = cl["copy_threads"]
+    r["slot_bytes"] = cl["slot_bytes"]
+    d2h_best, r["d2h_limit_gibps"], d2h_r, d2h_meds = best_of(rounds, ["d2h_whole", "d2h_chunked"], "gibps")
+    dcp_items = ["dcp_t%d" % t for t in DCP_THREADS]
+    dcp_best, _, _, dcp_meds = best_of(rounds, dcp_items, "committed_ms", higher=False)
+    dcp = {k: (rounds.series(dcp_best, k) if dcp_best else [None] * len(rounds.rounds))
+           for k in ("call_ms", "staged_ms", "committed_ms")}
+    for k in ("call_ms", "staged_ms", "committed_ms"):
+        r["dcp_async_" + k] = median(dcp[k])
+    r["dcp_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
+    r["max_loop_stall_ms"] = stall
+    r["max_loop_cpu_ms"] = find_key(status, "max_loop_cpu_ms") if status else None
+
+    per = {k: [] for k in ("staging_vs_d2h_limit", "staged_speedup_vs_dcp", "blocking_speedup_vs_dcp",
+                           "durable_speedup_vs_dcp")}
+    ceil = []
+    round_ratios = []
+    for i, rd in enumerate(rounds.rounds):
+        f = rd["figures"].get("ckptd", {})
+        staged_s = f.get("staged_ms") / 1e3 if f.get("staged_ms") else None
+        x = {"staging_vs_d2h_limit": ratio(ratio(gib, staged_s), d2h_r[i]),
+             "staged_speedup_vs_dcp": ratio(dcp["staged_ms"][i], f.get("staged_ms")),
+             "blocking_speedup_vs_dcp": ratio(dcp["call_ms"][i], f.get("call_ms")),
+             "durable_speedup_vs_dcp": ratio(dcp["committed_ms"][i], f.get("committed_ms"))}
+        # A perfect save stages in the D2H limit's time.
+        c = ratio(dcp["staged_ms"][i] / 1e3 if dcp["staged_ms"][i] else None, ratio(gib, d2h_r[i]))
+        for k, v in x.items():
+            per[k].append(v)
+        if c is not None:
+            ceil.append(c)
+        round_ratios.append({"ratios": x, "ceilings": {"staged_speedup_vs_dcp": c}})
+    r["ratios"] = {"staging_vs_d2h_limit": spread(per["staging_vs_d2h_limit"], ceiling=1.0),
+                   "staged_speedup_vs_dcp": spread(per["staged_speedup_vs_dcp"], ceilings=ceil),
+                   "blocking_speedup_vs_dcp": spread(per["blocking_speedup_vs_dcp"]),
+                   "durable_speedup_vs_dcp": spread(per["durable_speedup_vs_dcp"])}
+    if r["d2h_limit_gibps"] is None:
+        notes.append("d2h_limit_gibps: no D2H measurement succeeded")
+    if r["dcp_async_committed_ms"] is None:
+        notes.append("dcp_async_*: %s" % ("skipped (BENCH_SKIP_DCP)" if SKIP_DCP else
+                                          "no bench Python environment" if not py else
+                                          "DCP did not run (see notes)" if not have_dcp
+                                          else "no DCP measurement succeeded"))
+    v = r["ratios"]["staging_vs_d2h_limit"]
+    if v["median"] is not None and v["median"] > 1.0:
+        notes.append("staging_vs_d2h_limit: median %.2f is above 1.0: ckptd beat the limit, so the limit is "
+                     "not the limit on this machine; suspect the limit first (BENCH.md)" % v["median"])
+    detail["d2h_limit"] = {"method": d2h_best, "medians_gibps": d2h_meds, "piece_bytes": cl["slot_bytes"],
+                           "what": "cudaMemcpyAsync device to host of the same device bytes into a memfd "
+                                   "pinned with cudaHostRegister, on one non-blocking stream: one call "
+                                   "(whole) or one per slot-sized piece (chunked), then "
+                                   "cudaStreamSynchronize; timed from the first call",
+                           "stat": "best median of the methods; per round, the best method's figure"}
+    detail["dcp"] = {"thread_count": r["dcp_thread_count"], "median_committed_ms_by_thread_count": dcp_meds,
+                     "tried": list(DCP_THREADS), "stat": "the thread count with the best median committed_ms"}
+    detail["warmup"] = warm
+    detail["rounds"] = [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                         "settle_ms": rd.get("settle_ms", {}), "ratios": rr["ratios"], "ceilings": rr["ceilings"]}
+                        for rd, rr in zip(rounds.rounds, round_ratios)]
+    r["notes"] = notes
+    r["detail"] = detail
+    return {name: r}
+
+
 def empty_result(name, sc, why):
     r = {"bytes": sc["bytes"] * sc["ranks"], "tensors": sc["tensors"], "ranks": sc["ranks"], "rounds": 0,
          "ratios": {}, "notes": [why], "detail": {}}
@@ -1307,9 +1474,11 @@ def empty_result(name, sc, why):
 
 def gpu_probe():
     """(devices, why not) through libckpt's own CUDA loader (bench/gpu_probe)."""
+    if FAKE_CUDA and not os.access(FAKE_CUDART, os.R_OK):
+        return 0, "BENCH_FAKE_CUDA: %s is missing (make tests-build makes it)" % FAKE_CUDART
     try:
         out = subprocess.run([os.path.join(BUILD, "bench", "gpu_probe")], capture_output=True, text=True,
-                             timeout=60, preexec_fn=die_with_parent).stdout
+                             timeout=60, preexec_fn=die_with_parent, env=worker_env(1, gpu=True)).stdout
         d = json.loads(out)
         return d["devices"], d["error"]
     except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
@@ -1319,16 +1488,9 @@ def gpu_probe():
 def run_scenario(name, sc, py, run_dir, data, failures):
     ranks = sc["ranks"]
     if sc["kind"] == "gpu":
-        # 2 GiB of device tensors staged against cudaMemcpyAsync D2H of the
-        # same bytes (d2h_limit_gibps) and DCP async_save of the same CUDA
-        # tensors (issue 8).  Only the probe exists so far: no GPU has been
-        # available to build the measurement against.
         devices, why = gpu_probe()
         if devices < 1:
             return {name: empty_result(name, sc, "no GPU, so not run: %s" % why)}
-        return {name: empty_result(name, sc, "a GPU is present (%d), but the save-gpu-2g measurement "
-                                             "is not written yet: it needs a GPU machine to be built "
-                                             "and checked against" % devices)}
     if sc["kind"] == "two":
         arenas = [arena_for(sc["bytes"], sc["tensors"]), arena_for(sc["second_bytes"], sc["second_tensors"])]
     else:
@@ -1344,6 +1506,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         daemon.start()
         if sc["kind"] == "two":
             res = two_jobs_scenario(name, sc, daemon, sdir, failures)
+        elif sc["kind"] == "gpu":
+            res = gpu_scenario(name, sc, daemon, py, sdir, failures)
         else:
             res = save_scenario(name, sc, daemon, py, sdir, failures)
     except BenchError as e:
@@ -1372,7 +1536,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
 def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     out_path = os.environ.get("BENCH_OUT") or os.path.join(REPO, "bench", "results", "latest.json")
-    run_dir = os.path.join(BUILD, "bench-run")
+    # Removed and made afresh: a directory of its own for every run.
+    run_dir = os.environ.get("BENCH_RUN_DIR") or os.path.join(BUILD, "bench-run")
     notes = []
     failures = []
     global ROUNDS

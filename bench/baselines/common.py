@@ -12,11 +12,12 @@ import os
 import sys
 
 
-def setup_env(threads):
-    """Pins the baselines to the CPU and to a sane thread count.  Must run
-    before torch is imported (CUDA_VISIBLE_DEVICES is read at CUDA init, the
-    OpenMP pool size at import)."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+def setup_env(threads, gpu=False):
+    """Pins the baselines to the CPU (unless gpu) and to a sane thread
+    count.  Must run before torch is imported (CUDA_VISIBLE_DEVICES is read
+    at CUDA init, the OpenMP pool size at import)."""
+    if not gpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     os.environ.setdefault("MKL_NUM_THREADS", str(threads))
 

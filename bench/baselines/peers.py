@@ -2,10 +2,13 @@
 """The peers: torch.save (+ fsync) and PyTorch DCP async_save, in one worker.
 
   python peers.py --dir DIR --bytes B --tensors T [--procs K] [--no-dcp]
+                  [--device cpu|cuda]
 
 K processes (default 1) form a gloo group on loopback, each holding its own
 state of B bytes in T fp32 tensors (the shapes bench/ckpt_bench.c saves;
-distinct keys per rank, so every rank writes its own).  Both peers save that
+distinct keys per rank, so every rank writes its own; with --device cuda the
+tensors are on CUDA device K % count, and each measurement starts with the
+device idle).  Both peers save that
 same state: one set of processes instead of two keeps the memory of the
 8-rank scenario within what the test machines have.  Once every rank is
 ready it prints {"event": "ready", ...} and runs commands read from stdin,
@@ -134,13 +137,24 @@ def rank_main(rank, args, store_path, cmds, results):
     from cmds until ("quit",)."""
     try:
         threads = max(1, common.cpus() // args.procs)
-        common.setup_env(threads)
+        common.setup_env(threads, gpu=args.device == "cuda")
         import torch
         import torch.distributed as dist
 
         dcp = ape = stager = None
         kwargs, desc, writer, no_dcp = {}, "", None, None
-        if args.no_dcp:
+        device = "cpu"
+        if args.device == "cuda":
+            if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+                device = "cuda:%d" % (rank % torch.cuda.device_count())
+                torch.cuda.set_device(device)
+            else:
+                # Not an error: the scenario reports DCP null with this.
+                no_dcp = ("torch %s sees no CUDA device (torch.cuda.is_available() is False; "
+                          "torch.version.cuda %s)" % (str(torch.__version__), torch.version.cuda))
+        if no_dcp:
+            pass
+        elif args.no_dcp:
             no_dcp = "left out (--no-dcp)"
         else:
             try:
@@ -170,11 +184,16 @@ def rank_main(rank, args, store_path, cmds, results):
             if sharing_note:
                 desc += ", " + sharing_note
         prefix = "rank%03d." % rank if args.procs > 1 else ""
-        sd = common.make_state(args.bytes, args.tensors, prefix)
+        # No device to put it on: nothing to save (both commands refuse).
+        no_state = args.device == "cuda" and device == "cpu"
+        sd = {} if no_state else common.make_state(args.bytes, args.tensors, prefix)
+        if device != "cpu":
+            sd = {k: v.to(device) for k, v in sd.items()}
+            torch.cuda.synchronize()
         # str(): torch.__version__ is a TorchVersion, and unpickling one
         # would import torch into the parent (~300 MB of a CUDA build).
         results.put(("ready", rank, {"torch": str(torch.__version__), "dcp_settings": desc or None,
-                                     "no_dcp": no_dcp, "threads": threads}))
+                                     "no_dcp": no_dcp, "threads": threads, "device": device}))
 
         n = 0  # saves so far, of either kind: each gets its own paths
         while True:
@@ -183,6 +202,10 @@ def rank_main(rank, args, store_path, cmds, results):
                 break
             if n > 0:
                 common.mutate(sd, n)
+            if device != "cpu":
+                # The update's kernels are done before the clock starts,
+                # as ckpt_bench's are.
+                torch.cuda.synchronize()
             if cmd[0] == "torch_save":
                 path = os.path.join(args.dir, "torch-save-%d-r%03d-%d.pt" % (os.getppid(), rank, n))
                 dist.barrier()
@@ -328,13 +351,15 @@ def main():
     ap.add_argument("--no-dcp", action="store_true", help="torch.save only")
     ap.add_argument("--executor", choices=("process", "thread"), default="process",
                     help="DCP's upload executor (process where this torch has it)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the state lives (cuda: rank K on device K %% count)")
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     # Before the fork server starts: it and every rank inherit this
-    # environment (CPU only, thread counts, loopback for gloo and for DCP's
-    # checkpoint processes).
-    common.setup_env(max(1, common.cpus() // args.procs))
+    # environment (CPU only unless --device cuda, thread counts, loopback
+    # for gloo and for DCP's checkpoint processes).
+    common.setup_env(max(1, common.cpus() // args.procs), gpu=args.device == "cuda")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 
     g = Group(args)
@@ -344,7 +369,7 @@ def main():
         common.log("torch %s: DCP %s" % (info["torch"], info["dcp_settings"] or info["no_dcp"]))
         common.emit({"event": "ready", "torch": info["torch"], "dcp_settings": info["dcp_settings"],
                      "no_dcp": info["no_dcp"], "procs": args.procs, "threads_per_proc": info["threads"],
-                     "executor": args.executor})
+                     "executor": args.executor, "device": info["device"]})
         for line in sys.stdin:
             cmd = line.split()
             if not cmd:
@@ -352,6 +377,9 @@ def main():
             if cmd == ["quit"]:
                 break
             if cmd == ["torch_save"]:
+                if args.device == "cuda" and info["device"] == "cpu":
+                    common.emit({"error": "torch_save: %s" % info["no_dcp"]})
+                    continue
                 r = g.torch_save()
             elif len(cmd) == 2 and cmd[0] == "dcp" and cmd[1].isdigit() and int(cmd[1]) >= 1:
                 if info["no_dcp"]:
