@@ -143,4 +143,21 @@ LD_LIBRARY_PATH=$dest/usr/local/lib LD_DEBUG=libs "$tmp/prog" "$tmp/nobody.sock"
 	>"$tmp/ld.log" 2>&1 || fail "the program failed under LD_DEBUG: $(tail -n 5 "$tmp/ld.log")"
 grep -q "calling init: $dest/usr/local/lib/libckpt.so.0" "$tmp/ld.log" ||
 	fail "the program did not load $dest/usr/local/lib/libckpt.so.0"
+
+# Static: the installed libckpt.a and `pkg-config --static --libs` are all a
+# program needs (Libs.private names every library libckpt.a calls into,
+# libdl for the CUDA runtime's dlopen included).
+static_libs=$(pkg-config --static --libs libckpt)
+static_libs=${static_libs//-lckpt/}
+# shellcheck disable=SC2086
+if ! "$cc" -std=c11 ${san:+-fsanitize=$san} $cflags -o "$tmp/prog-static" "$tmp/prog.c" \
+	"$dest/usr/local/lib/libckpt.a" $static_libs 2>"$tmp/cc-static.log"; then
+	cat "$tmp/cc-static.log"
+	fail "linking libckpt.a with 'pkg-config --static --libs' failed"
+fi
+if readelf -d "$tmp/prog-static" | grep -q 'NEEDED.*libckpt'; then
+	fail "the static program still needs libckpt.so"
+fi
+out=$("$tmp/prog-static" "$tmp/nobody.sock") || fail "the static program failed: $out"
+[ "$out" = "ckpt_version $version" ] || fail "the static program printed '$out'"
 echo "ok: $out"
