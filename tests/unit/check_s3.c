@@ -11,10 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/crc32c.h"
 #include "format/jbuf.h"
 #include "store/s3_addr.h"
+#include "store/s3_creds.h"
 #include "store/s3_parts.h"
 #include "store/s3_retry.h"
 #include "store/s3_xml.h"
@@ -556,6 +559,119 @@ START_TEST(backoff)
 }
 END_TEST
 
+/* ---- credentials ---- */
+
+static const char *const *fake_env;
+
+static const char *fake_get(const char *name)
+{
+	for (const char *const *e = fake_env; e && *e; e += 2)
+		if (!strcmp(e[0], name))
+			return e[1];
+	return NULL;
+}
+
+static char creds_path[64];
+
+static void write_creds(const char *text, mode_t mode)
+{
+	FILE *f;
+
+	snprintf(creds_path, sizeof(creds_path), "/tmp/check-s3-creds-%ld", (long)getpid());
+	unlink(creds_path);
+	f = fopen(creds_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+	ck_assert_int_eq(chmod(creds_path, mode), 0);
+}
+
+static void creds_teardown(void)
+{
+	if (creds_path[0])
+		unlink(creds_path);
+}
+
+START_TEST(creds_env)
+{
+	static const char *const env[] = {
+		"AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY", "s3cr3t/+=",
+		"AWS_DEFAULT_REGION", "eu-west-1", "AWS_REGION", "us-west-2",
+		"AWS_ENDPOINT_URL", "http://general:1", "AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9000",
+		NULL,
+	};
+	struct s3_creds c;
+	char err[256] = "";
+
+	fake_env = env;
+	ck_assert_int_eq(s3_creds_load(fake_get, NULL, NULL, &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.key_id, "AKIDEXAMPLE");
+	ck_assert_str_eq(c.secret, "s3cr3t/+=");
+	ck_assert_str_eq(c.token, "");
+	ck_assert_str_eq(c.region, "us-west-2");
+	ck_assert_str_eq(c.endpoint, "http://127.0.0.1:9000");
+	s3_creds_wipe(&c);
+	ck_assert_str_eq(c.secret, "");
+
+	/* Nothing set: -ENOENT, saying what to set. */
+	fake_env = NULL;
+	ck_assert_int_eq(s3_creds_load(fake_get, NULL, NULL, &c, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "AWS_ACCESS_KEY_ID"));
+}
+END_TEST
+
+START_TEST(creds_file)
+{
+	static const char *const env[] = { "AWS_ACCESS_KEY_ID", "ENVKEY", "AWS_SECRET_ACCESS_KEY",
+					   "envsecret", "AWS_REGION", "eu-north-1", NULL };
+	struct s3_creds c;
+	char err[256] = "";
+
+	fake_env = env;
+	write_creds("# comment\n[default]\naws_access_key_id = DEFKEY\n"
+		    "aws_secret_access_key=defsecret\n\n[profile train]\n"
+		    "  aws_access_key_id =  TRAINKEY  \r\naws_secret_access_key = tr=ain\n"
+		    "aws_session_token = tok\nregion = ap-south-1\noutput = json\n", 0600);
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.key_id, "DEFKEY");
+	ck_assert_str_eq(c.secret, "defsecret");
+	ck_assert_str_eq(c.region, "eu-north-1"); /* the file's [default] has none */
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, "train", &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.key_id, "TRAINKEY");
+	ck_assert_str_eq(c.secret, "tr=ain");
+	ck_assert_str_eq(c.token, "tok");
+	ck_assert_str_eq(c.region, "ap-south-1");
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, "nope", &c, err, sizeof(err)), -ENOENT);
+	ck_assert_ptr_nonnull(strstr(err, "[nope]"));
+
+	/* Readable by others: refused, and the message says why. */
+	chmod(creds_path, 0644);
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), -EACCES);
+	ck_assert_ptr_nonnull(strstr(err, "chmod 600"));
+
+	/* Malformed, and a value too long: -EINVAL, without the value. */
+	write_creds("[default]\nthis line has no equals sign\n", 0600);
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, ":2:"));
+	{
+		char text[512] = "[default]\naws_secret_access_key = ";
+		size_t n = strlen(text);
+
+		memset(text + n, 'S', 200);
+		strcpy(text + n + 200, "\n");
+		write_creds(text, 0600);
+		ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)),
+				 -EINVAL);
+		ck_assert_ptr_null(strstr(err, "SSSS"));
+	}
+	write_creds("[default\n", 0600);
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(s3_creds_load(fake_get, "/nonexistent/creds", NULL, &c, err, sizeof(err)),
+			 -ENOENT);
+	ck_assert_int_eq(s3_creds_load(fake_get, "/tmp", NULL, &c, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
 static Suite *s3_suite(void)
 {
 	Suite *s = suite_create("s3");
@@ -586,6 +702,12 @@ static Suite *s3_suite(void)
 	tc = tcase_create("parts");
 	tcase_add_test(tc, plan_small);
 	tcase_add_test(tc, plan_limits);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("creds");
+	tcase_add_checked_fixture(tc, NULL, creds_teardown);
+	tcase_add_test(tc, creds_env);
+	tcase_add_test(tc, creds_file);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("retry");
