@@ -125,7 +125,24 @@ int cli_cuda_poll(struct ckpt_client *c, cli_cuda_pending *p, bool wait, char *e
 	return cuxfer_poll(c->cuda, p, wait, err, errlen);
 }
 
+int cli_cuda_h2d(struct ckpt_client *c, int device, void *dst, const void *src, size_t len,
+		 void *stream, char *err, size_t errlen)
+{
+	int r = cuxfer_check(c->cuda, dst, len, device, err, errlen);
+
+	return r < 0 ? r : cuxfer_h2d(c->cuda, device, dst, src, len, stream, err, errlen);
+}
+
 #else /* !CKPT_HAVE_CUDA */
+
+int cli_cuda_h2d(struct ckpt_client *c, int device, void *dst, const void *src, size_t len,
+		 void *stream, char *err, size_t errlen)
+{
+	(void)c, (void)device, (void)dst, (void)src, (void)len, (void)stream;
+	snprintf(err, errlen, "copies to CUDA devices need the CUDA copy engine, which this build "
+		 "does not include (built with CUDA=0 or without the toolkit's headers)");
+	return -EOPNOTSUPP;
+}
 
 int cli_cuda_open(struct ckpt_client *c, enum ckpt_cuda_pin pin, char *err, size_t errlen)
 {

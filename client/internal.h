@@ -268,6 +268,12 @@ int cli_cuda_copy(struct ckpt_client *c, const struct ckpt_save *s, size_t i, vo
 int cli_cuda_mark(struct ckpt_client *c, cli_cuda_pending *p, char *err, size_t errlen);
 /* 0 done, -EAGAIN (not yet; only without wait), or -errno with err. */
 int cli_cuda_poll(struct ckpt_client *c, cli_cuda_pending *p, bool wait, char *err, size_t errlen);
+/* Restore: len bytes of host memory src (the arena or any) to device memory
+ * dst of device `device`, after the work queued on `stream` (NULL: the
+ * legacy default stream), waited for (cuxfer_h2d).  Checks dst like a
+ * device tensor first.  0 or -errno with err (-EOPNOTSUPP without CUDA). */
+int cli_cuda_h2d(struct ckpt_client *c, int device, void *dst, const void *src, size_t len,
+		 void *stream, char *err, size_t errlen);
 /* The engine of CKPT_DEVICE_CUDA items (fill_extent sends them to
  * cli_cuda_copy instead of ->copy). */
 extern const struct copy_engine copy_engine_cuda;

@@ -509,23 +509,37 @@ int cuxfer_poll(struct cuxfer *x, struct cuxfer_pending *p, bool wait, char *err
 	return res;
 }
 
-int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len, char *err,
-	       size_t errlen)
+int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len, void *stream,
+	       char *err, size_t errlen)
 {
 	struct cuxfer_pending p = { 0 };
+	cudaEvent_t start = NULL;
 	cudaStream_t st;
 	cudaError_t e;
-	int r;
+	int prev = -1, r;
 
 	r = device_ready(x, dev, err, errlen);
 	if (r < 0)
 		return r;
-	int prev = -1;
-
-	r = with_device(x, dev, &prev, err, errlen);
+	/* Work the caller queued before this call may still use dst (the
+	 * last step's kernels reading the weights being replaced): the copy
+	 * waits for it, as a save's copies do. */
+	r = cuxfer_record_start(x, dev, stream, &start, err, errlen);
 	if (r < 0)
 		return r;
+	r = with_device(x, dev, &prev, err, errlen);
+	if (r < 0) {
+		cuxfer_start_free(x, start);
+		return r;
+	}
 	r = stream_of(x, dev, &st, err, errlen);
+	if (r == 0) {
+		e = x->rt->StreamWaitEvent(st, start, 0);
+		if (e != cudaSuccess) {
+			cudart_errmsg(x->rt, e, err, errlen, "cudaStreamWaitEvent on device %d", dev);
+			r = cudart_errno(e);
+		}
+	}
 	if (r == 0) {
 		e = x->rt->MemcpyAsync(dst, src, len, cudaMemcpyHostToDevice, st);
 		if (e != cudaSuccess) {
@@ -538,8 +552,11 @@ int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len
 		p.dev[p.n++] = dev;
 		r = cuxfer_mark(x, &p, err, errlen);
 	}
+	/* Waited for: the bytes at src may be reused when this returns, and
+	 * whatever the caller queues next, on any stream, sees dst. */
 	if (r == 0)
 		r = cuxfer_poll(x, &p, true, err, errlen);
 	device_restore(x, dev, prev);
+	cuxfer_start_free(x, start);
 	return r;
 }

@@ -123,10 +123,13 @@ int cuxfer_poll(struct cuxfer *x, struct cuxfer_pending *p, bool wait, char *err
 /*
  * Host to device, for restore: copies len bytes from src (in the arena or
  * any host memory) to device memory dst of device `dev`, on dev's copy
- * stream, and waits for it; the caller's current device is left as it was.
- * Returns 0 or -errno with the reason in err.
+ * stream, after the work queued on `stream` (a cudaStream_t of that device;
+ * NULL: the legacy default stream) before this call, and waits for it: when
+ * it returns, src may be reused and anything queued later sees dst.  The
+ * caller's current device is left as it was.  Returns 0 or -errno with the
+ * reason in err.
  */
-int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len, char *err,
-	       size_t errlen);
+int cuxfer_h2d(struct cuxfer *x, int dev, void *dst, const void *src, size_t len, void *stream,
+	       char *err, size_t errlen);
 
 #endif

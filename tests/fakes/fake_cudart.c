@@ -88,7 +88,7 @@ static int n_devices = 2;
  * context, and every later call that queues or waits for work returns it. */
 static cudaError_t sticky;
 static __thread int cur_device;
-static long n_registered, n_streams, n_events, n_allocs, n_copies;
+static long n_registered, n_streams, n_events, n_allocs, n_copies, n_waits;
 
 /* fake_cuda_fail: the next `countdown`-th call of `fail_call` fails. */
 static char fail_call[64];
@@ -525,6 +525,7 @@ API cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned int
 	o->ev = ev;
 	pthread_mutex_lock(&lock);
 	o->gen = ev->recorded; /* what was recorded when the wait was issued */
+	n_waits++;
 	pthread_mutex_unlock(&lock);
 	return enqueue(st, o);
 }
@@ -745,6 +746,8 @@ API long fake_cuda_stat(const char *what)
 		v = n_allocs;
 	else if (!strcmp(what, "copies"))
 		v = n_copies;
+	else if (!strcmp(what, "waits"))
+		v = n_waits;
 	pthread_mutex_unlock(&lock);
 	return v;
 }

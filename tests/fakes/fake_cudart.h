@@ -24,7 +24,8 @@ void fake_cuda_fail(const char *call, long n, cudaError_t err, bool async);
  * memory) to fill.  cudaErrorInvalidValue for memory not from cudaMalloc. */
 cudaError_t fake_cuda_kernel(void *dst, size_t len, int fill, unsigned delay_us, cudaStream_t st);
 /* What is live: "registered" (host registrations), "streams", "events",
- * "allocs" (cudaMalloc); "copies": cudaMemcpyAsync calls so far.  -1 for
+ * "allocs" (cudaMalloc); "copies", "waits": cudaMemcpyAsync and
+ * cudaStreamWaitEvent calls so far.  -1 for
  * another name. */
 long fake_cuda_stat(const char *what);
 /* Waits until every stream's queue is empty. */

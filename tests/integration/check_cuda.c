@@ -23,6 +23,7 @@
 #include "tests/lib/testd.h"
 
 #ifdef CKPT_HAVE_CUDA
+#include "client/internal.h"
 #include "cuda/cudart.h"
 #include "store/store.h"
 #include "tests/fakes/fake_cudart.h"
@@ -177,11 +178,16 @@ START_TEST(test_waits_for_caller_stream)
 		ten = dev_tensor(name[i], shape, dev[i], 0, NULL); /* the save's stream */
 		add_ok(s, &ten);
 	}
+	long waits = f.stat("waits");
+
 	t0 = td_now_ms();
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
 	ck_assert_msg(td_now_ms() - t0 < 250, "the commit call waited for the kernel");
 	ck_assert_int_eq(ckpt_future_wait(cm, WAIT_MS), 0);
 	ckpt_save_free(s);
+	/* The copy stream was made to wait (the bytes checked below say it
+	 * waited for the right thing). */
+	ck_assert_int_ge(f.stat("waits") - waits, 1);
 	/* The arena was pinned at the first device tensor (AUTO). */
 	ck_assert_int_eq(f.stat("registered"), 1);
 	ckpt_disconnect(c);
@@ -196,6 +202,46 @@ START_TEST(test_waits_for_caller_stream)
 	/* The library's copy stream and events are gone with the client. */
 	ck_assert_int_eq(f.stat("streams"), 0);
 	ck_assert_int_eq(f.stat("events"), 0);
+	td_fini(&t);
+}
+END_TEST
+
+/*
+ * Restore's direction through a client: bytes from the arena to a device
+ * buffer, after a slow kernel the trainer queued on that buffer; refused
+ * for memory that is not on the device named.
+ */
+START_TEST(test_h2d_through_client)
+{
+	const size_t len = 4 * MiB;
+	struct fake f = fake_load();
+	struct testd t;
+	struct ckpt_client *c;
+	cudaStream_t trainer;
+	unsigned char *dev, *src = malloc(len);
+	char err[512];
+
+	ck_assert_ptr_nonnull(src);
+	for (size_t i = 0; i < len; i++)
+		src[i] = (unsigned char)(i * 13 + 5);
+	td_init(&t, "h2d_through_client");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 64M\n"), 0);
+	c = connect_pin(&t, CKPT_CUDA_PIN_AUTO, 64 * MiB, NULL);
+	ck_assert_int_eq(f.set_device(1), cudaSuccess);
+	ck_assert_int_eq(f.malloc_((void **)&dev, len), cudaSuccess);
+	ck_assert_int_eq(f.stream_create(&trainer, cudaStreamNonBlocking), cudaSuccess);
+	ck_assert_int_eq(f.kernel(dev, len, 0x33, 200000, trainer), cudaSuccess);
+	ck_assert_int_eq(cli_cuda_h2d(c, 1, dev, src, len, trainer, err, sizeof(err)), 0);
+	f.idle();
+	ck_assert_int_eq(memcmp(dev, src, len), 0);
+	/* Named as device 0, or longer than the allocation: refused. */
+	ck_assert_int_lt(cli_cuda_h2d(c, 0, dev, src, len, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(cli_cuda_h2d(c, 1, dev, src, len + 1, NULL, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(f.stream_destroy(trainer), cudaSuccess);
+	ck_assert_int_eq(f.free_(dev), cudaSuccess);
+	ckpt_disconnect(c);
+	ck_assert_int_eq(f.stat("streams"), 0);
+	free(src);
 	td_fini(&t);
 }
 END_TEST
@@ -608,6 +654,7 @@ int main(void)
 
 	td_case(s, "waits_for_caller_stream", test_waits_for_caller_stream, 120, 0, 1);
 	td_case(s, "two_streams_one_extent", test_two_streams_one_extent, 120, 0, 1);
+	td_case(s, "h2d_through_client", test_h2d_through_client, 120, 0, 1);
 	td_case(s, "mixed_and_backpressure", test_mixed_and_backpressure, 120, 0, 1);
 	td_case(s, "copy_error", test_copy_error, 120, 0, 2);
 	td_case(s, "pinning", test_pinning, 120, 0, 1);

@@ -296,10 +296,24 @@ START_TEST(test_cuxfer_h2d_and_caller_device)
 	ck_assert_int_eq(f.rt->GetDevice(&cur), cudaSuccess);
 	ck_assert_int_eq(cur, 1);
 	cuxfer_start_free(x, ev);
-	ck_assert_int_eq(cuxfer_h2d(x, 1, dev, arena, len, err, sizeof(err)), 0);
+	ck_assert_int_eq(cuxfer_h2d(x, 1, dev, arena, len, NULL, err, sizeof(err)), 0);
 	ck_assert_int_eq(memcmp(dev, arena, len), 0); /* the fake's device memory is host memory */
+	/* After the caller's queued work: a slow kernel on the caller's stream
+	 * still writing dst when h2d is called does not land over the
+	 * restored bytes (without the wait it would, 200 ms later). */
+	{
+		cudaStream_t trainer;
+
+		ck_assert_int_eq(f.rt->StreamCreateWithFlags(&trainer, cudaStreamNonBlocking),
+				 cudaSuccess);
+		ck_assert_int_eq(f.kernel(dev, len, 0xEE, 200000, trainer), cudaSuccess);
+		ck_assert_int_eq(cuxfer_h2d(x, 1, dev, arena, len, trainer, err, sizeof(err)), 0);
+		ck_assert_int_eq(f.rt->StreamSynchronize(trainer), cudaSuccess);
+		ck_assert_int_eq(memcmp(dev, arena, len), 0);
+		ck_assert_int_eq(f.rt->StreamDestroy(trainer), cudaSuccess);
+	}
 	/* A copy into memory of another device is refused with the CUDA error. */
-	ck_assert_int_eq(cuxfer_h2d(x, 1, arena, arena, 16, err, sizeof(err)), -EINVAL);
+	ck_assert_int_eq(cuxfer_h2d(x, 1, arena, arena, 16, NULL, err, sizeof(err)), -EINVAL);
 	ck_assert_msg(strstr(err, "cudaErrorInvalidValue"), "%s", err);
 	ck_assert_int_eq(cuxfer_pinned(x), false);
 	cuxfer_close(x);
