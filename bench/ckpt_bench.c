@@ -163,7 +163,8 @@ struct rec {
 	/* REC_SETUP */
 	uint32_t registered;
 	double setup_ms;
-	int32_t gpu_device, gpu_devices, cuda_version; /* --gpu */
+	int32_t gpu_device, gpu_devices, cuda_version, gpu_fake; /* --gpu */
+	double gpu_setup_ms;
 	char cuda_runtime[256];
 	char err[ERR_LEN];
 };
@@ -406,7 +407,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 
 static struct ckpt_connect_opts connect_opts(const char *socket_path, const char *job,
 					     unsigned rank, unsigned world, uint64_t arena_bytes,
-					     unsigned copy_threads)
+					     unsigned copy_threads, bool pin)
 {
 	return (struct ckpt_connect_opts){
 		CKPT_CONNECT_OPTS_INIT,
@@ -416,6 +417,9 @@ static struct ckpt_connect_opts connect_opts(const char *socket_path, const char
 		.world = world,
 		.arena_bytes = arena_bytes,
 		.copy_threads = copy_threads,
+		/* --gpu: pinned at connect (failing it if it cannot be), not
+		 * inside the first save, and never silently pageable. */
+		.cuda_pin = pin ? CKPT_CUDA_PIN_ON : CKPT_CUDA_PIN_AUTO,
 	};
 }
 
@@ -949,18 +953,23 @@ out:
  * The D2H limit copies the same device bytes into the limits' memfd, pinned
  * with cudaHostRegister as the client pins its arena, with
  * cudaMemcpyAsync on a non-blocking stream of the rank's own: in one call
- * ("whole") or in pieces of the client's slot size, the pieces the engine
- * copies ("chunked"); timed from the first call to the end of
- * cudaStreamSynchronize.  The runtime is libckpt's own (cuda/cudart.c,
+ * ("whole") or in pieces of the client's slot size ("chunked": the largest
+ * copy the engine issues, which copies each tensor's part of an extent
+ * separately); timed from the first call to the end of
+ * cudaStreamSynchronize.  The client connects with pinning ON after the
+ * rank's device is made current, so its arena is pinned as the limit's
+ * memory is, before anything is timed.  The runtime is libckpt's own (cuda/cudart.c,
  * $CKPT_CUDART included), so the bench runs against the fake runtime of the
  * tests as well; cudaMalloc and cudaFree, which libckpt never calls, are
  * looked up in the same library.
  */
 struct gpu {
 	bool on;
+	bool fake;       /* the runtime is the tests' fake (it has their hooks) */
 	int device, devices;
 	char runtime[256];
 	int version;
+	double setup_ms; /* cudaMalloc, the copy to the device, the pinning */
 #ifdef CKPT_HAVE_CUDA
 	const struct cudart *rt;
 	__typeof__(cudaMalloc) *malloc_;
@@ -978,13 +987,13 @@ static int gpu_fail(struct gpu *g, cudaError_t e, char *err, size_t errlen, cons
 	return cudart_errno(e);
 }
 
-/* Device d, the state copied to it and the limit's memory pinned.  Returns
- * 0 or -errno with the reason in err. */
-static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, char *err,
-		    size_t errlen)
+/* Loads the runtime and makes the rank's device current (before the
+ * client connects and pins its arena there).  Returns 0 or -errno with the
+ * reason in err. */
+static int gpu_select(struct gpu *g, unsigned rank, char *err, size_t errlen)
 {
 	cudaError_t e;
-	void *dl, *p = NULL;
+	void *dl;
 
 	g->rt = cudart_get(err, errlen);
 	if (!g->rt)
@@ -998,6 +1007,9 @@ static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, 
 	}
 	*(void **)&g->malloc_ = dlsym(dl, "cudaMalloc");
 	*(void **)&g->free_ = dlsym(dl, "cudaFree");
+	/* Whatever the file is called: a figure measured on the fake must
+	 * never pass for a GPU's. */
+	g->fake = dlsym(dl, "fake_cuda_stat") != NULL;
 	dlclose(dl); /* libckpt's own reference keeps it loaded */
 	if (!g->malloc_ || !g->free_) {
 		snprintf(err, errlen, "'%s' has no cudaMalloc or cudaFree", g->rt->path);
@@ -1010,10 +1022,22 @@ static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, 
 		snprintf(err, errlen, "no CUDA device");
 		return -ENODEV;
 	}
-	g->device = (int)(s->rank % (unsigned)g->devices);
+	g->device = (int)(rank % (unsigned)g->devices);
 	e = g->rt->SetDevice(g->device);
 	if (e != cudaSuccess)
 		return gpu_fail(g, e, err, errlen, "cudaSetDevice");
+	return 0;
+}
+
+/* The state copied to the device and the limit's memory pinned.  Returns
+ * 0 or -errno with the reason in err. */
+static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, char *err,
+		    size_t errlen)
+{
+	uint64_t t0 = now_ns();
+	cudaError_t e;
+	void *p = NULL;
+
 	e = g->malloc_(&p, s->bytes);
 	if (e != cudaSuccess)
 		return gpu_fail(g, e, err, errlen, "cudaMalloc of the state");
@@ -1031,6 +1055,7 @@ static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, 
 		return gpu_fail(g, e, err, errlen, "cudaHostRegister of the limit's buffer");
 	g->pinned = lb->addr;
 	g->on = true;
+	g->setup_ms = ms_between(t0, now_ns());
 	return 0;
 }
 
@@ -1104,11 +1129,18 @@ static int d2h_limit(struct gpu *g, const struct state *s, char *dst, uint64_t p
 	return 0;
 }
 #else
+static int gpu_select(struct gpu *g, unsigned rank, char *err, size_t errlen)
+{
+	(void)g, (void)rank;
+	snprintf(err, errlen, "this ckpt_bench was built without CUDA (CUDA=0 or no toolkit headers)");
+	return -EOPNOTSUPP;
+}
+
 static int gpu_init(struct gpu *g, const struct state *s, struct limit_buf *lb, char *err,
 		    size_t errlen)
 {
 	(void)g, (void)s, (void)lb;
-	snprintf(err, errlen, "this ckpt_bench was built without CUDA (CUDA=0 or no toolkit headers)");
+	snprintf(err, errlen, "built without CUDA");
 	return -EOPNOTSUPP;
 }
 
@@ -1366,6 +1398,18 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		_exit(3);
 
 	state_init(&st, o->bytes, o->tensors, rank, o->ranks);
+	if (o->gpu) {
+		r = gpu_select(&gpu, rank, err, sizeof(err));
+		if (r < 0) {
+			memset(&rec, 0, sizeof(rec));
+			rec.rank = (int32_t)rank;
+			rec.kind = REC_HELLO;
+			rec.rc = r;
+			rec_err(&rec, "--gpu: %s", err);
+			(void)write_all(rec_fd, &rec, sizeof(rec));
+			_exit(1);
+		}
+	}
 	for (unsigned i = 0; i < o->n_clients; i++) {
 		char job[96];
 		struct ckpt_connect_opts co;
@@ -1374,7 +1418,7 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		snprintf(job, sizeof(job), "bench-%ld-%s", (long)job_pid, o->clients[i].name);
 		co = connect_opts(o->socket_path, job, rank, o->ranks,
 				  o->arena ? o->arena : default_arena(o->bytes, o->tensors),
-				  o->clients[i].threads);
+				  o->clients[i].threads, o->gpu);
 		memset(&rec, 0, sizeof(rec));
 		rec.rank = (int32_t)rank;
 		rec.kind = REC_HELLO;
@@ -1427,10 +1471,11 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		rec.rc = r;
 		rec.gpu_device = gpu.device;
 		rec.gpu_devices = gpu.devices;
+		rec.gpu_fake = gpu.fake;
+		rec.gpu_setup_ms = gpu.setup_ms;
 		rec.cuda_version = gpu.version;
 		snprintf(rec.cuda_runtime, sizeof(rec.cuda_runtime), "%s", gpu.runtime);
 	}
-	rec.setup_ms = ms_between(t0, now_ns());
 	if (!write_all(rec_fd, &rec, sizeof(rec)) || r < 0)
 		_exit(1);
 
@@ -1597,6 +1642,8 @@ static void gather_ready(const struct opts *o, pid_t pid)
 	bool registered = true;
 	char why_not[ERR_LEN] = "", runtime[256] = "";
 	int devices = 0, version = 0;
+	bool fake = false;
+	double gpu_setup_max = 0;
 	uint64_t device_mask = 0;
 
 	printf("{\"event\": \"ready\", \"pid\": %ld, \"ranks\": %u, \"bytes_per_rank\": %" PRIu64
@@ -1652,6 +1699,9 @@ static void gather_ready(const struct opts *o, pid_t pid)
 		if (o->gpu) {
 			devices = rec.gpu_devices;
 			version = rec.cuda_version;
+			fake |= rec.gpu_fake != 0;
+			if (rec.gpu_setup_ms > gpu_setup_max)
+				gpu_setup_max = rec.gpu_setup_ms;
 			if (rec.gpu_device >= 0 && rec.gpu_device < 64)
 				device_mask |= 1ull << rec.gpu_device;
 			snprintf(runtime, sizeof(runtime), "%.*s", (int)sizeof(rec.cuda_runtime),
@@ -1670,7 +1720,8 @@ static void gather_ready(const struct opts *o, pid_t pid)
 		printf(", \"gpu\": {\"devices\": %d, \"devices_used\": %d, \"cuda_runtime\": ", devices,
 		       __builtin_popcountll(device_mask));
 		print_json_str(runtime);
-		printf(", \"cuda_runtime_version\": %d}", version);
+		printf(", \"cuda_runtime_version\": %d, \"fake\": %s, \"arena_pinned\": true, "
+		       "\"setup_ms\": %.3f}", version, fake ? "true" : "false", gpu_setup_max);
 	}
 	printf("}\n");
 	fflush(stdout);

@@ -2,8 +2,12 @@
 /*
  * gpu_probe.c - tells `make bench` whether this machine can run the GPU
  * scenarios, through the same loader libckpt uses (cuda/cudart.c).  Prints
- * one JSON object: {"devices": N, "error": "..." or null}.  Exit 0 either way.
+ * one JSON object: {"devices": N, "error": "..." or null, "fake": true if
+ * the runtime is the tests' fake (it exports their hooks), "runtime": the
+ * library loaded}.  Exit 0 either way.
  */
+#include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #ifdef CKPT_HAVE_CUDA
@@ -39,15 +43,24 @@ int main(void)
 		printf("}\n");
 		return 0;
 	}
+	void *dl = dlopen(rt->path, RTLD_NOW | RTLD_NOLOAD);
+	bool fake = dl && dlsym(dl, "fake_cuda_stat");
 	cudaError_t e = rt->GetDeviceCount(&n);
+
+	if (dl)
+		dlclose(dl);
 	if (e != cudaSuccess) {
 		cudart_errmsg(rt, e, msg, sizeof(msg), "cudaGetDeviceCount (runtime '%s')", rt->path);
-		printf("{\"devices\": 0, \"error\": ");
-		print_json_str(msg);
-		printf("}\n");
-		return 0;
+		n = 0;
 	}
-	printf("{\"devices\": %d, \"error\": null}\n", n);
+	printf("{\"devices\": %d, \"error\": ", n);
+	if (e != cudaSuccess)
+		print_json_str(msg);
+	else
+		printf("null");
+	printf(", \"fake\": %s, \"runtime\": ", fake ? "true" : "false");
+	print_json_str(rt->path);
+	printf("}\n");
 #else
 	printf("{\"devices\": 0, \"error\": ");
 	print_json_str("libckpt was built without CUDA (CUDA=0 or no toolkit headers)");

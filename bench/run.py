@@ -24,7 +24,8 @@ BENCH_ROUNDS (override the number of rounds, >= 2; fewer than 5 is noted as
 not a protocol run), BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out;
 its fields are then null with a reason), BENCH_OUT (output JSON path; default
 bench/results/latest.json), BENCH_RUN_DIR (the daemon's and workers' files,
-removed at the start; default $BUILD/bench-run), BENCH_FAKE_CUDA=1 (save-gpu-2g against the
+removed at the start, which a directory not made by an earlier run must not
+need; default $BUILD/bench-run), BENCH_FAKE_CUDA=1 (save-gpu-2g against the
 tests' fake CUDA runtime, $BUILD/tests/libfakecudart.so from `make
 tests-build`: a check that the GPU scenario's code runs on a machine without
 a GPU; its figures are not a GPU's and its targets are not judged).
@@ -1325,17 +1326,24 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
     notes = []
     detail = {}
     env = worker_env(ranks, gpu=True)
-    if FAKE_CUDA:
-        notes.append("BENCH_FAKE_CUDA: measured against the fake CUDA runtime of the tests "
+    fake = sc.get("fake", False)
+    want_dcp = bool(py) and not SKIP_DCP
+    if fake:
+        notes.append("%s: measured against the fake CUDA runtime of the tests "
                      "(tests/fakes/fake_cudart.c: device memory is host memory, a stream is a thread "
                      "running memcpy), a check that this scenario's code runs: not a GPU figure, and "
-                     "its targets are not judged")
-    want_dcp = bool(py) and not SKIP_DCP
+                     "its targets are not judged" % ("BENCH_FAKE_CUDA" if FAKE_CUDA else
+                                                     "CKPT_CUDART names the fake runtime"))
+        if want_dcp:
+            # A real GPU's DCP against the fake's ckptd would be a ratio of
+            # two different machines.
+            want_dcp = False
+            notes.append("DCP left out: the ckptd side runs on the fake CUDA runtime")
     arena = arena_for(nbytes, tensors)
     # ckpt_bench holds the host copy of the state, the limit's buffer and
     # the arena (and, with the fake, the "device" memory); DCP its pinned
     # stager and torch's own memory.
-    plan = {"ckpt_bench": ranks * (2 * nbytes + arena + (nbytes if FAKE_CUDA else 0)) + 64 * MIB,
+    plan = {"ckpt_bench": ranks * (2 * nbytes + arena + (nbytes if fake else 0)) + 64 * MIB,
             "dcp": ranks * (nbytes + 600 * MIB), "margin": GIB}
     detail["memory_plan_gib"] = {k: round(v / GIB, 2) for k, v in plan.items()}
     avail = meminfo("MemAvailable")
@@ -1397,8 +1405,12 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
                 notes.append("%s exited with status %s: %s" % (w.name, rc, log_tail(w.log_path, 3)))
 
     cl = ready["clients"]["default"]
+    fake = fake or bool((ready.get("gpu") or {}).get("fake"))
+    if fake and not any("fake CUDA runtime" in n for n in notes):
+        notes.append("the CUDA runtime ckpt_bench loaded is the tests' fake: not a GPU figure, and the "
+                     "targets are not judged")
     r = {"bytes": nbytes * ranks, "tensors": tensors, "ranks": ranks, "rounds": len(rounds.rounds),
-         "fake_cuda": FAKE_CUDA, "gpu": ready.get("gpu")}
+         "fake_cuda": fake, "gpu": ready.get("gpu")}
     for k in ("call_ms", "staged_ms", "committed_ms"):
         r[k] = median(rounds.series("ckptd", k))
         r["first_" + k] = warm.get("ckptd", {}).get(k)
@@ -1473,24 +1485,27 @@ def empty_result(name, sc, why):
 
 
 def gpu_probe():
-    """(devices, why not) through libckpt's own CUDA loader (bench/gpu_probe)."""
+    """(devices, why not, fake) through libckpt's own CUDA loader
+    (bench/gpu_probe); fake: the runtime found is the tests' fake, however
+    it was named (BENCH_FAKE_CUDA or a CKPT_CUDART of the caller's)."""
     if FAKE_CUDA and not os.access(FAKE_CUDART, os.R_OK):
-        return 0, "BENCH_FAKE_CUDA: %s is missing (make tests-build makes it)" % FAKE_CUDART
+        return 0, "BENCH_FAKE_CUDA: %s is missing (make tests-build makes it)" % FAKE_CUDART, True
     try:
         out = subprocess.run([os.path.join(BUILD, "bench", "gpu_probe")], capture_output=True, text=True,
                              timeout=60, preexec_fn=die_with_parent, env=worker_env(1, gpu=True)).stdout
         d = json.loads(out)
-        return d["devices"], d["error"]
+        return d["devices"], d["error"], bool(d.get("fake"))
     except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
-        return 0, "bench/gpu_probe failed: %s" % e
+        return 0, "bench/gpu_probe failed: %s" % e, False
 
 
 def run_scenario(name, sc, py, run_dir, data, failures):
     ranks = sc["ranks"]
     if sc["kind"] == "gpu":
-        devices, why = gpu_probe()
+        devices, why, fake = gpu_probe()
         if devices < 1:
             return {name: empty_result(name, sc, "no GPU, so not run: %s" % why)}
+        sc = dict(sc, fake=fake or FAKE_CUDA)
     if sc["kind"] == "two":
         arenas = [arena_for(sc["bytes"], sc["tensors"]), arena_for(sc["second_bytes"], sc["second_tensors"])]
     else:
@@ -1536,8 +1551,14 @@ def run_scenario(name, sc, py, run_dir, data, failures):
 def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     out_path = os.environ.get("BENCH_OUT") or os.path.join(REPO, "bench", "results", "latest.json")
-    # Removed and made afresh: a directory of its own for every run.
+    # Removed and made afresh: a directory of its own for every run.  One
+    # that is not empty is removed only if an earlier run made it (marker).
     run_dir = os.environ.get("BENCH_RUN_DIR") or os.path.join(BUILD, "bench-run")
+    marker = os.path.join(run_dir, ".ckpt-bench-run")
+    if (os.environ.get("BENCH_RUN_DIR") and os.path.isdir(run_dir) and os.listdir(run_dir)
+            and not os.path.exists(marker)):
+        sys.exit("bench: %s is not empty and was not made by bench/run.py: not removing it "
+                 "(BENCH_RUN_DIR)" % run_dir)
     notes = []
     failures = []
     global ROUNDS
@@ -1571,6 +1592,7 @@ def main():
 
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(os.path.join(run_dir, "data"))
+    open(marker, "w").close()
     data = os.path.realpath(os.path.join(run_dir, "data"))
 
     # Memory is planned per scenario (memory_plan()), when it starts.

@@ -114,6 +114,9 @@ START_TEST(test_gpu_waits_for_caller_stream)
 	ck_assert_int_eq(g.rt->StreamCreateWithFlags(&trainer, cudaStreamNonBlocking), cudaSuccess);
 	ck_assert_int_eq(g.malloc_((void **)&dev, len), cudaSuccess);
 	ck_assert_int_eq(g.memset_(dev, 0x11, len), cudaSuccess);
+	/* cudaMemset may return before it is done, and the trainer's
+	 * non-blocking stream is not ordered after the legacy stream. */
+	ck_assert_int_eq(g.rt->StreamSynchronize(NULL), cudaSuccess);
 
 	ck_assert_int_eq(g.host_func(trainer, sleep_300ms, NULL), cudaSuccess);
 	ck_assert_int_eq(g.memset_async(dev, 0x22, len, trainer), cudaSuccess);

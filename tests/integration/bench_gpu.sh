@@ -3,8 +3,9 @@
 # bench`'s driver (bench/run.py, QUICK sizes, no torch peers) with a real
 # ckptd and ckpt_bench --gpu against the fake CUDA runtime
 # (BENCH_FAKE_CUDA=1), and its results say plainly that no GPU ran: figures
-# present, targets not judged.  Then with no runtime at all ($CKPT_CUDART
-# naming nothing): the scenario is null with the reason.  Needs only the
+# present, targets not judged; the same when only $CKPT_CUDART names the
+# fake.  Then with no runtime at all ($CKPT_CUDART naming nothing): the
+# scenario is null with the reason.  Needs only the
 # system python3; SKIPs in a build without CUDA.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -83,7 +84,24 @@ if errs:
 EOF
 grep -q "FAKE CUDA runtime" "$tmp/fake.json.log" || fail "the printed table does not say the runtime was fake"
 
-# 2. No runtime: not run, with the loader's reason; nothing failed.
+# 2. The fake named by CKPT_CUDART alone (no BENCH_FAKE_CUDA): still found
+# out and not judged.
+if ! run_bench "$tmp/named.json" CKPT_CUDART="$build/tests/libfakecudart.so"; then
+	tail -20 "$tmp/named.json.log"
+	fail "bench/run.py with CKPT_CUDART naming the fake failed"
+fi
+"$py" - "$tmp/named.json" <<'EOF' || fail "a fake named by CKPT_CUDART was judged as a GPU"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["scenarios"]["save-gpu-2g"]
+ts = [t for t in r["targets"] if t["scenario"] == "save-gpu-2g"]
+ok = s.get("fake_cuda") is True and s["gpu"]["fake"] is True and ts and all(t["met"] is None for t in ts)
+if not ok:
+    print(json.dumps({"fake_cuda": s.get("fake_cuda"), "gpu": s.get("gpu"), "targets": ts}))
+    sys.exit(1)
+EOF
+
+# 3. No runtime: not run, with the loader's reason; nothing failed.
 if ! run_bench "$tmp/none.json" CKPT_CUDART="$tmp/no-such-libcudart.so"; then
 	tail -20 "$tmp/none.json.log"
 	fail "bench/run.py without a runtime failed"

@@ -148,6 +148,10 @@ grep -q "calling init: $dest/usr/local/lib/libckpt.so.0" "$tmp/ld.log" ||
 # program needs (Libs.private names every library libckpt.a calls into,
 # libdl for the CUDA runtime's dlopen included).
 static_libs=$(pkg-config --static --libs libckpt)
+case " $static_libs " in
+*" -ldl "*) ;;
+*) fail "pkg-config --static --libs does not name -ldl (libckpt.a calls dlopen): '$static_libs'" ;;
+esac
 static_libs=${static_libs//-lckpt/}
 # shellcheck disable=SC2086
 if ! "$cc" -std=c11 ${san:+-fsanitize=$san} $cflags -o "$tmp/prog-static" "$tmp/prog.c" \
