@@ -6,7 +6,7 @@
  *
  *   ckpt_bench --socket S --root R --bytes B [--tensors T] [--ranks K]
  *              [--client NAME:THREADS]... [--arena B] [--max-depth D]
- *              [--timeout S]
+ *              [--timeout S] [--gpu]
  *
  * It forks K rank processes (also for K = 1, so that every command runs the
  * same way).  Each rank builds its state (B bytes in T fp32 tensors, touched
@@ -29,6 +29,9 @@
  *                               copies with, in pieces of CLIENT's slot size,
  *                               with glibc memcpy or with SSE2 streaming
  *                               stores (the client's own host engine)
+ *   d2h whole|chunked CLIENT    (--gpu) the D2H limit: the state's device
+ *                               bytes copied into the limits' memfd, pinned
+ *                               (see "device memory" below)
  *   write DIR DEPTH             the built-in disk writer: a fresh file per
  *                               rank in DIR, fallocate, the memfd written
  *                               from its registered buffers in 8 MiB O_DIRECT
@@ -1099,7 +1102,6 @@ static int d2h_limit(struct gpu *g, const struct state *s, char *dst, uint64_t p
 	const char *src = (const char *)g->dbuf;
 	struct cost_snap cs;
 	cudaError_t e = cudaSuccess;
-
 	size_t n = s->bytes < 64 ? (size_t)s->bytes : 64;
 
 	if (whole)
