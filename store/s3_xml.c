@@ -39,6 +39,27 @@ static const char *find(const char *p, const char *end, const char *what)
 	return NULL;
 }
 
+/* The '>' that ends the tag starting at p (quoted values skipped), or NULL
+ * if there is none or a '<' comes first. */
+static const char *tag_end(const char *p, const char *end)
+{
+	char quote = 0;
+
+	for (const char *q = p + 1; q < end; q++) {
+		if (quote) {
+			if (*q == quote)
+				quote = 0;
+		} else if (*q == '"' || *q == '\'') {
+			quote = *q;
+		} else if (*q == '<') {
+			return NULL;
+		} else if (*q == '>') {
+			return q;
+		}
+	}
+	return NULL;
+}
+
 /* Walks a document or a fragment (the content of an element: several
  * sibling elements and text between them), calling fn when an element
  * ends.  Returns 0, fn's first non-zero return, or -EBADMSG. */
@@ -103,7 +124,6 @@ static int walk(const char *p, size_t len, visit_fn fn, void *ud)
 		/* A start tag (attributes skipped: S3 puts only xmlns there). */
 		{
 			const char *n = p + 1, *q = n;
-			char quote = 0;
 			bool empty;
 
 			while (q < end && name_char(*q))
@@ -114,19 +134,8 @@ static int walk(const char *p, size_t len, visit_fn fn, void *ud)
 				return -EBADMSG;
 			stack[depth].name = n;
 			stack[depth].name_len = (size_t)(q - n);
-			for (; q < end; q++) {
-				if (quote) {
-					if (*q == quote)
-						quote = 0;
-				} else if (*q == '"' || *q == '\'') {
-					quote = *q;
-				} else if (*q == '<') {
-					return -EBADMSG;
-				} else if (*q == '>') {
-					break;
-				}
-			}
-			if (q >= end)
+			q = tag_end(p, end);
+			if (!q)
 				return -EBADMSG;
 			empty = q[-1] == '/';
 			stack[depth].inner = q + 1;
@@ -197,7 +206,7 @@ static int decode_text(const char *p, const char *end, char *buf, size_t buflen)
 				p = q + 3;
 				continue;
 			}
-			q = memchr(p, '>', (size_t)(end - p));
+			q = tag_end(p, end);
 			if (!q)
 				return -EBADMSG;
 			if (p[1] == '/')

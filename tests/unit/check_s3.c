@@ -239,6 +239,16 @@ START_TEST(xml_error)
 			 -ENOENT);
 	ck_assert_int_eq(s3_xml_text(error_body, strlen(error_body), "Error/Code", buf, 8),
 			 -ENAMETOOLONG);
+	/* An element's own text leaves out its children, whatever their
+	 * attributes hold. */
+	{
+		static const char mixed[] = "<Error>head<M a=\"1>2\" b='<'>m</M><E/>tail</Error>";
+
+		ck_assert_int_eq(s3_xml_text(mixed, strlen(mixed), "Error", buf, sizeof(buf)), 8);
+		ck_assert_str_eq(buf, "headtail");
+		ck_assert_int_eq(s3_xml_text(mixed, strlen(mixed), "Error/M", buf, sizeof(buf)), 1);
+		ck_assert_int_eq(s3_xml_text(mixed, strlen(mixed), "Error/E", buf, sizeof(buf)), 0);
+	}
 }
 END_TEST
 
