@@ -1035,6 +1035,30 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
     return results
 
 
+def dcp_figures(rounds, r):
+    """DCP's figures into result r: the thread count with the best median
+    committed_ms, and the medians of that count's call/staged/committed ms.
+    Returns (the count's item name, its per-round figures by key, every
+    count's median committed_ms)."""
+    dcp_best, _, _, dcp_meds = best_of(rounds, ["dcp_t%d" % t for t in DCP_THREADS], "committed_ms",
+                                       higher=False)
+    dcp = {k: (rounds.series(dcp_best, k) if dcp_best else [None] * len(rounds.rounds))
+           for k in ("call_ms", "staged_ms", "committed_ms")}
+    for k in ("call_ms", "staged_ms", "committed_ms"):
+        r["dcp_async_" + k] = median(dcp[k])
+    r["dcp_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
+    return dcp_best, dcp, dcp_meds
+
+
+def dcp_null_note(r, notes, py, have_dcp):
+    """Why DCP's figures are null, if they are."""
+    if r["dcp_async_committed_ms"] is None:
+        notes.append("dcp_async_*: %s" % ("skipped (BENCH_SKIP_DCP)" if SKIP_DCP else
+                                          "no bench Python environment" if not py else
+                                          "DCP did not run (see notes)" if not have_dcp
+                                          else "no DCP measurement succeeded"))
+
+
 def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, notes, shared_detail,
                  uring_depth, stall, py):
     """One scenario's JSON from the rounds (figures, per-round ratios)."""
@@ -1061,14 +1085,9 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
     torch_r = rounds.series("torch", "seconds")
     r["torch_save_s"] = median(torch_r)
     r["first_torch_save_s"] = warm.get("torch", {}).get("seconds")
-    dcp_items = ["dcp_t%d" % t for t in DCP_THREADS]
-    dcp_best, _, dcp_comm_r, dcp_meds = best_of(rounds, dcp_items, "committed_ms", higher=False)
-    dcp = {k: (rounds.series(dcp_best, k) if dcp_best else [None] * len(rounds.rounds))
-           for k in ("call_ms", "staged_ms", "committed_ms")}
+    _, dcp, dcp_meds = dcp_figures(rounds, r)
     for k in ("call_ms", "staged_ms", "committed_ms"):
-        r["dcp_async_" + k] = median(dcp[k])
         r["first_dcp_async_" + k] = warm.get("dcp_t%d" % DCP_THREADS[0], {}).get(k)
-    r["dcp_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
     r["max_loop_stall_ms"] = stall
     # The loop's own CPU time in its longest round: a stall far above it
     # was the loop waiting for a CPU (2 cores, many copy threads), not work.
@@ -1140,11 +1159,7 @@ def analyse_save(sname, sc, rounds, warm, cname, ready, have_torch, have_dcp, no
                                            "no bench Python environment" if not py else
                                            "torch.save did not run (see notes)" if not have_torch
                                            else "no torch.save measurement succeeded"))
-    if r["dcp_async_committed_ms"] is None:
-        notes.append("dcp_async_*: %s" % ("skipped (BENCH_SKIP_DCP)" if SKIP_DCP else
-                                          "no bench Python environment" if not py else
-                                          "DCP did not run (see notes)" if not have_dcp
-                                          else "no DCP measurement succeeded"))
+    dcp_null_note(r, notes, py, have_dcp)
     for k in ("staging_vs_copy_limit", "commit_vs_disk_limit"):
         v = ratios[k]
         above = sum(1 for x in per[k] if x is not None and x > 1.0)
@@ -1418,13 +1433,7 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
     r["copy_threads"] = cl["copy_threads"]
     r["slot_bytes"] = cl["slot_bytes"]
     d2h_best, r["d2h_limit_gibps"], d2h_r, d2h_meds = best_of(rounds, ["d2h_whole", "d2h_chunked"], "gibps")
-    dcp_items = ["dcp_t%d" % t for t in DCP_THREADS]
-    dcp_best, _, _, dcp_meds = best_of(rounds, dcp_items, "committed_ms", higher=False)
-    dcp = {k: (rounds.series(dcp_best, k) if dcp_best else [None] * len(rounds.rounds))
-           for k in ("call_ms", "staged_ms", "committed_ms")}
-    for k in ("call_ms", "staged_ms", "committed_ms"):
-        r["dcp_async_" + k] = median(dcp[k])
-    r["dcp_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
+    _, dcp, dcp_meds = dcp_figures(rounds, r)
     r["max_loop_stall_ms"] = stall
     r["max_loop_cpu_ms"] = find_key(status, "max_loop_cpu_ms") if status else None
 
@@ -1452,11 +1461,7 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
                    "durable_speedup_vs_dcp": spread(per["durable_speedup_vs_dcp"])}
     if r["d2h_limit_gibps"] is None:
         notes.append("d2h_limit_gibps: no D2H measurement succeeded")
-    if r["dcp_async_committed_ms"] is None:
-        notes.append("dcp_async_*: %s" % ("skipped (BENCH_SKIP_DCP)" if SKIP_DCP else
-                                          "no bench Python environment" if not py else
-                                          "DCP did not run (see notes)" if not have_dcp
-                                          else "no DCP measurement succeeded"))
+    dcp_null_note(r, notes, py, have_dcp)
     v = r["ratios"]["staging_vs_d2h_limit"]
     if v["median"] is not None and v["median"] > 1.0:
         notes.append("staging_vs_d2h_limit: median %.2f is above 1.0: ckptd beat the limit, so the limit is "
