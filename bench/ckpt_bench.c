@@ -1254,6 +1254,18 @@ static int find_client(const struct opts *o, const char *name)
 	return -1;
 }
 
+/* c->client for the client named `name`; false with err set if none is. */
+static bool cmd_client(const struct opts *o, const char *name, struct cmd *c, char *err,
+		       size_t errlen)
+{
+	c->client = find_client(o, name);
+	if (c->client < 0) {
+		snprintf(err, errlen, "no client '%s'", name);
+		return false;
+	}
+	return true;
+}
+
 /* Parses a command line; returns false with err set if it is not one. */
 static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err, size_t errlen)
 {
@@ -1278,11 +1290,8 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 	}
 	if (!strcmp(argv[0], "save") && argc >= 2) {
 		c->kind = CMD_SAVE;
-		c->client = find_client(o, argv[1]);
-		if (c->client < 0) {
-			snprintf(err, errlen, "no client '%s'", argv[1]);
+		if (!cmd_client(o, argv[1], c, err, errlen))
 			return false;
-		}
 		for (int i = 2; i < argc; i++) {
 			if (!strcmp(argv[i], "one")) {
 				c->one = true;
@@ -1307,12 +1316,7 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 			snprintf(err, errlen, "copy: method '%s' is not memcpy or stream", argv[1]);
 			return false;
 		}
-		c->client = find_client(o, argv[2]);
-		if (c->client < 0) {
-			snprintf(err, errlen, "no client '%s'", argv[2]);
-			return false;
-		}
-		return true;
+		return cmd_client(o, argv[2], c, err, errlen);
 	}
 	if (!strcmp(argv[0], "write") && argc == 3) {
 		char *end;
@@ -1344,12 +1348,7 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 			snprintf(err, errlen, "d2h: method '%s' is not whole or chunked", argv[1]);
 			return false;
 		}
-		c->client = find_client(o, argv[2]);
-		if (c->client < 0) {
-			snprintf(err, errlen, "no client '%s'", argv[2]);
-			return false;
-		}
-		return true;
+		return cmd_client(o, argv[2], c, err, errlen);
 	}
 	snprintf(err, errlen, "unknown command '%s' (save, copy, write, d2h, quit)", argv[0]);
 	return false;

@@ -831,6 +831,14 @@ def start_worker(name, argv, run_dir, env, notes):
         return None
 
 
+def close_workers(workers, notes):
+    """Stops every worker; an unexpected exit status becomes a note."""
+    for w in workers:
+        rc = w.close()
+        if rc not in (0, None) and not w.dead:
+            notes.append("%s exited with status %s: %s" % (w.name, rc, log_tail(w.log_path, 3)))
+
+
 def await_ready(w, notes, what):
     """The worker's ready line, or None (worker stopped, note added)."""
     if w is None:
@@ -1012,10 +1020,7 @@ def save_scenario(name, sc, daemon, py, run_dir, failures):
         detail["status_totals"] = (status or {}).get("totals")
         detail["max_loop_cpu_ms"] = find_key(status, "max_loop_cpu_ms") if status else None
     finally:
-        for w in workers:
-            rc = w.close()
-            if rc not in (0, None) and not w.dead:
-                notes.append("%s exited with status %s: %s" % (w.name, rc, log_tail(w.log_path, 3)))
+        close_workers(workers, notes)
 
     variants = [("default", name)]
     if sc["kind"] == "ranks":
@@ -1414,10 +1419,7 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
         rounds.note_settling(notes)
         stall, status = loop_stall(daemon, notes)
     finally:
-        for w in workers:
-            rc = w.close()
-            if rc not in (0, None) and not w.dead:
-                notes.append("%s exited with status %s: %s" % (w.name, rc, log_tail(w.log_path, 3)))
+        close_workers(workers, notes)
 
     cl = ready["clients"]["default"]
     fake = fake or bool((ready.get("gpu") or {}).get("fake"))
