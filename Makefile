@@ -51,7 +51,7 @@ endif
 CPPFLAGS += -D_GNU_SOURCE -Iinclude -I. -DCKPT_VERSION=\"$(VERSION)\"
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu17 -pthread -fPIC -fvisibility=hidden $(WARN) -MMD -MP
-LDLIBS   += -ljansson -lisal -luring -lsystemd -lpthread -ldl
+LDLIBS   += -ljansson -lisal -luring -lsystemd -lcurl -lpthread -ldl
 ifneq ($(SANITIZE),)
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)

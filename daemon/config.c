@@ -24,6 +24,7 @@
 #include <sys/un.h>
 
 #include "ckpt.h"
+#include "store/s3_addr.h"
 
 /* The build passes -DCKPTD_CONFIG_PATH="$(SYSCONFDIR)/ckptd/ckptd.conf". */
 #ifndef CKPTD_CONFIG_PATH
@@ -70,6 +71,27 @@ const struct config_key config_keys[] = {
 	KEY("max_clients_per_uid", CONFIG_UINT, 1, 65536, max_clients_per_uid, "64",
 	    "connections of one uid at once"),
 	KEY("o_direct", CONFIG_BOOL, 0, 1, o_direct, "yes", "write with O_DIRECT"),
+	KEY("s3_endpoint", CONFIG_STRING, 1, 255, s3_endpoint, NULL,
+	    "S3 endpoint URL (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS)"),
+	KEY("s3_region", CONFIG_STRING, 1, 63, s3_region, NULL,
+	    "S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, us-east-1)"),
+	KEY("s3_addressing", CONFIG_STRING, 4, 7, s3_addressing, "path",
+	    "S3 bucket addressing: path or virtual"),
+	KEY("s3_parts_in_flight", CONFIG_UINT, 1, 256, s3_parts_in_flight, "16",
+	    "S3 uploads at once"),
+	KEY("s3_retries", CONFIG_UINT, 0, 100, s3_retries, "8", "retries of one S3 request"),
+	KEY("s3_backoff_base", CONFIG_DURATION, 1, MS_PER_M, s3_backoff_base_ms, "100ms",
+	    "first S3 retry waits at most this"),
+	KEY("s3_backoff_cap", CONFIG_DURATION, 1, 10 * MS_PER_M, s3_backoff_cap_ms, "10s",
+	    "no S3 retry waits longer"),
+	KEY("s3_stall_timeout", CONFIG_DURATION, MS_PER_S, MS_PER_H, s3_stall_timeout_ms, "30s",
+	    "an S3 request moving no byte this long is retried"),
+	KEY("s3_connect_timeout", CONFIG_DURATION, 100, 10 * MS_PER_M, s3_connect_timeout_ms,
+	    "10s", "connecting to S3"),
+	KEY("s3_credentials_file", CONFIG_PATH, 1, PATH_MAX - 1, s3_credentials_file, NULL,
+	    "AWS shared-credentials file"),
+	KEY("s3_profile", CONFIG_STRING, 1, 63, s3_profile, "default",
+	    "its profile"),
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);
@@ -137,6 +159,7 @@ int config_key_range(const struct config_key *k, char *buf, size_t len)
 	case CONFIG_PATH:
 	case CONFIG_ROOT:
 	case CONFIG_BOOL:
+	case CONFIG_STRING:
 		break;
 	}
 	return snprintf(buf, len, "%s", "");
@@ -152,9 +175,14 @@ int config_key_expect(const struct config_key *k, char *buf, size_t len)
 		return snprintf(buf, len, "a path of %llu..%llu bytes", (unsigned long long)k->min,
 				(unsigned long long)k->max);
 	case CONFIG_PATH:
-	case CONFIG_ROOT:
 		return snprintf(buf, len, "an absolute path of at most %llu bytes",
 				(unsigned long long)k->max);
+	case CONFIG_ROOT:
+		return snprintf(buf, len, "an absolute path of at most %llu bytes, or "
+				"s3://bucket[/prefix]", (unsigned long long)k->max);
+	case CONFIG_STRING:
+		return snprintf(buf, len, "%llu..%llu printable characters without spaces",
+				(unsigned long long)k->min, (unsigned long long)k->max);
 	case CONFIG_MODE:
 		return snprintf(buf, len, "an octal mode in %s", range);
 	case CONFIG_SIZE:
@@ -333,8 +361,21 @@ static int add_root(struct config *c, const struct config_key *k, const char *va
 		    const char *origin, char *err, size_t errlen)
 {
 	char *copy, *from = NULL;
+	char canon[S3_BUCKET_MAX + S3_PREFIX_MAX + 8];
 
-	if (value[0] != '/' || strlen(value) > k->max) {
+	if (s3_is_url(value)) {
+		struct s3_loc loc;
+		char why[256];
+
+		if (s3_url_parse(value, &loc, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "root '%.256s': %s", value, why);
+			return -EINVAL;
+		}
+		/* One spelling per location, so that the lexical checks of
+		 * config_root_allowed compare like with like. */
+		s3_url_format(&loc, canon, sizeof(canon));
+		value = canon;
+	} else if (value[0] != '/' || strlen(value) > k->max) {
 		char expect[128];
 
 		config_key_expect(k, expect, sizeof(expect));
@@ -359,6 +400,18 @@ static int add_root(struct config *c, const struct config_key *k, const char *va
 	return 0;
 }
 
+static bool string_ok(const char *v, uint64_t min, uint64_t max)
+{
+	size_t n = strlen(v);
+
+	if (n < min || n > max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (v[i] <= 0x20 || v[i] > 0x7e)
+			return false;
+	return true;
+}
+
 /* Applies one value to the field of `k`; a refused value leaves the old
  * one.  `origin` (may be NULL) is remembered with a root. */
 static int set_key(struct config *c, const struct config_key *k, const char *value,
@@ -376,6 +429,10 @@ static int set_key(struct config *c, const struct config_key *k, const char *val
 		return replace_str(field, value);
 	case CONFIG_PATH:
 		if (value[0] != '/' || strlen(value) > k->max)
+			break;
+		return replace_str(field, value);
+	case CONFIG_STRING:
+		if (!string_ok(value, k->min, k->max))
 			break;
 		return replace_str(field, value);
 	case CONFIG_ROOT:
@@ -444,7 +501,7 @@ void config_free(struct config *c)
 		return;
 	for (size_t i = 0; i < config_n_keys; i++) {
 		const struct config_key *k = &config_keys[i];
-		if (k->kind == CONFIG_SOCKET || k->kind == CONFIG_PATH) {
+		if (k->kind == CONFIG_SOCKET || k->kind == CONFIG_PATH || k->kind == CONFIG_STRING) {
 			char **field = (char **)((char *)c + k->offset);
 			free(*field);
 			*field = NULL;
@@ -586,6 +643,8 @@ int config_validate(struct config *c, char *err, size_t errlen)
 		char *canon;
 		struct stat st;
 
+		if (s3_is_url(c->roots[i]))
+			continue; /* canonical since add_root; a bucket is not looked at */
 		if (c->roots[i][0] != '/') {
 			snprintf(err, errlen, "%s%sroot '%s' is not an absolute path", from,
 				 origin_sep(c->root_origin[i]), c->roots[i]);
@@ -624,6 +683,25 @@ int config_validate(struct config *c, char *err, size_t errlen)
 		}
 	}
 
+	if (c->s3_addressing && strcmp(c->s3_addressing, "path") &&
+	    strcmp(c->s3_addressing, "virtual")) {
+		snprintf(err, errlen, "s3_addressing: '%.64s' is not path or virtual",
+			 c->s3_addressing);
+		return -EINVAL;
+	}
+	if (c->s3_endpoint) {
+		char url[600], why[256];
+		int r = s3_object_url(c->s3_endpoint, false, "bucket", "", NULL, url, sizeof(url),
+				      why, sizeof(why));
+		if (r < 0) {
+			snprintf(err, errlen, "s3_endpoint: %s", why);
+			return -EINVAL;
+		}
+	}
+	if (c->s3_backoff_base_ms > c->s3_backoff_cap_ms) {
+		snprintf(err, errlen, "s3_backoff_base is longer than s3_backoff_cap");
+		return -EINVAL;
+	}
 	if (c->arena_max > c->arena_total) {
 		snprintf(err, errlen,
 			 "arena_max (%llu bytes) is larger than arena_total (%llu bytes)",
@@ -669,6 +747,10 @@ bool config_root_allowed(const struct config *c, const char *path)
 	char buf[PATH_MAX];
 	size_t len;
 
+	/* An S3 location has no symlinks: the lexical check is the check
+	 * (both sides in s3_url_format's spelling). */
+	if (path && s3_is_url(path))
+		return under_any_root(c, path);
 	if (!path || path[0] != '/')
 		return false;
 	len = strlen(path);

@@ -28,6 +28,23 @@
  *   max_clients_per_uid connections of one uid at once
  *                                                     64   (1..65536)
  *   o_direct            write with O_DIRECT (yes/no)  yes
+ *   s3_endpoint         S3 endpoint URL (scheme://host[:port]); unset: the
+ *                       AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL variables, else
+ *                       https://s3.<region>.amazonaws.com
+ *   s3_region           unset: AWS_REGION/AWS_DEFAULT_REGION, the
+ *                       credentials file, else us-east-1
+ *   s3_addressing       path or virtual (bucket.host)   path
+ *   s3_parts_in_flight  uploads at once              16   (1..256)
+ *   s3_retries          retries of one request       8    (0..100)
+ *   s3_backoff_base     first retry's wait cap       100ms (1ms..1m)
+ *   s3_backoff_cap      any retry's wait cap         10s  (1ms..10m)
+ *   s3_stall_timeout    a request moving no byte this long is retried
+ *                                                    30s  (1s..1h)
+ *   s3_connect_timeout                               10s  (100ms..10m)
+ *   s3_credentials_file a shared-credentials file (AWS format, mode 0600);
+ *                       the AWS_* variables win over it
+ *   s3_profile          its profile               default
+ * Roots may be s3://bucket[/prefix] too.
  *
  * Composition (config_from_args): defaults, then the file, then the command
  * line in its order.  Every flag wins over the file; roots given on the
@@ -70,6 +87,18 @@ struct config {
 	unsigned max_clients;
 	unsigned max_clients_per_uid;
 	bool o_direct;
+	/* S3 (roots s3://bucket/prefix); NULL strings: not set */
+	char *s3_endpoint;
+	char *s3_region;
+	char *s3_addressing;             /* "path" or "virtual" */
+	unsigned s3_parts_in_flight;
+	unsigned s3_retries;
+	uint64_t s3_backoff_base_ms;
+	uint64_t s3_backoff_cap_ms;
+	uint64_t s3_stall_timeout_ms;
+	uint64_t s3_connect_timeout_ms;
+	char *s3_credentials_file;
+	char *s3_profile;
 };
 
 enum config_kind {
@@ -81,6 +110,7 @@ enum config_kind {
 	CONFIG_UINT,     /* unsigned: decimal, min..max */
 	CONFIG_DURATION, /* uint64_t milliseconds: min..max */
 	CONFIG_BOOL,     /* bool: yes/no, true/false, on/off, 1/0 */
+	CONFIG_STRING,   /* char *: min..max bytes of printable ASCII, no space */
 };
 
 /* One key: the table drives parsing, defaults, validation and messages. */

@@ -30,6 +30,9 @@
 #include "daemon/save.h"
 #include "daemon/server.h"
 #include "store/fsutil.h"
+#include "store/s3_addr.h"
+#include "store/store_route.h"
+#include "store/store_s3.h"
 
 #define EX_CONFIG_ 78
 #define TICK_MS 50
@@ -181,6 +184,46 @@ static int make_identity(struct server *srv)
 	return 0;
 }
 
+/* S3 is set up when a root is an s3:// one, or an endpoint is configured:
+ * without credentials that is a configuration error, found at start-up
+ * rather than at the first save. */
+static int s3_setup(const struct config *cfg)
+{
+	struct store_s3_settings set = {
+		.endpoint = cfg->s3_endpoint,
+		.region = cfg->s3_region,
+		.addressing = cfg->s3_addressing,
+		.credentials_file = cfg->s3_credentials_file,
+		.profile = cfg->s3_profile,
+		.parts_in_flight = cfg->s3_parts_in_flight,
+		.retries = cfg->s3_retries,
+		.retries_set = true,
+		.backoff_base_ms = cfg->s3_backoff_base_ms,
+		.backoff_cap_ms = cfg->s3_backoff_cap_ms,
+		.stall_ms = cfg->s3_stall_timeout_ms,
+		.connect_timeout_ms = cfg->s3_connect_timeout_ms,
+	};
+	bool want = cfg->s3_endpoint != NULL;
+	char err[512];
+	int r;
+
+	for (size_t i = 0; i < cfg->n_roots; i++)
+		want |= s3_is_url(cfg->roots[i]);
+	if (!want)
+		return 0;
+	r = store_s3_start_settings(&set, err, sizeof(err));
+	if (r < 0) {
+		log_err("S3: %s", err);
+		return -EBUSY; /* a configuration error: exit 78 */
+	}
+	log_info("S3: endpoint '%s', region '%s', %s addressing, %u parts in flight",
+		 s3_client_conf(store_s3_client())->endpoint,
+		 s3_client_conf(store_s3_client())->region,
+		 s3_client_conf(store_s3_client())->virtual_host ? "virtual-host" : "path",
+		 s3_client_conf(store_s3_client())->parts_in_flight);
+	return 0;
+}
+
 static int setup(struct server *srv)
 {
 	struct itimerspec its = {
@@ -201,8 +244,11 @@ static int setup(struct server *srv)
 	 * that save only, not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 
-	srv->store = &store_local;
+	srv->store = &store_routed;
 	srv->store->set_disk_depth(srv->cfg.disk_depth);
+	r = s3_setup(&srv->cfg);
+	if (r < 0)
+		return r;
 	creds_init();
 	creds_self(&srv->creds);
 	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
@@ -464,6 +510,7 @@ static void teardown(struct server *srv)
 	workers_stop(&srv->crcs); /* its done() may queue file-system jobs */
 	workers_stop(&srv->work);
 	workers_stop(&srv->arenas);
+	store_s3_stop();
 	registry_close(&srv->reg);
 	if (srv->lfd >= 0 && sd_listen_fds(0) <= 0)
 		unlink(srv->cfg.socket_path);

@@ -16,6 +16,8 @@
 
 #include "daemon/log.h"
 #include "store/fsutil.h"
+#include "store/s3_addr.h"
+#include "store/store_s3.h"
 
 #define ENTRY_MAX (16u << 10)
 
@@ -133,6 +135,17 @@ static int remove_area(json_t *j, const char *id)
 	size_t len;
 	int rfd, wfd, r;
 
+	if (root && s3_is_url(root)) {
+		/* The daemon's S3 credentials, not the owner's: S3 knows no
+		 * uids.  The area's attempt.json must name this entry's life. */
+		const char *inst = json_string_value(json_object_get(j, "instance"));
+		r = inst ? store_s3_sweep(root, id, inst, err, sizeof(err)) : -EBADMSG;
+		if (r < 0 && r != -EBADMSG)
+			log_warn("sweep: %s", err);
+		else if (r > 0)
+			log_info("removed stale work area '%s/%s%s'", root, STORE_WORK_PREFIX, id);
+		return r < 0 ? r : 0;
+	}
 	if (!root || root[0] != '/' || !json_is_integer(json_object_get(j, "uid")) ||
 	    !json_is_integer(json_object_get(j, "gid")))
 		return -EBADMSG;

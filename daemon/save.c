@@ -21,6 +21,7 @@
 #include "daemon/server.h"
 #include "format/index.h"
 #include "store/fsutil.h"
+#include "store/s3_addr.h"
 
 /* A job of a save or a rank: what run() needs, owned by the job, so the
  * worker never reads loop state that may change. */
@@ -34,6 +35,7 @@ struct sjob {
 	char root[PATH_MAX];
 	struct store_attempt *att;
 	struct store_shard *shard;
+	uint64_t extent;         /* shard: the connection's slot size */
 	const struct config *cfg;
 	struct registry *reg;
 	const struct store_ops *store;
@@ -289,12 +291,27 @@ static void open_run(struct work *w)
 	char canon[PATH_MAX];
 	int r;
 
+	bool s3 = s3_is_url(j->root);
+
+	if (s3) {
+		/* One spelling of an S3 location, the one config_root_allowed
+		 * compares with; a bucket has nothing to create or resolve. */
+		struct s3_loc loc;
+		if (s3_url_parse(j->root, &loc, w->err, sizeof(w->err)) < 0 ||
+		    s3_url_format(&loc, canon, sizeof(canon)) < 0) {
+			w->res = -EINVAL;
+			return;
+		}
+		snprintf(j->root, sizeof(j->root), "%s", canon);
+	}
 	if (!config_root_allowed(j->cfg, j->root)) {
 		w->res = -EACCES;
 		snprintf(w->err, sizeof(w->err), "root '%.400s' is not inside an allowed root of this ckptd",
 			 j->root);
 		return;
 	}
+	if (s3)
+		goto open;
 	r = fs_mkdir_p(j->root, 0777);
 	if (r < 0) {
 		w->res = r;
@@ -309,6 +326,7 @@ static void open_run(struct work *w)
 			 j->root);
 		return;
 	}
+open:
 	snprintf(j->out_root, sizeof(j->out_root), "%s", canon);
 	/* Noted before it exists, so a crash right after mkdir leaves nothing
 	 * the sweep does not know about. */
@@ -365,7 +383,8 @@ static void shard_run(struct work *w)
 	struct sjob *j = (struct sjob *)w;
 
 	w->res = j->store->shard_create(j->att, j->r->rank, j->r->layout.file_size,
-					j->cfg->o_direct, &j->out_shard, w->err, sizeof(w->err));
+					j->extent, j->cfg->o_direct, &j->out_shard, w->err,
+					sizeof(w->err));
 	/* Rank 0's daemon coordinates: it claims the area once its shard is
 	 * its own (the exclusive create decides between two claimants). */
 	if (w->res == 0 && j->r->rank == 0)
@@ -418,6 +437,7 @@ static void shard_submit(struct rank *r)
 		rank_fail(r, -ENOMEM, "out of memory");
 		return;
 	}
+	j->extent = r->conn->slot_bytes;
 	r->job_busy = true;
 	workers_submit(&r->save->srv->work, &j->w);
 }
@@ -425,7 +445,8 @@ static void shard_submit(struct rank *r)
 /* Builds rank r's index addressed to `to` and publishes it. */
 static int publish(struct sjob *j, const struct rank *r, const char *to, char *err, size_t errlen)
 {
-	struct index_origin o = { j->id, j->self.id, j->self.instance, to };
+	struct index_origin o = { j->id, j->self.id, j->self.instance, to,
+				  j->store->attempt_tag(j->att) };
 	char *text = NULL;
 	int res;
 

@@ -39,6 +39,14 @@ void index_shard_name(uint32_t rank, char *buf, size_t len)
 	snprintf(buf, len, "rank-%05u.safetensors", rank);
 }
 
+void index_shard_name_tag(uint32_t rank, const char *tag, char *buf, size_t len)
+{
+	if (tag && *tag)
+		snprintf(buf, len, "rank-%05u.%s.safetensors", rank, tag);
+	else
+		index_shard_name(rank, buf, len);
+}
+
 void index_index_name(uint32_t rank, char *buf, size_t len)
 {
 	snprintf(buf, len, "rank-%05u.index.json", rank);
@@ -54,11 +62,11 @@ int index_build_origin(const struct layout *l, const uint32_t *crcs, const char 
 		       uint32_t rank, uint32_t world, const struct index_origin *o,
 		       char **ret_text)
 {
-	char file[32];
+	char file[INDEX_SHARD_NAME_MAX];
 	struct jbuf b;
 	int ret;
 
-	index_shard_name(rank, file, sizeof(file));
+	index_shard_name_tag(rank, o ? o->shard_tag : NULL, file, sizeof(file));
 	jbuf_init(&b, 512 + l->n_items * 192 + (size_t)l->n_crcs * 11, 0);
 	jbuf_lit(&b, "{\"format\":\"" INDEX_FORMAT "\",\"job\":");
 	jbuf_str(&b, job);
@@ -179,6 +187,8 @@ struct entry {
 
 struct merge {
 	int dirfd;
+	index_fetch_fn fetch;    /* instead of dirfd when set */
+	void *fetch_ud;
 	const char *job, *name;
 	const struct index_origin *origin; /* NULL: no attempt checks */
 	uint32_t world;
@@ -213,8 +223,8 @@ static bool get_dims(const json_t *j, uint64_t *out, size_t *ret_n)
 
 /* Reads rank r's index file whole and parses it; *ret_size is the file's
  * size (a bound on the bytes of all names in it). */
-static int load_index(int dirfd, uint32_t r, json_t **ret, size_t *ret_size, char *err,
-		      size_t errlen)
+static int load_index(const struct merge *m, uint32_t r, json_t **ret, size_t *ret_size,
+		      char *err, size_t errlen)
 {
 	char fname[32];
 	json_error_t jerr;
@@ -224,7 +234,8 @@ static int load_index(int dirfd, uint32_t r, json_t **ret, size_t *ret_size, cha
 	int ret_err;
 
 	index_index_name(r, fname, sizeof(fname));
-	ret_err = fs_read_file_at(dirfd, fname, INDEX_MAX_BYTES, &buf, &got);
+	ret_err = m->fetch ? m->fetch(m->fetch_ud, r, &buf, &got) :
+			   fs_read_file_at(m->dirfd, fname, INDEX_MAX_BYTES, &buf, &got);
 	if (ret_err == -ENOENT)
 		return errmsg_set(err, errlen, -ENOENT, "rank %u: index missing", r);
 	if (ret_err == -EFBIG || ret_err == -EISDIR || ret_err == -EINVAL)
@@ -377,19 +388,19 @@ static int add_chunk(struct part *p, uint32_t r, size_t i, json_t *it, char *err
 static int load_part(struct merge *m, uint32_t r, char *err, size_t errlen)
 {
 	struct part *p = &m->parts[r];
-	char file[32];
+	char file[INDEX_SHARD_NAME_MAX];
 	json_t *root = NULL, *items;
 	size_t fsize = 0;
 	int ret;
 
-	ret = load_index(m->dirfd, r, &root, &fsize, err, errlen);
+	ret = load_index(m, r, &root, &fsize, err, errlen);
 	if (ret)
 		return ret;
 	if (!json_is_object(root)) {
 		ret = bad("rank %u: index is not a JSON object", r);
 		goto out;
 	}
-	index_shard_name(r, file, sizeof(file));
+	index_shard_name_tag(r, m->origin ? m->origin->shard_tag : NULL, file, sizeof(file));
 	if ((ret = check_str(root, "format", INDEX_FORMAT, r, err, errlen)) ||
 	    (ret = check_str(root, "job", m->job, r, err, errlen)) ||
 	    (ret = check_str(root, "name", m->name, r, err, errlen)) ||
@@ -791,7 +802,7 @@ static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *
 {
 	const struct part *p0 = &m->parts[0];
 	uint64_t total = 0;
-	char tbuf[40] = "1970-01-01T00:00:00Z", file[32];
+	char tbuf[40] = "1970-01-01T00:00:00Z", file[INDEX_SHARD_NAME_MAX];
 	time_t t = (time_t)time_utc;
 	struct tm tm;
 	struct jbuf b;
@@ -827,7 +838,7 @@ static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *
 	for (uint32_t r = 0; r < m->world; r++) {
 		if (r)
 			jbuf_ch(&b, ',');
-		index_shard_name(r, file, sizeof(file));
+		index_shard_name_tag(r, m->origin ? m->origin->shard_tag : NULL, file, sizeof(file));
 		jbuf_lit(&b, "{\"rank\":");
 		jbuf_u64(&b, r);
 		jbuf_lit(&b, ",\"path\":");
@@ -906,8 +917,18 @@ int index_merge_origin(int dirfd, const char *job, const char *name, uint32_t wo
 		       const struct index_local *local, size_t n_local, char **ret_text,
 		       char *err, size_t errlen)
 {
-	struct merge m = { .dirfd = dirfd, .job = job, .name = name, .world = world,
-			   .origin = origin, .local = local, .n_local = n_local };
+	return index_merge_fetch(dirfd, NULL, NULL, job, name, world, time_utc, origin, local,
+				 n_local, ret_text, err, errlen);
+}
+
+int index_merge_fetch(int dirfd, index_fetch_fn fetch, void *fetch_ud, const char *job,
+		      const char *name, uint32_t world, int64_t time_utc,
+		      const struct index_origin *origin, const struct index_local *local,
+		      size_t n_local, char **ret_text, char *err, size_t errlen)
+{
+	struct merge m = { .dirfd = dirfd, .fetch = fetch, .fetch_ud = fetch_ud, .job = job,
+			   .name = name, .world = world, .origin = origin, .local = local,
+			   .n_local = n_local };
 	uint32_t *tmp = NULL;
 	int ret = 0;
 

@@ -43,6 +43,11 @@
 
 /* "rank-00003.safetensors" / "rank-00003.index.json" into buf (>= 32 bytes). */
 void index_shard_name(uint32_t rank, char *buf, size_t len);
+/* With a tag (a backend's per-attempt name part, see index_origin):
+ * "rank-00003.<tag>.safetensors"; NULL or "": index_shard_name(). */
+#define INDEX_SHARD_NAME_MAX 96
+#define INDEX_SHARD_TAG_MAX 32
+void index_shard_name_tag(uint32_t rank, const char *tag, char *buf, size_t len);
 void index_index_name(uint32_t rank, char *buf, size_t len);
 
 /* Who wrote an index and for which save attempt (store.h): written into
@@ -54,6 +59,10 @@ struct index_origin {
 	const char *instance;  /* and its life */
 	const char *to;        /* the coordinator claim it is addressed to
 	                        * (store.h); "" when there was none yet */
+	const char *shard_tag; /* NULL, or [0-9a-f]{1,32} in the shard file
+	                        * names (index_shard_name_tag): a backend that
+	                        * writes shards in place (S3) names them per
+	                        * attempt, so that no two attempts share one */
 };
 
 /*
@@ -101,6 +110,15 @@ int index_merge_origin(int dirfd, const char *job, const char *name, uint32_t wo
 		       int64_t time_utc, const struct index_origin *origin,
 		       const struct index_local *local, size_t n_local, char **ret_text,
 		       char *err, size_t errlen);
+
+/* The same, with each rank's index text from fetch(ud, rank, ...) instead of
+ * dirfd (a malloc'd buffer of at most INDEX_MAX_BYTES, or -ENOENT if the
+ * rank has none).  fetch may be called from several threads at once. */
+typedef int (*index_fetch_fn)(void *ud, uint32_t rank, char **ret_text, size_t *ret_len);
+int index_merge_fetch(int dirfd, index_fetch_fn fetch, void *fetch_ud, const char *job,
+		      const char *name, uint32_t world, int64_t time_utc,
+		      const struct index_origin *origin, const struct index_local *local,
+		      size_t n_local, char **ret_text, char *err, size_t errlen);
 
 /* ---- the parsed manifest, for readers and ckptctl ---- */
 

@@ -6,6 +6,7 @@
 #include "ckpt.h"
 #include "format/errmsg.h"
 #include "format/names.h"
+#include "store/s3_addr.h"
 
 /* Formats the reason and returns false. */
 #define reject(err, errlen, ...) (errmsg_set((err), (errlen), 0, __VA_ARGS__) != 0)
@@ -95,6 +96,13 @@ bool name_root_ok(const char *root, char *err, size_t errlen)
 
 	if (!root || !*root)
 		return reject(err, errlen, "root directory is empty");
+	if (s3_is_url(root)) {
+		struct s3_loc loc;
+		char why[256];
+		if (s3_url_parse(root, &loc, why, sizeof(why)) < 0)
+			return reject(err, errlen, "root '%s': %s", show(root, buf), why);
+		return true;
+	}
 	if (root[0] != '/')
 		return reject(err, errlen, "root directory '%s' is not an absolute path", show(root, buf));
 	n = strnlen(root, max + 1);

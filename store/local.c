@@ -595,14 +595,16 @@ fail:
 	return r;
 }
 
-static int local_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size, bool direct,
-			      struct store_shard **ret, char *err, size_t errlen)
+static int local_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size,
+			      uint64_t extent, bool direct, struct store_shard **ret, char *err,
+			      size_t errlen)
 {
 	int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
 	struct store_shard *s;
 	char shard[64];
 	int fd, r;
 
+	(void)extent; /* a file takes extents of any size at any offset */
 	index_shard_name(rank, shard, sizeof(shard));
 	fd = openat(a->workfd, shard, flags | (direct ? O_DIRECT : 0), 0644);
 	if (fd < 0 && errno == EINVAL && direct) {
@@ -648,6 +650,12 @@ static int local_shard_create(struct store_attempt *a, uint32_t rank, uint64_t s
 	s->fd = fd;
 	*ret = s;
 	return 0;
+}
+
+static const char *local_attempt_tag(const struct store_attempt *a)
+{
+	(void)a;
+	return NULL; /* shards are renamed into place with their work area */
 }
 
 static int local_shard_finish(struct store_shard *s, uint64_t size, char *err, size_t errlen)
@@ -799,7 +807,7 @@ static int local_attempt_commit(struct store_attempt *a, const struct store_merg
 	char *manifest = NULL;
 	int r;
 
-	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance, m->nonce };
+	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance, m->nonce, NULL };
 
 	r = index_merge_origin(a->workfd, m->key->job, m->key->name, m->key->world, m->time_utc,
 			       &o, m->local, m->n_local, &manifest, err, errlen);
@@ -980,6 +988,7 @@ const struct store_ops store_local = {
 	.attempt_open = local_attempt_open,
 	.shard_create = local_shard_create,
 	.shard_write = local_shard_write,
+	.attempt_tag = local_attempt_tag,
 	.shard_finish = local_shard_finish,
 	.rank_publish = local_rank_publish,
 	.attempt_claim = local_attempt_claim,

@@ -45,7 +45,7 @@ int s3_xml_each(const char *body, size_t len, const char *path,
 /* A part of a multipart upload, as CompleteMultipartUpload lists it. */
 struct s3_part_done {
 	uint32_t number;  /* 1..10000 */
-	char etag[80];    /* as S3 returned it, quotes included */
+	char etag[132];   /* as S3 returned it, quotes included */
 	uint32_t crc32c;  /* of the part's bytes */
 };
 

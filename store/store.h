@@ -129,11 +129,16 @@ struct store_ops {
 			    struct store_attempt **ret, bool *ret_created, char *err,
 			    size_t errlen);
 	/* [worker] Creates rank's shard (exclusively: a rank is written once
-	 * per attempt) with room for `size` bytes reserved.  -EEXIST if the
-	 * rank is already being written; -ENOSPC/-EDQUOT/-EFBIG if there is no
-	 * room. */
-	int (*shard_create)(struct store_attempt *a, uint32_t rank, uint64_t size, bool direct,
-			    struct store_shard **ret, char *err, size_t errlen);
+	 * per attempt) with room for `size` bytes reserved; its extents will
+	 * be `extent` bytes each (the last one shorter), file offsets
+	 * multiples of it.  -EEXIST if the rank is already being written;
+	 * -ENOSPC/-EDQUOT/-EFBIG if there is no room or the backend cannot
+	 * store a file of that size in such extents. */
+	int (*shard_create)(struct store_attempt *a, uint32_t rank, uint64_t size, uint64_t extent,
+			    bool direct, struct store_shard **ret, char *err, size_t errlen);
+	/* [any] NULL, or the tag in this attempt's shard file names
+	 * (index_origin.shard_tag). */
+	const char *(*attempt_tag)(const struct store_attempt *a);
 	/* [loop] Queues a write of len bytes of the arena at arena_off to the
 	 * shard at file_off (len a multiple of 4096; the bytes stay untouched
 	 * until cb runs).  cb runs from arena_reap, exactly once. */

@@ -172,7 +172,7 @@ START_TEST(test_earlier_life_replaced_failed_refused)
 
 	/* An earlier life of this daemon made it and left a shard. */
 	ck_assert_int_eq(open_as(&me_before, &k, &a, &created, err), 0);
-	ck_assert_int_eq(S->shard_create(a, 1, 4096, false, &sh, err, sizeof(err)), 0);
+	ck_assert_int_eq(S->shard_create(a, 1, 4096, 1u << 20, false, &sh, err, sizeof(err)), 0);
 	S->shard_close(sh);
 	S->attempt_close(a);
 	area_path(&k, p, sizeof(p), "rank-00001.safetensors");
@@ -213,9 +213,9 @@ START_TEST(test_shards_claims_counts)
 	k.world = 3;
 	ck_assert_int_eq(open_as(&me, &k, &a, &created, err), 0);
 	ck_assert_int_eq(open_as(&other, &k, &b, &created, err), 0);
-	ck_assert_int_eq(S->shard_create(a, 0, 10000, true, &s0, err, sizeof(err)), 0);
+	ck_assert_int_eq(S->shard_create(a, 0, 10000, 1u << 20, true, &s0, err, sizeof(err)), 0);
 	/* A rank is written once per attempt. */
-	ck_assert_int_eq(S->shard_create(b, 0, 10000, true, &s0b, err, sizeof(err)), -EEXIST);
+	ck_assert_int_eq(S->shard_create(b, 0, 10000, 1u << 20, true, &s0b, err, sizeof(err)), -EEXIST);
 	ck_assert_ptr_null(s0b);
 	ck_assert_int_eq(S->attempt_addressee(b, seen), -ENOENT);
 	ck_assert_int_eq(S->attempt_claim(a, &me, nonce, err, sizeof(err)), 0);
@@ -223,7 +223,7 @@ START_TEST(test_shards_claims_counts)
 	ck_assert_str_eq(seen, nonce);
 
 	/* The shard is cut to its size when it is finished. */
-	ck_assert_int_eq(S->shard_create(b, 1, 8192, false, &s1, err, sizeof(err)), 0);
+	ck_assert_int_eq(S->shard_create(b, 1, 8192, 1u << 20, false, &s1, err, sizeof(err)), 0);
 	ck_assert_int_eq(S->shard_finish(s1, 5000, err, sizeof(err)), 0);
 	area_path(&k, p, sizeof(p), "rank-00001.safetensors");
 	snprintf(full, sizeof(full), "%s/%s", dir, p);
@@ -268,7 +268,7 @@ START_TEST(test_fail_and_poll)
 	ck_assert_int_eq(open_as(&me, &k, &co, &created, err), 0);
 	ck_assert_int_eq(open_as(&other, &k, &nc, &created, err), 0);
 	ck_assert_int_eq(S->attempt_poll(nc, id, err, sizeof(err)), 0);
-	ck_assert_int_eq(S->shard_create(nc, 1, 4096, false, &sh, err, sizeof(err)), 0);
+	ck_assert_int_eq(S->shard_create(nc, 1, 4096, 1u << 20, false, &sh, err, sizeof(err)), 0);
 	S->shard_close(sh);
 	/* Delivered: a failing non-coordinator writes nothing any more. */
 	S->attempt_fail(nc, false, true, &one, 1, "late");
@@ -329,7 +329,7 @@ START_TEST(test_arena_write)
 	err[0] = '\0';
 	ck_assert_int_eq(S->arena_attach(mem, len, 4, &ar, err, sizeof(err)), 0);
 	ck_assert_int_eq(open_as(&me, &k, &a, &created, err), 0);
-	ck_assert_int_eq(S->shard_create(a, 0, 2u << 20, true, &sh, err, sizeof(err)), 0);
+	ck_assert_int_eq(S->shard_create(a, 0, 2u << 20, 1u << 20, true, &sh, err, sizeof(err)), 0);
 	/* The second MiB of the arena to the start of the shard, twice over. */
 	S->shard_write(sh, ar, 1u << 20, 0, 1u << 20, wdone, NULL);
 	ck_assert_uint_gt(S->arena_busy(ar), 0);
@@ -410,7 +410,7 @@ START_TEST(test_disk_depth)
 		for (uint64_t b = 0; b < len; b++)
 			mem[i][b] = (uint8_t)(b * 13 + 5 + 101 * i);
 		ck_assert_int_eq(S->arena_attach(mem[i], len, 4, &ar[i], err, sizeof(err)), 0);
-		ck_assert_int_eq(S->shard_create(a, (uint32_t)i, len, true, &sh[i], err, sizeof(err)),
+		ck_assert_int_eq(S->shard_create(a, (uint32_t)i, len, 1u << 20, true, &sh[i], err, sizeof(err)),
 				 0);
 	}
 	/* Arena 0 queues all of its writes first, then arena 1. */

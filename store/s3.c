@@ -1,0 +1,1415 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * s3.c - the S3 backend (store_s3.h).
+ *
+ * Layout under a root s3://bucket/prefix:
+ *
+ *   <prefix>/.ckpt-work-<id>/attempt.json      the attempt's key, who made it
+ *   <prefix>/.ckpt-work-<id>/rank-NNNNN.open   a rank's shard is being written
+ *   <prefix>/.ckpt-work-<id>/coordinator.json  rank 0's daemon's claim
+ *   <prefix>/.ckpt-work-<id>/rank-NNNNN.index.json  addressed to the claim
+ *   <prefix>/.ckpt-work-<id>/failed            a daemon failed the attempt
+ *   <prefix>/<name>/rank-NNNNN.<tag>.safetensors   the shards, in place
+ *   <prefix>/<name>/manifest.json              written last: the commit
+ *
+ * S3 has no rename, so shards are uploaded where they stay, and the
+ * manifest is the commit: PUT with If-None-Match: *, so that of two
+ * coordinators at most one commits, and nothing we ship treats a name
+ * without its manifest as a checkpoint.  The <tag> is 16 hex digits of the
+ * attempt id: two attempts never write the same shard key, so a late upload
+ * of a failed or crashed attempt can never land on a committed checkpoint's
+ * shard, and what an attempt leaves behind never blocks the next one (it is
+ * garbage for `ckptctl prune`).
+ *
+ * A shard is one PUT if it fits one extent, else a multipart upload whose
+ * parts are the arena's extents (part n = extent n-1), sent from the arena
+ * by the transport thread (s3_http.h) with each part's CRC32C, which S3
+ * checks; the upload is created with the CRC32C algorithm so that the
+ * Complete lists each part's checksum too.  A part holds its slot until S3
+ * acknowledged it: the arena is the upload buffer.
+ */
+#include "store/store_s3.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "format/errmsg.h"
+#include "format/index.h"
+#include "format/names.h"
+#include "format/jbuf.h"
+#include "store/s3_http.h"
+#include "store/s3_parts.h"
+#include "store/s3_xml.h"
+
+#define ATTEMPT_MAX_BYTES (64u << 10)
+#define MANIFEST_MAX_BYTES (1ull << 30)
+#define FAILED_MARKER "failed"
+#define CLAIM_FILE "coordinator.json"
+#define TAG_DIGITS 16
+
+static struct s3_client *g_s3;
+
+int store_s3_start(const struct s3_conf *conf, char *err, size_t errlen)
+{
+	if (g_s3)
+		return 0;
+	return s3_client_new(conf, &g_s3, err, errlen);
+}
+
+int store_s3_start_settings(const struct store_s3_settings *set, char *err, size_t errlen)
+{
+	struct s3_conf conf;
+	int r;
+
+	if (g_s3)
+		return 0;
+	memset(&conf, 0, sizeof(conf));
+	r = s3_creds_load(NULL, set->credentials_file, set->profile, &conf.creds, err, errlen);
+	if (r == -ENOENT)
+		snprintf(err, errlen, "no S3 credentials: set AWS_ACCESS_KEY_ID and "
+				      "AWS_SECRET_ACCESS_KEY%s", set->credentials_file ?
+				      ", or put them in the credentials file" :
+				      " (or name a credentials file)");
+	if (r < 0)
+		goto out;
+	snprintf(conf.region, sizeof(conf.region), "%s",
+		 set->region ? set->region : conf.creds.region[0] ? conf.creds.region : "us-east-1");
+	if (set->endpoint)
+		snprintf(conf.endpoint, sizeof(conf.endpoint), "%s", set->endpoint);
+	else if (conf.creds.endpoint[0])
+		snprintf(conf.endpoint, sizeof(conf.endpoint), "%s", conf.creds.endpoint);
+	else
+		snprintf(conf.endpoint, sizeof(conf.endpoint), "https://s3.%s.amazonaws.com",
+			 conf.region);
+	conf.virtual_host = set->addressing && !strcmp(set->addressing, "virtual");
+	conf.parts_in_flight = set->parts_in_flight ? set->parts_in_flight : 16;
+	conf.retries = set->retries || set->retries_set ? set->retries : 8;
+	conf.backoff_base_ms = set->backoff_base_ms ? set->backoff_base_ms : 100;
+	conf.backoff_cap_ms = set->backoff_cap_ms ? set->backoff_cap_ms : 10000;
+	conf.stall_ms = set->stall_ms ? set->stall_ms : 30000;
+	conf.connect_timeout_ms = set->connect_timeout_ms ? set->connect_timeout_ms : 10000;
+	r = s3_client_new(&conf, &g_s3, err, errlen);
+out:
+	s3_creds_wipe(&conf.creds);
+	return r;
+}
+
+void store_s3_stop(void)
+{
+	s3_client_free(g_s3);
+	g_s3 = NULL;
+}
+
+struct s3_client *store_s3_client(void)
+{
+	return g_s3;
+}
+
+static int no_client(char *err, size_t errlen)
+{
+	if (err)
+		snprintf(err, errlen, "S3 is not set up in this process (no credentials or "
+				      "endpoint were configured)");
+	return -ENOTSUP;
+}
+
+/* ---- small requests ------------------------------------------------------------- */
+
+static int key_of(const struct s3_loc *loc, const char *rel, char *buf, size_t len, char *err,
+		  size_t errlen)
+{
+	int r = s3_key_join(loc, rel, buf, len, err, errlen);
+
+	if (r == -ENAMETOOLONG)
+		errmsg_set(err, errlen, r, "S3 key for '%s' under s3://%s/%s is too long", rel,
+			   loc->bucket, loc->prefix);
+	return r;
+}
+
+static int put_text(const char *bucket, const char *key, const char *text, bool exclusive,
+		    char *err, size_t errlen)
+{
+	struct s3_req q = { .method = "PUT", .bucket = bucket, .key = key, .body = text,
+			    .body_len = strlen(text) };
+	int r;
+
+	q.headers[0] = "Content-Type: application/json";
+	q.headers[1] = exclusive ? "If-None-Match: *" : NULL;
+	r = s3_call(g_s3, &q, err, errlen);
+	s3_req_free(&q);
+	return r;
+}
+
+/* GETs a small object whole: -ENOENT if there is none (err untouched). */
+static int get_text(const char *bucket, const char *key, size_t max, char **ret, size_t *ret_len,
+		    char *err, size_t errlen)
+{
+	struct s3_req q = { .method = "GET", .bucket = bucket, .key = key, .max_resp = max,
+			    .fail_404_quietly = true };
+	char e[512];
+	int r;
+
+	r = s3_call(g_s3, &q, e, sizeof(e));
+	if (r == -ENOENT) {
+		s3_req_free(&q);
+		return r;
+	}
+	if (r < 0) {
+		if (err)
+			snprintf(err, errlen, "%s", e);
+		s3_req_free(&q);
+		return r;
+	}
+	if (!q.resp) {
+		q.resp = strdup("");
+		if (!q.resp)
+			return -ENOMEM;
+	}
+	*ret = q.resp;
+	*ret_len = q.resp_len;
+	return 0;
+}
+
+static int del_key(const char *bucket, const char *key, char *err, size_t errlen)
+{
+	struct s3_req q = { .method = "DELETE", .bucket = bucket, .key = key,
+			    .fail_404_quietly = true };
+	int r = s3_call(g_s3, &q, err, errlen);
+
+	s3_req_free(&q);
+	return r == -ENOENT ? 0 : r;
+}
+
+/* ---- listing ---------------------------------------------------------------------- */
+
+struct lister {
+	int (*fn)(void *ud, const char *name, bool is_prefix);
+	void *ud;
+	size_t strip;   /* bytes of the listed prefix */
+	int res;
+};
+
+/* fn's non-zero return stops the walk; s3_xml_each would hand back a
+ * positive count otherwise, so the value itself is kept in l->res. */
+static int stop_if(struct lister *l, int r)
+{
+	if (r)
+		l->res = r ? r : 1;
+	return r ? (r < 0 ? r : 1) : 0;
+}
+
+static int list_key(void *ud, const char *inner, size_t len)
+{
+	struct lister *l = ud;
+	char key[S3_KEY_MAX + 1];
+	int n = s3_xml_text(inner, len, "Key", key, sizeof(key));
+
+	if (n < 0 || (size_t)n < l->strip)
+		return -EBADMSG;
+	return stop_if(l, l->fn(l->ud, key + l->strip, false));
+}
+
+static int list_prefix(void *ud, const char *inner, size_t len)
+{
+	struct lister *l = ud;
+	char key[S3_KEY_MAX + 1];
+	int n = s3_xml_text(inner, len, "Prefix", key, sizeof(key));
+
+	if (n <= 0 || (size_t)n <= l->strip)
+		return -EBADMSG;
+	if (key[n - 1] == '/')
+		key[n - 1] = '\0';
+	return stop_if(l, l->fn(l->ud, key + l->strip, true));
+}
+
+/*
+ * ListObjectsV2 of everything whose key starts with `prefix` (which ends
+ * with '/' or is ""), following continuation tokens.  With `delim`, keys
+ * below a further '/' are folded into one common prefix each.  fn gets
+ * each name with `prefix` removed; its first non-zero return stops the
+ * walk and is returned.
+ */
+static int s3_list(const char *bucket, const char *prefix, bool delim,
+		   int (*fn)(void *ud, const char *name, bool is_prefix), void *ud, char *err,
+		   size_t errlen)
+{
+	char token[1024] = "", enc_tok[3 * sizeof(token)], enc_pre[3 * S3_KEY_MAX + 1];
+	char query[sizeof(enc_tok) + sizeof(enc_pre) + 128];
+	struct lister l = { fn, ud, strlen(prefix), 0 };
+	int r;
+
+	if (s3_encode_query(prefix, enc_pre, sizeof(enc_pre)) < 0)
+		return -ENAMETOOLONG;
+	for (unsigned page = 0; page < 1000000; page++) {
+		struct s3_req q = { .method = "GET", .bucket = bucket, .key = "",
+				    .max_resp = 8u << 20 };
+		char trunc[8] = "";
+
+		if (s3_encode_query(token, enc_tok, sizeof(enc_tok)) < 0)
+			return -ENAMETOOLONG;
+		/* Parameters in sorted order (libcurl 7.88 signs the query as
+		 * written). */
+		snprintf(query, sizeof(query), "%s%s%s%slist-type=2&prefix=%s",
+			 token[0] ? "continuation-token=" : "", token[0] ? enc_tok : "",
+			 token[0] ? "&" : "", delim ? "delimiter=%2F&" : "", enc_pre);
+		q.query = query;
+		r = s3_call(g_s3, &q, err, errlen);
+		if (r < 0) {
+			s3_req_free(&q);
+			return r;
+		}
+		r = q.resp ? s3_xml_each(q.resp, q.resp_len, "ListBucketResult/Contents", list_key, &l)
+			   : 0;
+		if (r >= 0 && delim && q.resp)
+			r = s3_xml_each(q.resp, q.resp_len, "ListBucketResult/CommonPrefixes",
+					list_prefix, &l);
+		if (r >= 0 && q.resp &&
+		    s3_xml_text(q.resp, q.resp_len, "ListBucketResult/IsTruncated", trunc,
+				sizeof(trunc)) < 0)
+			trunc[0] = '\0';
+		if (r >= 0 && !strcmp(trunc, "true") &&
+		    s3_xml_text(q.resp, q.resp_len, "ListBucketResult/NextContinuationToken", token,
+				sizeof(token)) <= 0)
+			r = -EBADMSG;
+		s3_req_free(&q);
+		if (r == -EBADMSG) {
+			snprintf(err, errlen, "S3 listing of s3://%s/%s: an answer we cannot read",
+				 bucket, prefix);
+			return r;
+		}
+		if (l.res)
+			return l.res;
+		if (r < 0)
+			return r;
+		if (strcmp(trunc, "true"))
+			return 0;
+	}
+	snprintf(err, errlen, "S3 listing of s3://%s/%s does not end", bucket, prefix);
+	return -ELOOP;
+}
+
+struct rm_all {
+	const char *bucket;
+	const char *prefix;
+	bool skip_manifest;
+	int res;
+	char err[384];
+};
+
+static int rm_one(void *ud, const char *name, bool is_prefix)
+{
+	struct rm_all *rm = ud;
+	char key[S3_KEY_MAX + 1];
+
+	(void)is_prefix;
+	if (rm->skip_manifest && !strcmp(name, MANIFEST_FILE))
+		return 0;
+	snprintf(key, sizeof(key), "%s%s", rm->prefix, name);
+	int r = del_key(rm->bucket, key, rm->err, sizeof(rm->err));
+	if (r < 0 && !rm->res)
+		rm->res = r;
+	return 0;
+}
+
+/* Deletes every object under `prefix` (ending with '/'), manifest.json
+ * first if there is one, so that a removal cut short never leaves a
+ * checkpoint that looks whole. */
+static int rm_prefix(const char *bucket, const char *prefix, char *err, size_t errlen)
+{
+	struct rm_all rm = { bucket, prefix, true, 0, "" };
+	char key[S3_KEY_MAX + 1];
+	int r;
+
+	if (snprintf(key, sizeof(key), "%s%s", prefix, MANIFEST_FILE) >= (int)sizeof(key))
+		return -ENAMETOOLONG;
+	r = del_key(bucket, key, err, errlen);
+	if (r < 0)
+		return r;
+	r = s3_list(bucket, prefix, false, rm_one, &rm, err, errlen);
+	if (r == 0 && rm.res) {
+		snprintf(err, errlen, "%s", rm.err);
+		r = rm.res;
+	}
+	return r;
+}
+
+/* ---- arenas ------------------------------------------------------------------------- */
+
+struct part;
+
+struct store_arena {
+	uint8_t *base;
+	uint64_t len;
+	int efd;
+	unsigned busy;            /* loop thread only */
+	pthread_mutex_t lock;     /* done list: transport -> loop */
+	struct part *done_head;
+};
+
+struct part {
+	struct s3_job job;
+	struct store_arena *arena;
+	struct store_shard *shard;
+	uint32_t number;          /* 1-based; 0 for a single PUT */
+	store_io_cb cb;
+	void *ud;
+	struct part *next;
+};
+
+static int s3a_attach(void *base, uint64_t len, unsigned depth, struct store_arena **ret,
+		      char *err, size_t errlen)
+{
+	struct store_arena *a = calloc(1, sizeof(*a));
+
+	(void)depth; /* parts in flight are the transport's, for all arenas */
+	if (!a)
+		return -ENOMEM;
+	a->base = base;
+	a->len = len;
+	a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (a->efd < 0) {
+		int r = -errno;
+		snprintf(err, errlen, "eventfd: %s", strerror(errno));
+		free(a);
+		return r;
+	}
+	pthread_mutex_init(&a->lock, NULL);
+	*ret = a;
+	return 0;
+}
+
+static void s3a_detach(struct store_arena *a)
+{
+	if (!a)
+		return;
+	close(a->efd);
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
+
+static int s3a_fd(const struct store_arena *a)
+{
+	return a->efd;
+}
+
+static unsigned s3a_busy(const struct store_arena *a)
+{
+	return a->busy;
+}
+
+static void s3a_set_depth(unsigned depth)
+{
+	(void)depth;
+}
+
+/* Transport thread: hands the finished part to the loop. */
+static void part_done(struct s3_job *j)
+{
+	struct part *p = (struct part *)j;
+	struct store_arena *a = p->arena;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&a->lock);
+	p->next = a->done_head;
+	a->done_head = p;
+	pthread_mutex_unlock(&a->lock);
+	if (write(a->efd, &one, sizeof(one)) < 0) {
+		/* The counter cannot overflow with so few writes; nothing to do. */
+	}
+}
+
+/* ---- attempts ------------------------------------------------------------------------ */
+
+struct upload {
+	char key[S3_KEY_MAX + 1];
+	char id[256];
+	struct upload *next;
+};
+
+struct store_attempt {
+	struct s3_loc loc;
+	char root[S3_BUCKET_MAX + S3_PREFIX_MAX + 8];
+	char work[sizeof(STORE_WORK_PREFIX) + STORE_ID_LEN]; /* ".ckpt-work-<id>" */
+	char name[CKPT_MAX_NAME_LEN + 1];
+	char id[STORE_ID_LEN + 1];
+	char tag[TAG_DIGITS + 1];
+	uid_t uid;
+	pthread_mutex_t lock;
+	struct upload *open;      /* multipart uploads begun and not finished */
+};
+
+struct store_shard {
+	struct store_attempt *att;
+	uint32_t rank;
+	uint64_t size, extent;
+	struct s3_plan plan;
+	char key[S3_KEY_MAX + 1];
+	char upload_id[256];      /* "" for a single PUT */
+	struct s3_part_done *done; /* plan.n_parts, filled on the loop */
+	uint32_t n_done;
+	int res;                  /* the first failure of a part */
+	char err[384];
+};
+
+/* "<work>/<file>" or "<name>/<file>" as a key. */
+static int work_key(const struct store_attempt *a, const char *file, char *buf, size_t len,
+		    char *err, size_t errlen)
+{
+	char rel[sizeof(a->work) + 128];
+
+	snprintf(rel, sizeof(rel), "%s/%s", a->work, file);
+	return key_of(&a->loc, rel, buf, len, err, errlen);
+}
+
+static int ckpt_key(const struct store_attempt *a, const char *file, char *buf, size_t len,
+		    char *err, size_t errlen)
+{
+	char rel[CKPT_MAX_NAME_LEN + INDEX_SHARD_NAME_MAX + 2];
+
+	snprintf(rel, sizeof(rel), "%s/%s", a->name, file);
+	return key_of(&a->loc, rel, buf, len, err, errlen);
+}
+
+static json_t *attempt_json(const struct store_key *k, const char *id,
+			    const struct store_writer *self, uid_t uid)
+{
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:{s:s, s:s}, s:I}",
+			 "format", "ckpt-attempt-1", "id", id, "job", k->job, "run", k->run, "name",
+			 k->name, "step", (json_int_t)k->step, "attempt", (json_int_t)k->attempt,
+			 "world", (json_int_t)k->world, "uid", (json_int_t)uid, "daemon", "id",
+			 self->id, "instance", self->instance, "created", (json_int_t)time(NULL));
+}
+
+static bool str_is(json_t *o, const char *key, const char *want)
+{
+	const char *v = json_string_value(json_object_get(o, key));
+	return v && strcmp(v, want) == 0;
+}
+
+static bool int_is(json_t *o, const char *key, uint64_t want)
+{
+	json_t *v = json_object_get(o, key);
+	return json_is_integer(v) && json_integer_value(v) >= 0 &&
+	       (uint64_t)json_integer_value(v) == want;
+}
+
+static void s3_attempt_close(struct store_attempt *a)
+{
+	if (!a)
+		return;
+	for (struct upload *u = a->open, *nx; u; u = nx) {
+		nx = u->next;
+		free(u);
+	}
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
+
+/* Is there a manifest under the name, and whose?  1 ours, 0 none, -EEXIST
+ * another attempt's, other -errno on failure to tell. */
+static int manifest_owner(const struct store_attempt *a, char *err, size_t errlen)
+{
+	char key[S3_KEY_MAX + 1], why[256];
+	struct manifest m;
+	char *text;
+	size_t len;
+	int r;
+
+	r = ckpt_key(a, MANIFEST_FILE, key, sizeof(key), err, errlen);
+	if (r < 0)
+		return r;
+	r = get_text(a->loc.bucket, key, MANIFEST_MAX_BYTES, &text, &len, err, errlen);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	memset(&m, 0, sizeof(m));
+	r = manifest_parse(text, len, &m, why, sizeof(why));
+	free(text);
+	if (r < 0)
+		return -EEXIST; /* something is there: not ours to judge */
+	r = strcmp(m.attempt, a->id) == 0 ? 1 : -EEXIST;
+	manifest_free(&m);
+	return r;
+}
+
+/* The attempt.json found: 0 join, 1 a leftover of an earlier life of this
+ * daemon, -EEXIST/-ECANCELED refused (err set). */
+static int check_existing(struct store_attempt *a, const char *text, size_t len,
+			  const struct store_key *k, const struct store_writer *self, char *err,
+			  size_t errlen)
+{
+	json_t *j = json_loadb(text, len, 0, NULL);
+	char key[S3_KEY_MAX + 1];
+	char *msg;
+	size_t mlen;
+	int r;
+
+	if (!str_is(j, "format", "ckpt-attempt-1") || !str_is(j, "id", a->id) ||
+	    !str_is(j, "job", k->job) || !str_is(j, "run", k->run) ||
+	    !str_is(j, "name", k->name) || !int_is(j, "step", k->step) ||
+	    !int_is(j, "attempt", k->attempt) || !int_is(j, "world", k->world)) {
+		snprintf(err, errlen, "work area '%s/%s' belongs to another save (its %s differs)",
+			 a->root, a->work, STORE_ATTEMPT_FILE);
+		json_decref(j);
+		return -EEXIST;
+	}
+	if (!int_is(j, "uid", a->uid)) {
+		snprintf(err, errlen, "work area '%s/%s' belongs to another user", a->root,
+			 a->work);
+		json_decref(j);
+		return -EEXIST;
+	}
+	json_t *d = json_object_get(j, "daemon");
+	r = str_is(d, "id", self->id) && !str_is(d, "instance", self->instance) ? 1 : 0;
+	json_decref(j);
+	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
+	    get_text(a->loc.bucket, key, 4096, &msg, &mlen, NULL, 0) == 0) {
+		snprintf(err, errlen, "this attempt already failed: %s",
+			 mlen ? msg : "(no reason given)");
+		free(msg);
+		return -ECANCELED;
+	}
+	return r;
+}
+
+static int s3_attempt_open(const char *root, const struct store_key *k, const char *id,
+			   const struct store_writer *self, uid_t uid, struct store_attempt **ret,
+			   bool *ret_created, char *err, size_t errlen)
+{
+	struct store_attempt *a;
+	char key[S3_KEY_MAX + 1];
+	bool created = false;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->lock, NULL);
+	r = s3_url_parse(root, &a->loc, err, errlen);
+	if (r < 0)
+		goto fail;
+	s3_url_format(&a->loc, a->root, sizeof(a->root));
+	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
+	snprintf(a->name, sizeof(a->name), "%s", k->name);
+	snprintf(a->id, sizeof(a->id), "%s", id);
+	snprintf(a->tag, sizeof(a->tag), "%.*s", TAG_DIGITS, id);
+	a->uid = uid;
+
+	r = manifest_owner(a, err, errlen);
+	if (r != 0) {
+		if (r > 0 || r == -EEXIST) {
+			r = -EEXIST;
+			snprintf(err, errlen, "checkpoint '%s/%s' already exists", a->root, k->name);
+		}
+		goto fail;
+	}
+	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r < 0)
+		goto fail;
+	for (int tries = 0;; tries++) {
+		char *text;
+		size_t len;
+
+		if (tries == 3) {
+			r = -EEXIST;
+			snprintf(err, errlen, "work area '%s/%s' keeps changing", a->root, a->work);
+			goto fail;
+		}
+		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
+		if (r == 0) {
+			r = check_existing(a, text, len, k, self, err, errlen);
+			free(text);
+			if (r < 0)
+				goto fail;
+			if (r == 0)
+				break;
+			/* A leftover of this daemon before a restart: none of
+			 * it may be used.  Empty it and start afresh. */
+			char pre[S3_KEY_MAX + 1];
+			r = work_key(a, "", pre, sizeof(pre), err, errlen);
+			if (r == 0)
+				r = rm_prefix(a->loc.bucket, pre, err, errlen);
+			if (r < 0)
+				goto fail;
+			continue;
+		}
+		if (r != -ENOENT)
+			goto fail;
+		json_t *j = attempt_json(k, id, self, uid);
+		char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		if (!t) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		/* Exclusive: of two daemons making it at once, one creates and
+		 * the other reads and joins. */
+		r = put_text(a->loc.bucket, key, t, true, err, errlen);
+		free(t);
+		if (r == 0) {
+			created = true;
+			break;
+		}
+		if (r != -EEXIST)
+			goto fail;
+	}
+	*ret = a;
+	*ret_created = created;
+	return 0;
+
+fail:
+	s3_attempt_close(a);
+	return r;
+}
+
+static const char *s3_attempt_tag(const struct store_attempt *a)
+{
+	return a->tag;
+}
+
+static void upload_forget(struct store_attempt *a, const char *upload_id)
+{
+	pthread_mutex_lock(&a->lock);
+	for (struct upload **pp = &a->open; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->id, upload_id)) {
+			struct upload *u = *pp;
+			*pp = u->next;
+			free(u);
+			break;
+		}
+	pthread_mutex_unlock(&a->lock);
+}
+
+static void upload_abort(struct store_attempt *a, const char *key, const char *upload_id)
+{
+	char q[800], enc[256 * 3], err[512];
+	struct s3_req rq = { .method = "DELETE", .bucket = a->loc.bucket, .key = key,
+			     .fail_404_quietly = true };
+
+	if (s3_encode_query(upload_id, enc, sizeof(enc)) < 0)
+		return;
+	snprintf(q, sizeof(q), "uploadId=%s", enc);
+	rq.query = q;
+	(void)s3_call(g_s3, &rq, err, sizeof(err));
+	s3_req_free(&rq);
+	upload_forget(a, upload_id);
+}
+
+static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size,
+			   uint64_t extent, bool direct, struct store_shard **ret, char *err,
+			   size_t errlen)
+{
+	char file[INDEX_SHARD_NAME_MAX], mark[64], mkey[S3_KEY_MAX + 1];
+	struct store_shard *s;
+	int r;
+
+	(void)direct;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->att = a;
+	s->rank = rank;
+	s->size = size;
+	s->extent = extent;
+	/* Parts are whole extents straight from the arena: one extent each. */
+	r = s3_part_plan(size, extent, extent, &s->plan, err, errlen);
+	if (r == 0 && !s->plan.single && s->plan.part_bytes != extent) {
+		snprintf(err, errlen, "the shard of rank %u (%llu bytes) needs S3 parts of %llu "
+				      "bytes, but the client's arena slots are %llu bytes: give the "
+				      "client an arena of at least 64 MiB (CKPT_ARENA_SIZE)",
+			 rank, (unsigned long long)size, (unsigned long long)s->plan.part_bytes,
+			 (unsigned long long)extent);
+		r = -EFBIG;
+	}
+	if (r < 0)
+		goto fail;
+	s->done = calloc(s->plan.n_parts ? s->plan.n_parts : 1, sizeof(*s->done));
+	if (!s->done) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	index_shard_name_tag(rank, a->tag, file, sizeof(file));
+	r = ckpt_key(a, file, s->key, sizeof(s->key), err, errlen);
+	if (r < 0)
+		goto fail;
+	/* One writer per rank and attempt, as the local backend's exclusive
+	 * create: a marker made with If-None-Match. */
+	snprintf(mark, sizeof(mark), "rank-%05u.open", rank);
+	r = work_key(a, mark, mkey, sizeof(mkey), err, errlen);
+	if (r == 0)
+		r = put_text(a->loc.bucket, mkey, "{}", true, err, errlen);
+	if (r == -EEXIST)
+		snprintf(err, errlen, "rank %u of this attempt is already being saved (%s/%s/%s "
+				      "exists)", rank, a->root, a->work, mark);
+	if (r < 0)
+		goto fail;
+	if (!s->plan.single) {
+		struct s3_req q = { .method = "POST", .bucket = a->loc.bucket, .key = s->key,
+				    .query = "uploads=" };
+		struct upload *u = calloc(1, sizeof(*u));
+
+		if (!u) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		q.headers[0] = "x-amz-checksum-algorithm: CRC32C";
+		r = s3_call(g_s3, &q, err, errlen);
+		if (r == 0 && (!q.resp || s3_xml_text(q.resp, q.resp_len,
+						      "InitiateMultipartUploadResult/UploadId",
+						      s->upload_id, sizeof(s->upload_id)) <= 0)) {
+			snprintf(err, errlen, "S3 CreateMultipartUpload of %s/%s: no UploadId in "
+					      "the answer", a->root, file);
+			r = -EBADMSG;
+		}
+		s3_req_free(&q);
+		if (r < 0) {
+			free(u);
+			goto fail;
+		}
+		snprintf(u->key, sizeof(u->key), "%s", s->key);
+		snprintf(u->id, sizeof(u->id), "%s", s->upload_id);
+		pthread_mutex_lock(&a->lock);
+		u->next = a->open;
+		a->open = u;
+		pthread_mutex_unlock(&a->lock);
+	}
+	*ret = s;
+	return 0;
+
+fail:
+	free(s->done);
+	free(s);
+	return r;
+}
+
+static void s3_shard_write(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+			   uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
+{
+	struct part *p;
+
+	if (file_off >= s->size || (!s->plan.single && file_off % s->extent) ||
+	    arena_off + len > a->len || !(p = calloc(1, sizeof(*p)))) {
+		cb(ud, file_off >= s->size ? -EINVAL : -ENOMEM);
+		return;
+	}
+	/* The writer pads the last extent for O_DIRECT; S3 gets the file's
+	 * real bytes only. */
+	if (len > s->size - file_off)
+		len = s->size - file_off;
+	p->arena = a;
+	p->shard = s;
+	p->cb = cb;
+	p->ud = ud;
+	p->job.bucket = s->att->loc.bucket;
+	p->job.key = s->key;
+	p->job.buf = a->base + arena_off;
+	p->job.len = len;
+	p->job.done = part_done;
+	if (!s->plan.single) {
+		char enc[256 * 3];
+		p->number = s3_part_of(&s->plan, file_off) + 1;
+		s3_encode_query(s->upload_id, enc, sizeof(enc));
+		snprintf(p->job.query, sizeof(p->job.query), "partNumber=%u&uploadId=%s", p->number,
+			 enc);
+	}
+	a->busy++;
+	s3_submit(g_s3, &p->job);
+}
+
+static void s3a_reap(struct store_arena *a)
+{
+	struct part *list;
+	uint64_t junk;
+
+	if (read(a->efd, &junk, sizeof(junk)) < 0)
+		junk = 0;
+	pthread_mutex_lock(&a->lock);
+	list = a->done_head;
+	a->done_head = NULL;
+	pthread_mutex_unlock(&a->lock);
+	while (list) {
+		struct part *p = list;
+		struct store_shard *s = p->shard;
+		int res = p->job.res;
+
+		list = p->next;
+		a->busy--;
+		if (res == 0) {
+			uint32_t i = p->number ? p->number - 1 : 0;
+			s->done[i].number = p->number ? p->number : 1;
+			snprintf(s->done[i].etag, sizeof(s->done[i].etag), "%s", p->job.etag);
+			s->done[i].crc32c = p->job.crc;
+			s->n_done++;
+		} else if (!s->res) {
+			s->res = res;
+			snprintf(s->err, sizeof(s->err), "%s", p->job.err);
+		}
+		store_io_cb cb = p->cb;
+		void *ud = p->ud;
+		free(p);
+		cb(ud, res);
+	}
+}
+
+/* Does the object at key hold `size` bytes?  For a Complete whose first
+ * answer was lost: a retry may say NoSuchUpload although it succeeded. */
+static bool object_has_size(const char *bucket, const char *key, uint64_t size)
+{
+	struct s3_req q = { .method = "HEAD", .bucket = bucket, .key = key,
+			    .fail_404_quietly = true };
+	char err[512];
+	bool ok = false;
+
+	if (s3_call(g_s3, &q, err, sizeof(err)) == 0)
+		ok = q.content_length == size;
+	s3_req_free(&q);
+	return ok;
+}
+
+static int s3_shard_finish(struct store_shard *s, uint64_t size, char *err, size_t errlen)
+{
+	struct store_attempt *a = s->att;
+	char q[800], enc[256 * 3];
+	struct jbuf b;
+	int r;
+
+	if (s->res) {
+		snprintf(err, errlen, "%s", s->err);
+		return s->res;
+	}
+	if (size != s->size || s->n_done != s->plan.n_parts) {
+		snprintf(err, errlen, "the shard of rank %u is not whole (%u of %u parts uploaded)",
+			 s->rank, s->n_done, s->plan.n_parts);
+		return -EIO;
+	}
+	if (s->plan.single)
+		return 0; /* the PUT made it whole and visible in one step */
+	jbuf_init(&b, 128 + (size_t)s->plan.n_parts * 160, 0);
+	s3_complete_xml(&b, s->done, s->plan.n_parts);
+	char *xml = NULL;
+	size_t xml_len = 0;
+	if (jbuf_finish(&b, true, &xml, &xml_len))
+		return -ENOMEM;
+	s3_encode_query(s->upload_id, enc, sizeof(enc));
+	snprintf(q, sizeof(q), "uploadId=%s", enc);
+	struct s3_req rq = { .method = "POST", .bucket = a->loc.bucket, .key = s->key, .query = q,
+			     .body = xml, .body_len = strlen(xml) };
+	/* Without it curl sends a form type and the server parses the body
+	 * as a form. */
+	rq.headers[0] = "Content-Type: application/xml";
+	r = s3_call(g_s3, &rq, err, errlen);
+	if (r == -ENOENT && rq.attempts > 1 && object_has_size(a->loc.bucket, s->key, s->size))
+		r = 0; /* an earlier try completed it; the retry found no upload */
+	s3_req_free(&rq);
+	free(xml);
+	if (r < 0) {
+		upload_abort(a, s->key, s->upload_id);
+		return r;
+	}
+	upload_forget(a, s->upload_id);
+	return 0;
+}
+
+static int s3_rank_publish(struct store_attempt *a, uint32_t rank, const char *index_text,
+			   char *err, size_t errlen)
+{
+	char name[64], key[S3_KEY_MAX + 1];
+	int r;
+
+	index_index_name(rank, name, sizeof(name));
+	r = work_key(a, name, key, sizeof(key), err, errlen);
+	return r < 0 ? r : put_text(a->loc.bucket, key, index_text, false, err, errlen);
+}
+
+static int s3_attempt_claim(struct store_attempt *a, const struct store_writer *self,
+			    char ret[STORE_ID_LEN + 1], char *err, size_t errlen)
+{
+	unsigned char rnd[16];
+	char nonce[STORE_ID_LEN + 1], key[S3_KEY_MAX + 1];
+	json_t *j;
+	char *text;
+	int r;
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		snprintf(err, errlen, "getrandom: %s", strerror(errno));
+		return -EIO;
+	}
+	for (int i = 0; i < 16; i++)
+		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
+	j = json_pack("{s:s, s:s, s:s, s:I}", "nonce", nonce, "daemon", self->id, "instance",
+		      self->instance, "time", (json_int_t)time(NULL));
+	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!text)
+		return -ENOMEM;
+	/* One PUT replaces an earlier claim whole: S3 makes it visible at
+	 * once or not at all. */
+	r = work_key(a, CLAIM_FILE, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = put_text(a->loc.bucket, key, text, false, err, errlen);
+	free(text);
+	if (r == 0)
+		memcpy(ret, nonce, sizeof(nonce));
+	return r;
+}
+
+static int s3_attempt_addressee(struct store_attempt *a, char ret[STORE_ID_LEN + 1])
+{
+	char key[S3_KEY_MAX + 1], err[256];
+	const char *nonce;
+	char *text;
+	size_t len;
+	json_t *j;
+	int r;
+
+	r = work_key(a, CLAIM_FILE, key, sizeof(key), err, sizeof(err));
+	if (r == 0)
+		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, NULL, 0);
+	if (r < 0)
+		return r;
+	j = json_loadb(text, len, 0, NULL);
+	free(text);
+	nonce = json_string_value(json_object_get(j, "nonce"));
+	r = nonce && strlen(nonce) == STORE_ID_LEN ? 0 : -EBADMSG;
+	if (r == 0)
+		memcpy(ret, nonce, STORE_ID_LEN + 1);
+	json_decref(j);
+	return r;
+}
+
+static void s3_shard_close(struct store_shard *s)
+{
+	if (!s)
+		return;
+	free(s->done);
+	free(s);
+}
+
+static bool in_sorted(const uint32_t *v, size_t n, uint32_t x)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == x)
+			return true;
+	return false;
+}
+
+static int fetch_index(struct store_attempt *a, uint32_t rank, char **ret, size_t *ret_len)
+{
+	char name[64], key[S3_KEY_MAX + 1], err[256];
+	int r;
+
+	index_index_name(rank, name, sizeof(name));
+	r = work_key(a, name, key, sizeof(key), err, sizeof(err));
+	return r < 0 ? r : get_text(a->loc.bucket, key, INDEX_MAX_BYTES, ret, ret_len, NULL, 0);
+}
+
+static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
+			    const uint32_t *local, size_t n_local, uint32_t *io_n)
+{
+	while (*io_n < world) {
+		char *text;
+		size_t len;
+		json_t *j;
+		bool ok;
+		int r;
+
+		if (in_sorted(local, n_local, *io_n)) {
+			(*io_n)++;
+			continue;
+		}
+		r = fetch_index(a, *io_n, &text, &len);
+		if (r == -ENOENT)
+			break;
+		if (r < 0)
+			return r;
+		j = json_loadb(text, len, 0, NULL);
+		free(text);
+		ok = str_is(j, "to", nonce);
+		json_decref(j);
+		if (!ok)
+			break;
+		(*io_n)++;
+	}
+	return 0;
+}
+
+static int merge_fetch(void *ud, uint32_t rank, char **ret, size_t *ret_len)
+{
+	return fetch_index(ud, rank, ret, ret_len);
+}
+
+static void rm_work(struct store_attempt *a)
+{
+	char pre[S3_KEY_MAX + 1], err[512];
+
+	if (work_key(a, "", pre, sizeof(pre), err, sizeof(err)) == 0)
+		(void)rm_prefix(a->loc.bucket, pre, err, sizeof(err));
+}
+
+static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *m, char *err,
+			     size_t errlen)
+{
+	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance, m->nonce,
+				  a->tag };
+	char key[S3_KEY_MAX + 1];
+	char *manifest = NULL;
+	int r;
+
+	r = index_merge_fetch(-1, merge_fetch, a, m->key->job, m->key->name, m->key->world,
+			      m->time_utc, &o, m->local, m->n_local, &manifest, err, errlen);
+	if (r < 0)
+		return r;
+	r = ckpt_key(a, MANIFEST_FILE, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = put_text(a->loc.bucket, key, manifest, true, err, errlen);
+	free(manifest);
+	if (r < 0) {
+		/* A lost answer to a PUT that succeeded looks like a failure (a
+		 * retry then meets our own manifest: 412).  Only the manifest
+		 * says whether we committed. */
+		char e2[256];
+		if (manifest_owner(a, e2, sizeof(e2)) == 1)
+			r = 0;
+		else if (r == -EEXIST)
+			snprintf(err, errlen, "checkpoint '%s/%s' already exists", a->root,
+				 a->name);
+	}
+	if (r == 0)
+		rm_work(a); /* the checkpoint stands without it */
+	return r;
+}
+
+static int s3_attempt_poll(struct store_attempt *a, const char *id, char *err, size_t errlen)
+{
+	char key[S3_KEY_MAX + 1];
+	char *text;
+	size_t len;
+	int r;
+
+	(void)id;
+	r = manifest_owner(a, err, errlen);
+	if (r == 1)
+		return 1;
+	if (r == -EEXIST) {
+		snprintf(err, errlen, "checkpoint '%s/%s' was committed by another save", a->root,
+			 a->name);
+		return r;
+	}
+	if (r < 0)
+		return 0; /* could not tell: ask again at the next tick */
+	if (work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
+	    get_text(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
+		snprintf(err, errlen, "%.*s", (int)len, len ? text : "another daemon failed the save");
+		free(text);
+		return -ECANCELED;
+	}
+	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, NULL, 0);
+	if (r == 0)
+		free(text);
+	if (r != -ENOENT)
+		return 0;
+	/* The coordinator removes the work area after its commit too: look
+	 * at the manifest once more before calling it gone. */
+	if (manifest_owner(a, err, errlen) == 1)
+		return 1;
+	snprintf(err, errlen, "rank 0's daemon abandoned the save (its work area is gone)");
+	return -ECANCELED;
+}
+
+struct tag_rm {
+	struct store_attempt *a;
+	const char *suffix;       /* ".<tag>.safetensors" */
+};
+
+static int rm_tagged(void *ud, const char *name, bool is_prefix)
+{
+	struct tag_rm *t = ud;
+	size_t n = strlen(name), sl = strlen(t->suffix);
+	char key[S3_KEY_MAX + 1], err[512];
+
+	if (is_prefix || n <= sl || strcmp(name + n - sl, t->suffix) || strncmp(name, "rank-", 5))
+		return 0;
+	if (ckpt_key(t->a, name, key, sizeof(key), err, sizeof(err)) == 0)
+		(void)del_key(t->a->loc.bucket, key, err, sizeof(err));
+	return 0;
+}
+
+static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool delivered,
+			    const uint32_t *ranks, size_t n, const char *msg)
+{
+	char key[S3_KEY_MAX + 1], err[512], file[INDEX_SHARD_NAME_MAX];
+
+	if (!g_s3)
+		return;
+	/* Uploads this daemon began and did not finish cost storage until
+	 * aborted. */
+	for (;;) {
+		char k[S3_KEY_MAX + 1], id[256];
+		pthread_mutex_lock(&a->lock);
+		struct upload *u = a->open;
+		if (u) {
+			snprintf(k, sizeof(k), "%s", u->key);
+			snprintf(id, sizeof(id), "%s", u->id);
+		}
+		pthread_mutex_unlock(&a->lock);
+		if (!u)
+			break;
+		upload_abort(a, k, id);
+	}
+	if (coordinator) {
+		/* Never undo a commit that happened (its answer may be what
+		 * was lost). */
+		if (manifest_owner(a, err, sizeof(err)) != 0)
+			return;
+		char pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
+		struct tag_rm t = { a, suffix };
+		snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
+		if (ckpt_key(a, "", pre, sizeof(pre), err, sizeof(err)) == 0)
+			(void)s3_list(a->loc.bucket, pre, true, rm_tagged, &t, err, sizeof(err));
+		rm_work(a);
+		return;
+	}
+	if (delivered)
+		return;
+	if (work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0)
+		(void)put_text(a->loc.bucket, key, msg, false, err, sizeof(err));
+	for (size_t i = 0; i < n; i++) {
+		index_shard_name_tag(ranks[i], a->tag, file, sizeof(file));
+		if (ckpt_key(a, file, key, sizeof(key), err, sizeof(err)) == 0)
+			(void)del_key(a->loc.bucket, key, err, sizeof(err));
+	}
+}
+
+/* ---- tools --------------------------------------------------------------------------- */
+
+struct lst {
+	const struct s3_loc *loc;
+	const char *dir;
+	int (*fn)(void *ud, const char *name, enum store_entry kind);
+	void *ud;
+};
+
+static int list_one(void *ud, const char *name, bool is_prefix)
+{
+	struct lst *l = ud;
+	enum store_entry kind = STORE_ENTRY_OTHER;
+
+	if (is_prefix) {
+		char rel[S3_KEY_MAX + 1], key[S3_KEY_MAX + 1], err[256];
+		if (!strncmp(name, STORE_WORK_PREFIX, sizeof(STORE_WORK_PREFIX) - 1)) {
+			kind = STORE_ENTRY_WORK;
+		} else {
+			snprintf(rel, sizeof(rel), "%s%s%s/%s", l->dir, l->dir[0] ? "/" : "", name,
+				 MANIFEST_FILE);
+			struct s3_req q = { .method = "HEAD", .bucket = l->loc->bucket, .key = key,
+					    .fail_404_quietly = true };
+			if (key_of(l->loc, rel, key, sizeof(key), err, sizeof(err)) == 0 &&
+			    s3_call(g_s3, &q, err, sizeof(err)) == 0)
+				kind = STORE_ENTRY_CHECKPOINT;
+			s3_req_free(&q);
+		}
+	}
+	return l->fn(l->ud, name, kind);
+}
+
+static int s3_list_root(const char *root, const char *dir,
+			int (*fn)(void *ud, const char *name, enum store_entry kind), void *ud)
+{
+	struct s3_loc loc;
+	char pre[S3_KEY_MAX + 2], err[512];
+	struct lst l = { &loc, dir, fn, ud };
+	int r;
+
+	if (!g_s3)
+		return -ENOTSUP;
+	r = s3_url_parse(root, &loc, err, sizeof(err));
+	if (r < 0)
+		return r;
+	if (dir[0])
+		r = key_of(&loc, dir, pre, sizeof(pre) - 1, err, sizeof(err));
+	else
+		r = snprintf(pre, sizeof(pre), "%s", loc.prefix) < 0 ? -EINVAL : 0;
+	if (r < 0)
+		return r;
+	if (pre[0])
+		strcat(pre, "/");
+	return s3_list(loc.bucket, pre, true, list_one, &l, err, sizeof(err));
+}
+
+static int s3_read_range(const char *ckpt, const char *file, uint64_t off, uint64_t len,
+			 void *buf)
+{
+	struct s3_loc loc;
+	char key[S3_KEY_MAX + 1], err[512];
+	int r;
+
+	if (!g_s3)
+		return -ENOTSUP;
+	r = s3_url_parse(ckpt, &loc, err, sizeof(err));
+	if (r == 0)
+		r = key_of(&loc, file, key, sizeof(key), err, sizeof(err));
+	if (r < 0)
+		return r;
+	if (len == 0)
+		return 0;
+	struct s3_req q = { .method = "GET", .bucket = loc.bucket, .key = key, .range_off = off,
+			    .range_len = len, .into = buf, .max_resp = (size_t)len };
+	r = s3_call(g_s3, &q, err, sizeof(err));
+	if (r == 0 && q.resp_len != len)
+		r = -EBADMSG;
+	if (r == -EINVAL && q.status == 416)
+		r = -EBADMSG; /* the range starts past the end */
+	s3_req_free(&q);
+	return r;
+}
+
+static int s3_remove(const char *root, const char *name)
+{
+	struct s3_loc loc;
+	char pre[S3_KEY_MAX + 2], err[512];
+	int r;
+
+	if (!g_s3)
+		return -ENOTSUP;
+	r = s3_url_parse(root, &loc, err, sizeof(err));
+	if (r == 0)
+		r = key_of(&loc, name, pre, sizeof(pre) - 1, err, sizeof(err));
+	if (r < 0)
+		return r;
+	strcat(pre, "/");
+	return rm_prefix(loc.bucket, pre, err, sizeof(err));
+}
+
+/* ---- leftovers ------------------------------------------------------------------------ */
+
+struct up_abort {
+	const char *bucket;
+	const char *suffix;      /* ".<tag>.safetensors" */
+};
+
+static int abort_listed(void *ud, const char *inner, size_t len)
+{
+	struct up_abort *u = ud;
+	char key[S3_KEY_MAX + 1], id[256], q[800], enc[3 * sizeof(id)], err[512];
+	size_t kl, sl = strlen(u->suffix);
+
+	if (s3_xml_text(inner, len, "Key", key, sizeof(key)) <= 0 ||
+	    s3_xml_text(inner, len, "UploadId", id, sizeof(id)) <= 0)
+		return 0;
+	kl = strlen(key);
+	if (kl <= sl || strcmp(key + kl - sl, u->suffix) || s3_encode_query(id, enc, sizeof(enc)) < 0)
+		return 0;
+	snprintf(q, sizeof(q), "uploadId=%s", enc);
+	struct s3_req rq = { .method = "DELETE", .bucket = u->bucket, .key = key, .query = q,
+			     .fail_404_quietly = true };
+	(void)s3_call(g_s3, &rq, err, sizeof(err));
+	s3_req_free(&rq);
+	return 0;
+}
+
+/* Aborts the multipart uploads of attempt a left under its name (one page
+ * of ListMultipartUploads: a crashed life leaves at most one per rank). */
+static void abort_leftover_uploads(struct store_attempt *a)
+{
+	char pre[S3_KEY_MAX + 1], enc[3 * S3_KEY_MAX + 1], q[sizeof(enc) + 32], err[512];
+	char suffix[TAG_DIGITS + 16];
+	struct up_abort u = { a->loc.bucket, suffix };
+
+	snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
+	if (ckpt_key(a, "", pre, sizeof(pre), err, sizeof(err)) < 0 ||
+	    s3_encode_query(pre, enc, sizeof(enc)) < 0)
+		return;
+	snprintf(q, sizeof(q), "prefix=%s&uploads=", enc);
+	struct s3_req rq = { .method = "GET", .bucket = a->loc.bucket, .key = "", .query = q,
+			     .max_resp = 4u << 20 };
+	if (s3_call(g_s3, &rq, err, sizeof(err)) == 0 && rq.resp)
+		s3_xml_each(rq.resp, rq.resp_len, "ListMultipartUploadsResult/Upload", abort_listed,
+			    &u);
+	s3_req_free(&rq);
+}
+
+int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
+		   size_t errlen)
+{
+	struct store_attempt a;
+	char key[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 1];
+	const char *name, *inst;
+	char *text;
+	size_t len;
+	json_t *j;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	memset(&a, 0, sizeof(a));
+	r = s3_url_parse(root, &a.loc, err, errlen);
+	if (r < 0)
+		return r;
+	s3_url_format(&a.loc, a.root, sizeof(a.root));
+	snprintf(a.work, sizeof(a.work), "%s%.*s", STORE_WORK_PREFIX, STORE_ID_LEN, id);
+	snprintf(a.id, sizeof(a.id), "%.*s", STORE_ID_LEN, id);
+	snprintf(a.tag, sizeof(a.tag), "%.*s", TAG_DIGITS, id);
+	r = work_key(&a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = get_text(a.loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	j = json_loadb(text, len, 0, NULL);
+	free(text);
+	name = json_string_value(json_object_get(j, "name"));
+	inst = json_string_value(json_object_get(json_object_get(j, "daemon"), "instance"));
+	if (!str_is(j, "id", id) || !inst || strcmp(inst, instance) || !name ||
+	    !name_checkpoint_ok(name, NULL, 0)) {
+		json_decref(j);
+		return 0;
+	}
+	snprintf(a.name, sizeof(a.name), "%s", name);
+	json_decref(j);
+	abort_leftover_uploads(&a);
+	r = work_key(&a, "", pre, sizeof(pre), err, errlen);
+	if (r == 0)
+		r = rm_prefix(a.loc.bucket, pre, err, errlen);
+	return r < 0 ? r : 1;
+}
+
+const struct store_ops store_s3 = {
+	.name = "s3",
+	.arena_attach = s3a_attach,
+	.arena_detach = s3a_detach,
+	.arena_fd = s3a_fd,
+	.arena_reap = s3a_reap,
+	.arena_busy = s3a_busy,
+	.set_disk_depth = s3a_set_depth,
+	.attempt_open = s3_attempt_open,
+	.shard_create = s3_shard_create,
+	.attempt_tag = s3_attempt_tag,
+	.shard_write = s3_shard_write,
+	.shard_finish = s3_shard_finish,
+	.rank_publish = s3_rank_publish,
+	.attempt_claim = s3_attempt_claim,
+	.attempt_addressee = s3_attempt_addressee,
+	.shard_close = s3_shard_close,
+	.attempt_count = s3_attempt_count,
+	.attempt_commit = s3_attempt_commit,
+	.attempt_poll = s3_attempt_poll,
+	.attempt_fail = s3_attempt_fail,
+	.attempt_close = s3_attempt_close,
+	.list = s3_list_root,
+	.read_range = s3_read_range,
+	.remove = s3_remove,
+};

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store_s3.h - the S3 backend: checkpoints under s3://bucket/prefix (s3.c
+ * describes the layout and the commit).
+ *
+ * Its requests go through one S3 client per process (s3_http.h), set up
+ * once with store_s3_start() before the first attempt, listing or read, and
+ * torn down with store_s3_stop() after the last.  Without it every S3 hook
+ * fails with -ENOTSUP ("S3 is not set up").
+ */
+#ifndef CKPT_STORE_STORE_S3_H
+#define CKPT_STORE_STORE_S3_H
+
+#include "store/s3_http.h"
+#include "store/store.h"
+
+extern const struct store_ops store_s3;
+
+/* Starts the process's S3 client (idempotent).  0 or -errno (err). */
+int store_s3_start(const struct s3_conf *conf, char *err, size_t errlen);
+void store_s3_stop(void);
+/* What a configuration may say; NULL strings and 0 numbers: not said. */
+struct store_s3_settings {
+	const char *endpoint, *region, *addressing; /* "path" or "virtual" */
+	const char *credentials_file, *profile;
+	unsigned parts_in_flight, retries;
+	uint64_t backoff_base_ms, backoff_cap_ms, stall_ms, connect_timeout_ms;
+	bool retries_set;             /* retries == 0 was said */
+};
+
+/*
+ * Starts the client from `set` over the standard AWS environment:
+ * credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN,
+ * else the credentials file; endpoint: set, AWS_ENDPOINT_URL_S3,
+ * AWS_ENDPOINT_URL, the file's endpoint_url, else AWS's for the region;
+ * region: set, AWS_REGION, AWS_DEFAULT_REGION, the file's, else us-east-1.
+ * 0 or -errno with the reason in err (never a secret).
+ */
+int store_s3_start_settings(const struct store_s3_settings *set, char *err, size_t errlen);
+
+/* Removes the work area of attempt `id` under `root` if its attempt.json
+ * names daemon life `instance` (a crashed life's leftover), aborting its
+ * multipart uploads.  1 removed, 0 not there or not that life's, -errno
+ * (err). */
+int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
+		   size_t errlen);
+
+/* The running client, or NULL. */
+struct s3_client *store_s3_client(void);
+
+#endif
