@@ -19,6 +19,8 @@
 #include "format/crc32c.h"
 #include "format/index.h"
 #include "store/fsutil.h"
+#include "store/s3_addr.h"
+#include "store/store_s3.h"
 
 #define READER_MAX_MANIFEST (1ull << 30)
 
@@ -27,6 +29,7 @@ struct ckpt_reader {
 	char *path;
 	struct manifest m;
 	int *fds; /* per manifest file, -1 until first used */
+	bool s3;  /* path is s3://...: ranged GETs instead of files */
 };
 
 /* ---- N-d box copy ---- */
@@ -136,13 +139,31 @@ int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
 		cli_set_error("ckpt_reader_open: out of memory");
 		goto out_free;
 	}
-	rd->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (rd->dirfd < 0) {
-		r = -errno;
-		cli_set_error("ckpt_reader_open: '%s': %s", path, strerror(-r));
-		goto out_free;
+	if (s3_is_url(path)) {
+		/* The process's S3 client, from the AWS_* environment. */
+		struct store_s3_settings set = { 0 };
+		rd->s3 = true;
+		r = store_s3_start_settings(&set, err, sizeof(err));
+		if (r < 0) {
+			cli_set_error("ckpt_reader_open: '%s': %s", path, err);
+			goto out_free;
+		}
+		r = store_s3_get(path, MANIFEST_FILE, READER_MAX_MANIFEST, &text, &text_len, err,
+				 sizeof(err));
+		if (r < 0 && r != -ENOENT) {
+			cli_set_error("ckpt_reader_open: %s", err);
+			goto out_free;
+		}
+	} else {
+		rd->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (rd->dirfd < 0) {
+			r = -errno;
+			cli_set_error("ckpt_reader_open: '%s': %s", path, strerror(-r));
+			goto out_free;
+		}
+		r = fs_read_file_at(rd->dirfd, MANIFEST_FILE, READER_MAX_MANIFEST, &text,
+				    &text_len);
 	}
-	r = fs_read_file_at(rd->dirfd, MANIFEST_FILE, READER_MAX_MANIFEST, &text, &text_len);
 	if (r == -ENOENT) {
 		cli_set_error("ckpt_reader_open: no %s in '%s': not a committed checkpoint",
 			      MANIFEST_FILE, path);
@@ -294,15 +315,26 @@ static int read_chunk(struct ckpt_reader *rd, const struct manifest_chunk *ch, c
 	const char *file = rd->m.files[ch->file].path;
 	uint64_t pos = ch->begin;
 	uint32_t piece = 0;
-	int fd = file_fd(rd, ch->file, fn, name);
+	int fd = -1;
 
-	if (fd < 0)
+	if (rd->s3) {
+		/* One ranged GET for the whole chunk; the pieces are checked
+		 * below as they are for a file. */
+		int r = store_s3.read_range(rd->path, file, ch->begin, ch->end - ch->begin, dst);
+		if (r < 0) {
+			cli_set_error("%s: '%s': reading %s/%s [%llu, %llu) from S3: %s", fn, name,
+				      rd->path, file, (unsigned long long)ch->begin,
+				      (unsigned long long)ch->end, strerror(-r));
+			return r;
+		}
+	} else if ((fd = file_fd(rd, ch->file, fn, name)) < 0) {
 		return fd;
+	}
 	while (pos < ch->end) {
 		uint64_t grid = (pos / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
 		uint64_t stop = grid < ch->end ? grid : ch->end;
 		char *p = dst + (pos - ch->begin);
-		uint64_t got = 0;
+		uint64_t got = rd->s3 ? stop - pos : 0;
 
 		while (got < stop - pos) {
 			ssize_t n = pread(fd, p + got, (size_t)(stop - pos - got),

@@ -25,7 +25,7 @@ build_pkgs=(gcc make pkg-config liburing-dev libjansson-dev libisal-dev libsyste
 # pkg-config names of the libraries above, for systems without dpkg.
 build_pcs=(liburing jansson libisal libsystemd check libcurl)
 # fio: the bench compares against it, and integration tests may use it.
-test_pkgs=(python3 python3-venv fio)
+test_pkgs=(python3 python3-venv fio awscli)
 
 check_build=0
 quiet=0

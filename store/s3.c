@@ -478,6 +478,17 @@ static int ckpt_key(const struct store_attempt *a, const char *file, char *buf, 
 	return key_of(&a->loc, rel, buf, len, err, errlen);
 }
 
+/* "<prefix>/<dir>/": what lies in a work area or a checkpoint. */
+static int dir_key(const struct store_attempt *a, const char *dir, char *buf, size_t len,
+		   char *err, size_t errlen)
+{
+	int r = key_of(&a->loc, dir, buf, len - 1, err, errlen);
+
+	if (r == 0)
+		strcat(buf, "/");
+	return r;
+}
+
 static json_t *attempt_json(const struct store_key *k, const char *id,
 			    const struct store_writer *self, uid_t uid)
 {
@@ -637,7 +648,7 @@ static int s3_attempt_open(const char *root, const struct store_key *k, const ch
 			/* A leftover of this daemon before a restart: none of
 			 * it may be used.  Empty it and start afresh. */
 			char pre[S3_KEY_MAX + 1];
-			r = work_key(a, "", pre, sizeof(pre), err, errlen);
+			r = dir_key(a, a->work, pre, sizeof(pre), err, errlen);
 			if (r == 0)
 				r = rm_prefix(a->loc.bucket, pre, err, errlen);
 			if (r < 0)
@@ -1053,7 +1064,7 @@ static void rm_work(struct store_attempt *a)
 {
 	char pre[S3_KEY_MAX + 1], err[512];
 
-	if (work_key(a, "", pre, sizeof(pre), err, sizeof(err)) == 0)
+	if (dir_key(a, a->work, pre, sizeof(pre), err, sizeof(err)) == 0)
 		(void)rm_prefix(a->loc.bucket, pre, err, sizeof(err));
 }
 
@@ -1177,7 +1188,7 @@ static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool deli
 		char pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
 		struct tag_rm t = { a, suffix };
 		snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
-		if (ckpt_key(a, "", pre, sizeof(pre), err, sizeof(err)) == 0)
+		if (dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) == 0)
 			(void)s3_list(a->loc.bucket, pre, true, rm_tagged, &t, err, sizeof(err));
 		rm_work(a);
 		return;
@@ -1276,6 +1287,21 @@ static int s3_read_range(const char *ckpt, const char *file, uint64_t off, uint6
 	return r;
 }
 
+int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, size_t *ret_len,
+		 char *err, size_t errlen)
+{
+	struct s3_loc loc;
+	char key[S3_KEY_MAX + 1];
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(ckpt, &loc, err, errlen);
+	if (r == 0)
+		r = key_of(&loc, file, key, sizeof(key), err, errlen);
+	return r < 0 ? r : get_text(loc.bucket, key, max, ret, ret_len, err, errlen);
+}
+
 static int s3_remove(const char *root, const char *name)
 {
 	struct s3_loc loc;
@@ -1329,7 +1355,7 @@ static void abort_leftover_uploads(struct store_attempt *a)
 	struct up_abort u = { a->loc.bucket, suffix };
 
 	snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
-	if (ckpt_key(a, "", pre, sizeof(pre), err, sizeof(err)) < 0 ||
+	if (dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) < 0 ||
 	    s3_encode_query(pre, enc, sizeof(enc)) < 0)
 		return;
 	snprintf(q, sizeof(q), "prefix=%s&uploads=", enc);
@@ -1381,7 +1407,7 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 	snprintf(a.name, sizeof(a.name), "%s", name);
 	json_decref(j);
 	abort_leftover_uploads(&a);
-	r = work_key(&a, "", pre, sizeof(pre), err, errlen);
+	r = dir_key(&a, a.work, pre, sizeof(pre), err, errlen);
 	if (r == 0)
 		r = rm_prefix(a.loc.bucket, pre, err, errlen);
 	return r < 0 ? r : 1;

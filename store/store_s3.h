@@ -38,6 +38,12 @@ struct store_s3_settings {
  */
 int store_s3_start_settings(const struct store_s3_settings *set, char *err, size_t errlen);
 
+/* GETs `file` of checkpoint `ckpt` (s3://bucket/prefix/name) whole, at most
+ * max bytes, into a malloc'd NUL-terminated *ret.  0, -ENOENT (err not
+ * set), or -errno with err. */
+int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, size_t *ret_len,
+		 char *err, size_t errlen);
+
 /* Removes the work area of attempt `id` under `root` if its attempt.json
  * names daemon life `instance` (a crashed life's leftover), aborting its
  * multipart uploads.  1 removed, 0 not there or not that life's, -errno
