@@ -36,13 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "format/index.h"
+#include "store/attempt.h"
 #include "store/fsutil.h"
 
 #define FIXED_MAX (1ull << 30)
@@ -415,29 +415,6 @@ static void local_attempt_close(struct store_attempt *a)
 	free(a);
 }
 
-static json_t *attempt_json(const struct store_key *k, const char *id,
-			    const struct store_writer *self)
-{
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:{s:s, s:s}, s:I}", "format",
-			 "ckpt-attempt-1", "id", id, "job", k->job, "run", k->run, "name", k->name,
-			 "step", (json_int_t)k->step, "attempt", (json_int_t)k->attempt, "world",
-			 (json_int_t)k->world, "daemon", "id", self->id, "instance", self->instance,
-			 "created", (json_int_t)time(NULL));
-}
-
-static bool str_is(json_t *o, const char *key, const char *want)
-{
-	const char *v = json_string_value(json_object_get(o, key));
-	return v && strcmp(v, want) == 0;
-}
-
-static bool int_is(json_t *o, const char *key, uint64_t want)
-{
-	json_t *v = json_object_get(o, key);
-	return json_is_integer(v) && json_integer_value(v) >= 0 &&
-	       (uint64_t)json_integer_value(v) == want;
-}
-
 /* Checks an existing work area: 0 to join it, 1 if it is a leftover of an
  * earlier life of this daemon (to be replaced), or -errno with err set. */
 static int check_existing(int workfd, const char *where, const struct store_key *k,
@@ -445,7 +422,6 @@ static int check_existing(int workfd, const char *where, const struct store_key 
 			  size_t errlen)
 {
 	struct stat st;
-	json_t *j = NULL;
 	char *text = NULL;
 	size_t len;
 	int r;
@@ -471,20 +447,13 @@ static int check_existing(int workfd, const char *where, const struct store_key 
 				      "this save", where, STORE_ATTEMPT_FILE, strerror(-r));
 		return -EEXIST;
 	}
-	j = json_loadb(text, len, 0, NULL);
+	r = store_attempt_judge(text, len, k, id, self, false, 0);
 	free(text);
-	if (!str_is(j, "format", "ckpt-attempt-1") || !str_is(j, "id", id) ||
-	    !str_is(j, "job", k->job) || !str_is(j, "run", k->run) ||
-	    !str_is(j, "name", k->name) || !int_is(j, "step", k->step) ||
-	    !int_is(j, "attempt", k->attempt) || !int_is(j, "world", k->world)) {
+	if (r < 0) {
 		snprintf(err, errlen, "work area '%s' belongs to another save (its %s differs)",
 			 where, STORE_ATTEMPT_FILE);
-		json_decref(j);
 		return -EEXIST;
 	}
-	json_t *d = json_object_get(j, "daemon");
-	r = str_is(d, "id", self->id) && !str_is(d, "instance", self->instance) ? 1 : 0;
-	json_decref(j);
 	if (r == 0) {
 		char *msg = NULL;
 		if (fs_read_file_at(workfd, FAILED_MARKER, 4096, &msg, &len) == 0) {
@@ -531,9 +500,7 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 		 * never writable by others, even with umask 000 (another user
 		 * could otherwise plant an index or rewrite a shard). */
 		if (mkdirat(a->rootfd, a->work, 0755) == 0) {
-			json_t *j = attempt_json(k, id, self);
-			char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-			json_decref(j);
+			char *text = store_attempt_text(k, id, self, uid);
 			created = true;
 			a->workfd = openat(a->rootfd, a->work,
 					   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -691,24 +658,15 @@ static int local_rank_publish(struct store_attempt *a, uint32_t rank, const char
 static int local_attempt_claim(struct store_attempt *a, const struct store_writer *self,
 			       char ret[STORE_ID_LEN + 1], char *err, size_t errlen)
 {
-	unsigned char rnd[16];
 	char nonce[STORE_ID_LEN + 1];
-	json_t *j;
 	char *text;
 	int r;
 
-	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
-		snprintf(err, errlen, "getrandom: %s", strerror(errno));
-		return -EIO;
+	r = store_claim_new(self, nonce, &text);
+	if (r < 0) {
+		snprintf(err, errlen, "claiming '%s/%s': %s", a->root, a->work, strerror(-r));
+		return r;
 	}
-	for (int i = 0; i < 16; i++)
-		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
-	j = json_pack("{s:s, s:s, s:s, s:I}", "nonce", nonce, "daemon", self->id, "instance",
-		      self->instance, "time", (json_int_t)time(NULL));
-	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	if (!text)
-		return -ENOMEM;
 	/* Atomic: an earlier claim (a crashed coordinator's) is replaced
 	 * whole, and with it every delivery addressed to it. */
 	r = fs_write_file_at(a->workfd, CLAIM_FILE, text, strlen(text), FS_ATOMIC | FS_NOSYNC);
@@ -723,22 +681,15 @@ static int local_attempt_claim(struct store_attempt *a, const struct store_write
 
 static int local_attempt_addressee(struct store_attempt *a, char ret[STORE_ID_LEN + 1])
 {
-	const char *nonce;
 	char *text;
 	size_t len;
-	json_t *j;
 	int r;
 
 	r = fs_read_file_at(a->workfd, CLAIM_FILE, ATTEMPT_MAX_BYTES, &text, &len);
 	if (r < 0)
 		return r;
-	j = json_loadb(text, len, 0, NULL);
+	r = store_claim_nonce(text, len, ret);
 	free(text);
-	nonce = json_string_value(json_object_get(j, "nonce"));
-	r = nonce && strlen(nonce) == STORE_ID_LEN ? 0 : -EBADMSG;
-	if (r == 0)
-		memcpy(ret, nonce, STORE_ID_LEN + 1);
-	json_decref(j);
 	return r;
 }
 
@@ -775,7 +726,6 @@ static int local_attempt_count(struct store_attempt *a, uint32_t world, const ch
 	while (*io_n < world) {
 		char *text;
 		size_t len;
-		json_t *j;
 		bool ok;
 		int r;
 
@@ -790,10 +740,8 @@ static int local_attempt_count(struct store_attempt *a, uint32_t world, const ch
 		if (r < 0)
 			return r;
 		/* Only an index addressed to this claim counts. */
-		j = json_loadb(text, len, 0, NULL);
+		ok = store_index_addressed(text, len, nonce);
 		free(text);
-		ok = str_is(j, "to", nonce);
-		json_decref(j);
 		if (!ok)
 			break;
 		(*io_n)++;

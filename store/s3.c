@@ -37,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +44,7 @@
 #include "format/index.h"
 #include "format/names.h"
 #include "format/jbuf.h"
+#include "store/attempt.h"
 #include "store/s3_http.h"
 #include "store/s3_parts.h"
 #include "store/s3_xml.h"
@@ -489,29 +489,6 @@ static int dir_key(const struct store_attempt *a, const char *dir, char *buf, si
 	return r;
 }
 
-static json_t *attempt_json(const struct store_key *k, const char *id,
-			    const struct store_writer *self, uid_t uid)
-{
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:{s:s, s:s}, s:I}",
-			 "format", "ckpt-attempt-1", "id", id, "job", k->job, "run", k->run, "name",
-			 k->name, "step", (json_int_t)k->step, "attempt", (json_int_t)k->attempt,
-			 "world", (json_int_t)k->world, "uid", (json_int_t)uid, "daemon", "id",
-			 self->id, "instance", self->instance, "created", (json_int_t)time(NULL));
-}
-
-static bool str_is(json_t *o, const char *key, const char *want)
-{
-	const char *v = json_string_value(json_object_get(o, key));
-	return v && strcmp(v, want) == 0;
-}
-
-static bool int_is(json_t *o, const char *key, uint64_t want)
-{
-	json_t *v = json_object_get(o, key);
-	return json_is_integer(v) && json_integer_value(v) >= 0 &&
-	       (uint64_t)json_integer_value(v) == want;
-}
-
 static void s3_attempt_close(struct store_attempt *a)
 {
 	if (!a)
@@ -558,30 +535,17 @@ static int check_existing(struct store_attempt *a, const char *text, size_t len,
 			  const struct store_key *k, const struct store_writer *self, char *err,
 			  size_t errlen)
 {
-	json_t *j = json_loadb(text, len, 0, NULL);
 	char key[S3_KEY_MAX + 1];
 	char *msg;
 	size_t mlen;
-	int r;
+	int r = store_attempt_judge(text, len, k, a->id, self, true, a->uid);
 
-	if (!str_is(j, "format", "ckpt-attempt-1") || !str_is(j, "id", a->id) ||
-	    !str_is(j, "job", k->job) || !str_is(j, "run", k->run) ||
-	    !str_is(j, "name", k->name) || !int_is(j, "step", k->step) ||
-	    !int_is(j, "attempt", k->attempt) || !int_is(j, "world", k->world)) {
-		snprintf(err, errlen, "work area '%s/%s' belongs to another save (its %s differs)",
+	if (r == -EEXIST || r == -EPERM) {
+		snprintf(err, errlen, r == -EPERM ? "work area '%s/%s' belongs to another user" :
+				      "work area '%s/%s' belongs to another save (its %s differs)",
 			 a->root, a->work, STORE_ATTEMPT_FILE);
-		json_decref(j);
 		return -EEXIST;
 	}
-	if (!int_is(j, "uid", a->uid)) {
-		snprintf(err, errlen, "work area '%s/%s' belongs to another user", a->root,
-			 a->work);
-		json_decref(j);
-		return -EEXIST;
-	}
-	json_t *d = json_object_get(j, "daemon");
-	r = str_is(d, "id", self->id) && !str_is(d, "instance", self->instance) ? 1 : 0;
-	json_decref(j);
 	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
 	    get_text(a->loc.bucket, key, 4096, &msg, &mlen, NULL, 0) == 0) {
 		snprintf(err, errlen, "this attempt already failed: %s",
@@ -657,9 +621,7 @@ static int s3_attempt_open(const char *root, const struct store_key *k, const ch
 		}
 		if (r != -ENOENT)
 			goto fail;
-		json_t *j = attempt_json(k, id, self, uid);
-		char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
-		json_decref(j);
+		char *t = store_attempt_text(k, id, self, uid);
 		if (!t) {
 			r = -ENOMEM;
 			goto fail;
@@ -946,24 +908,15 @@ static int s3_rank_publish(struct store_attempt *a, uint32_t rank, const char *i
 static int s3_attempt_claim(struct store_attempt *a, const struct store_writer *self,
 			    char ret[STORE_ID_LEN + 1], char *err, size_t errlen)
 {
-	unsigned char rnd[16];
 	char nonce[STORE_ID_LEN + 1], key[S3_KEY_MAX + 1];
-	json_t *j;
 	char *text;
 	int r;
 
-	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
-		snprintf(err, errlen, "getrandom: %s", strerror(errno));
-		return -EIO;
+	r = store_claim_new(self, nonce, &text);
+	if (r < 0) {
+		snprintf(err, errlen, "claiming '%s/%s': %s", a->root, a->work, strerror(-r));
+		return r;
 	}
-	for (int i = 0; i < 16; i++)
-		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
-	j = json_pack("{s:s, s:s, s:s, s:I}", "nonce", nonce, "daemon", self->id, "instance",
-		      self->instance, "time", (json_int_t)time(NULL));
-	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	json_decref(j);
-	if (!text)
-		return -ENOMEM;
 	/* One PUT replaces an earlier claim whole: S3 makes it visible at
 	 * once or not at all. */
 	r = work_key(a, CLAIM_FILE, key, sizeof(key), err, errlen);
@@ -978,10 +931,8 @@ static int s3_attempt_claim(struct store_attempt *a, const struct store_writer *
 static int s3_attempt_addressee(struct store_attempt *a, char ret[STORE_ID_LEN + 1])
 {
 	char key[S3_KEY_MAX + 1], err[256];
-	const char *nonce;
 	char *text;
 	size_t len;
-	json_t *j;
 	int r;
 
 	r = work_key(a, CLAIM_FILE, key, sizeof(key), err, sizeof(err));
@@ -989,13 +940,8 @@ static int s3_attempt_addressee(struct store_attempt *a, char ret[STORE_ID_LEN +
 		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, NULL, 0);
 	if (r < 0)
 		return r;
-	j = json_loadb(text, len, 0, NULL);
+	r = store_claim_nonce(text, len, ret);
 	free(text);
-	nonce = json_string_value(json_object_get(j, "nonce"));
-	r = nonce && strlen(nonce) == STORE_ID_LEN ? 0 : -EBADMSG;
-	if (r == 0)
-		memcpy(ret, nonce, STORE_ID_LEN + 1);
-	json_decref(j);
 	return r;
 }
 
@@ -1031,7 +977,6 @@ static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char 
 	while (*io_n < world) {
 		char *text;
 		size_t len;
-		json_t *j;
 		bool ok;
 		int r;
 
@@ -1044,10 +989,8 @@ static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char 
 			break;
 		if (r < 0)
 			return r;
-		j = json_loadb(text, len, 0, NULL);
+		ok = store_index_addressed(text, len, nonce);
 		free(text);
-		ok = str_is(j, "to", nonce);
-		json_decref(j);
 		if (!ok)
 			break;
 		(*io_n)++;
@@ -1399,7 +1342,8 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 	free(text);
 	name = json_string_value(json_object_get(j, "name"));
 	inst = json_string_value(json_object_get(json_object_get(j, "daemon"), "instance"));
-	if (!str_is(j, "id", id) || !inst || strcmp(inst, instance) || !name ||
+	const char *aid = json_string_value(json_object_get(j, "id"));
+	if (!aid || strcmp(aid, id) || !inst || strcmp(inst, instance) || !name ||
 	    !name_checkpoint_ok(name, NULL, 0)) {
 		json_decref(j);
 		return 0;
