@@ -216,11 +216,9 @@ static int s3_setup(const struct config *cfg)
 		log_err("S3: %s", err);
 		return -EBUSY; /* a configuration error: exit 78 */
 	}
-	log_info("S3: endpoint '%s', region '%s', %s addressing, %u parts in flight",
-		 s3_client_conf(store_s3_client())->endpoint,
-		 s3_client_conf(store_s3_client())->region,
-		 s3_client_conf(store_s3_client())->virtual_host ? "virtual-host" : "path",
-		 s3_client_conf(store_s3_client())->parts_in_flight);
+	const struct s3_conf *c = s3_client_conf(store_s3_client());
+	log_info("S3: endpoint '%s', region '%s', %s addressing, %u parts in flight", c->endpoint,
+		 c->region, c->virtual_host ? "virtual-host" : "path", c->parts_in_flight);
 	return 0;
 }
 

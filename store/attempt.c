@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -93,4 +94,48 @@ bool store_index_addressed(const char *text, size_t len, const char *nonce)
 
 	json_decref(j);
 	return ok;
+}
+
+static bool in_sorted(const uint32_t *v, size_t n, uint32_t x)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (v[mid] == x)
+			return true;
+		if (v[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+int store_count_delivered(index_fetch_fn fetch, void *ud, uint32_t world, const char *nonce,
+			  const uint32_t *local, size_t n_local, uint32_t *io_n)
+{
+	while (*io_n < world) {
+		char *text;
+		size_t len;
+		bool ok;
+		int r;
+
+		if (in_sorted(local, n_local, *io_n)) {
+			(*io_n)++;
+			continue;
+		}
+		r = fetch(ud, *io_n, &text, &len);
+		if (r == -ENOENT)
+			break;
+		if (r < 0)
+			return r;
+		/* Only an index addressed to this claim counts. */
+		ok = store_index_addressed(text, len, nonce);
+		free(text);
+		if (!ok)
+			break;
+		(*io_n)++;
+	}
+	return 0;
 }

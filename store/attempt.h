@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "format/index.h"
 #include "store/store.h"
 
 /* attempt.json for key k, attempt id, daemon self and the owner's uid:
@@ -37,5 +38,14 @@ int store_claim_nonce(const char *text, size_t len, char ret[STORE_ID_LEN + 1]);
 
 /* True if index text is addressed ("to") to nonce. */
 bool store_index_addressed(const char *text, size_t len, const char *nonce);
+
+/*
+ * store_ops.attempt_count for any backend: counts up from *io_n the ranks
+ * whose index, read with fetch(ud, rank, ...) (-ENOENT: none yet), is
+ * addressed to nonce; ranks in local[n_local] (sorted) count without a
+ * read.  Returns 0 or fetch's error.
+ */
+int store_count_delivered(index_fetch_fn fetch, void *ud, uint32_t world, const char *nonce,
+			  const uint32_t *local, size_t n_local, uint32_t *io_n);
 
 #endif

@@ -702,51 +702,19 @@ static void local_shard_close(struct store_shard *s)
 	free(s);
 }
 
-static bool in_sorted(const uint32_t *v, size_t n, uint32_t x)
+static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len)
 {
-	size_t lo = 0, hi = n;
+	const struct store_attempt *a = ud;
+	char name[64];
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (v[mid] == x)
-			return true;
-		if (v[mid] < x)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return false;
+	index_index_name(rank, name, sizeof(name));
+	return fs_read_file_at(a->workfd, name, INDEX_MAX_BYTES, ret, ret_len);
 }
 
 static int local_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
 			       const uint32_t *local, size_t n_local, uint32_t *io_n)
 {
-	char name[64];
-
-	while (*io_n < world) {
-		char *text;
-		size_t len;
-		bool ok;
-		int r;
-
-		if (in_sorted(local, n_local, *io_n)) {
-			(*io_n)++;
-			continue;
-		}
-		index_index_name(*io_n, name, sizeof(name));
-		r = fs_read_file_at(a->workfd, name, INDEX_MAX_BYTES, &text, &len);
-		if (r == -ENOENT)
-			break;
-		if (r < 0)
-			return r;
-		/* Only an index addressed to this claim counts. */
-		ok = store_index_addressed(text, len, nonce);
-		free(text);
-		if (!ok)
-			break;
-		(*io_n)++;
-	}
-	return 0;
+	return store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
 }
 
 static int local_attempt_commit(struct store_attempt *a, const struct store_merge *m, char *err,

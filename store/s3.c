@@ -55,13 +55,25 @@
 #define CLAIM_FILE "coordinator.json"
 #define TAG_DIGITS 16
 
+/* Set once per process (readers may open from several threads at once),
+ * then only read until store_s3_stop. */
 static struct s3_client *g_s3;
+static pthread_mutex_t g_s3_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int store_s3_start(const struct s3_conf *conf, char *err, size_t errlen)
 {
-	if (g_s3)
-		return 0;
-	return s3_client_new(conf, &g_s3, err, errlen);
+	int r = 0;
+
+	pthread_mutex_lock(&g_s3_lock);
+	if (!g_s3) {
+		struct s3_client *c;
+		r = s3_client_new(conf, &c, err, errlen);
+		if (r == 0)
+			__atomic_store_n(&g_s3, c, __ATOMIC_RELEASE); /* pairs with the
+								       * fast path's load */
+	}
+	pthread_mutex_unlock(&g_s3_lock);
+	return r;
 }
 
 int store_s3_start_settings(const struct store_s3_settings *set, char *err, size_t errlen)
@@ -69,8 +81,8 @@ int store_s3_start_settings(const struct store_s3_settings *set, char *err, size
 	struct s3_conf conf;
 	int r;
 
-	if (g_s3)
-		return 0;
+	if (__atomic_load_n(&g_s3, __ATOMIC_ACQUIRE))
+		return 0; /* started: no credentials to read again */
 	memset(&conf, 0, sizeof(conf));
 	r = s3_creds_load(NULL, set->credentials_file, set->profile, &conf.creds, err, errlen);
 	if (r == -ENOENT)
@@ -96,7 +108,7 @@ int store_s3_start_settings(const struct store_s3_settings *set, char *err, size
 	conf.backoff_cap_ms = set->backoff_cap_ms ? set->backoff_cap_ms : 10000;
 	conf.stall_ms = set->stall_ms ? set->stall_ms : 30000;
 	conf.connect_timeout_ms = set->connect_timeout_ms ? set->connect_timeout_ms : 10000;
-	r = s3_client_new(&conf, &g_s3, err, errlen);
+	r = store_s3_start(&conf, err, errlen);
 out:
 	s3_creds_wipe(&conf.creds);
 	return r;
@@ -201,9 +213,8 @@ struct lister {
  * positive count otherwise, so the value itself is kept in l->res. */
 static int stop_if(struct lister *l, int r)
 {
-	if (r)
-		l->res = r ? r : 1;
-	return r ? (r < 0 ? r : 1) : 0;
+	l->res = r;
+	return r ? 1 : 0;
 }
 
 static int list_key(void *ud, const char *inner, size_t len)
@@ -664,18 +675,36 @@ static void upload_forget(struct store_attempt *a, const char *upload_id)
 	pthread_mutex_unlock(&a->lock);
 }
 
-static void upload_abort(struct store_attempt *a, const char *key, const char *upload_id)
+/* "[partNumber=N&]uploadId=ID" (part 0: none), sorted and encoded as
+ * libcurl 7.88 needs the query it signs.  Upload ids are at most 255
+ * bytes (shard_create checks the ones it keeps). */
+static void upload_query(uint32_t part, const char *upload_id, char *buf, size_t len)
 {
-	char q[800], enc[256 * 3], err[512];
-	struct s3_req rq = { .method = "DELETE", .bucket = a->loc.bucket, .key = key,
-			     .fail_404_quietly = true };
+	char enc[256 * 3];
 
 	if (s3_encode_query(upload_id, enc, sizeof(enc)) < 0)
-		return;
-	snprintf(q, sizeof(q), "uploadId=%s", enc);
-	rq.query = q;
+		enc[0] = '\0';
+	if (part)
+		snprintf(buf, len, "partNumber=%u&uploadId=%s", part, enc);
+	else
+		snprintf(buf, len, "uploadId=%s", enc);
+}
+
+/* AbortMultipartUpload; a failure leaves garbage, not an error. */
+static void abort_upload(const char *bucket, const char *key, const char *upload_id)
+{
+	char q[800], err[512];
+	struct s3_req rq = { .method = "DELETE", .bucket = bucket, .key = key, .query = q,
+			     .fail_404_quietly = true };
+
+	upload_query(0, upload_id, q, sizeof(q));
 	(void)s3_call(g_s3, &rq, err, sizeof(err));
 	s3_req_free(&rq);
+}
+
+static void upload_abort(struct store_attempt *a, const char *key, const char *upload_id)
+{
+	abort_upload(a->loc.bucket, key, upload_id);
 	upload_forget(a, upload_id);
 }
 
@@ -790,11 +819,8 @@ static void s3_shard_write(struct store_shard *s, struct store_arena *a, uint64_
 	p->job.len = len;
 	p->job.done = part_done;
 	if (!s->plan.single) {
-		char enc[256 * 3];
 		p->number = s3_part_of(&s->plan, file_off) + 1;
-		s3_encode_query(s->upload_id, enc, sizeof(enc));
-		snprintf(p->job.query, sizeof(p->job.query), "partNumber=%u&uploadId=%s", p->number,
-			 enc);
+		upload_query(p->number, s->upload_id, p->job.query, sizeof(p->job.query));
 	}
 	a->busy++;
 	s3_submit(g_s3, &p->job);
@@ -853,7 +879,7 @@ static bool object_has_size(const char *bucket, const char *key, uint64_t size)
 static int s3_shard_finish(struct store_shard *s, uint64_t size, char *err, size_t errlen)
 {
 	struct store_attempt *a = s->att;
-	char q[800], enc[256 * 3];
+	char q[800];
 	struct jbuf b;
 	int r;
 
@@ -874,8 +900,7 @@ static int s3_shard_finish(struct store_shard *s, uint64_t size, char *err, size
 	size_t xml_len = 0;
 	if (jbuf_finish(&b, true, &xml, &xml_len))
 		return -ENOMEM;
-	s3_encode_query(s->upload_id, enc, sizeof(enc));
-	snprintf(q, sizeof(q), "uploadId=%s", enc);
+	upload_query(0, s->upload_id, q, sizeof(q));
 	struct s3_req rq = { .method = "POST", .bucket = a->loc.bucket, .key = s->key, .query = q,
 			     .body = xml, .body_len = strlen(xml) };
 	/* Without it curl sends a form type and the server parses the body
@@ -953,16 +978,10 @@ static void s3_shard_close(struct store_shard *s)
 	free(s);
 }
 
-static bool in_sorted(const uint32_t *v, size_t n, uint32_t x)
+/* An index_fetch_fn: rank's index in the work area (ud: the attempt). */
+static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len)
 {
-	for (size_t i = 0; i < n; i++)
-		if (v[i] == x)
-			return true;
-	return false;
-}
-
-static int fetch_index(struct store_attempt *a, uint32_t rank, char **ret, size_t *ret_len)
-{
+	struct store_attempt *a = ud;
 	char name[64], key[S3_KEY_MAX + 1], err[256];
 	int r;
 
@@ -974,33 +993,7 @@ static int fetch_index(struct store_attempt *a, uint32_t rank, char **ret, size_
 static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
 			    const uint32_t *local, size_t n_local, uint32_t *io_n)
 {
-	while (*io_n < world) {
-		char *text;
-		size_t len;
-		bool ok;
-		int r;
-
-		if (in_sorted(local, n_local, *io_n)) {
-			(*io_n)++;
-			continue;
-		}
-		r = fetch_index(a, *io_n, &text, &len);
-		if (r == -ENOENT)
-			break;
-		if (r < 0)
-			return r;
-		ok = store_index_addressed(text, len, nonce);
-		free(text);
-		if (!ok)
-			break;
-		(*io_n)++;
-	}
-	return 0;
-}
-
-static int merge_fetch(void *ud, uint32_t rank, char **ret, size_t *ret_len)
-{
-	return fetch_index(ud, rank, ret, ret_len);
+	return store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
 }
 
 static void rm_work(struct store_attempt *a)
@@ -1020,7 +1013,7 @@ static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *
 	char *manifest = NULL;
 	int r;
 
-	r = index_merge_fetch(-1, merge_fetch, a, m->key->job, m->key->name, m->key->world,
+	r = index_merge_fetch(-1, fetch_index, a, m->key->job, m->key->name, m->key->world,
 			      m->time_utc, &o, m->local, m->n_local, &manifest, err, errlen);
 	if (r < 0)
 		return r;
@@ -1272,20 +1265,15 @@ struct up_abort {
 static int abort_listed(void *ud, const char *inner, size_t len)
 {
 	struct up_abort *u = ud;
-	char key[S3_KEY_MAX + 1], id[256], q[800], enc[3 * sizeof(id)], err[512];
+	char key[S3_KEY_MAX + 1], id[256];
 	size_t kl, sl = strlen(u->suffix);
 
 	if (s3_xml_text(inner, len, "Key", key, sizeof(key)) <= 0 ||
 	    s3_xml_text(inner, len, "UploadId", id, sizeof(id)) <= 0)
 		return 0;
 	kl = strlen(key);
-	if (kl <= sl || strcmp(key + kl - sl, u->suffix) || s3_encode_query(id, enc, sizeof(enc)) < 0)
-		return 0;
-	snprintf(q, sizeof(q), "uploadId=%s", enc);
-	struct s3_req rq = { .method = "DELETE", .bucket = u->bucket, .key = key, .query = q,
-			     .fail_404_quietly = true };
-	(void)s3_call(g_s3, &rq, err, sizeof(err));
-	s3_req_free(&rq);
+	if (kl > sl && !strcmp(key + kl - sl, u->suffix))
+		abort_upload(u->bucket, key, id);
 	return 0;
 }
 

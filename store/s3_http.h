@@ -134,7 +134,6 @@ struct s3_job {
 	int64_t due_ms;
 	uint64_t seed;
 	void *easy;
-	struct s3_req *rq;
 };
 
 /* Queues j (any thread).  done() runs exactly once. */
