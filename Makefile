@@ -104,7 +104,7 @@ BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 FAKE_CUDART := $(if $(HAVE_CUDA),$(BUILD)/tests/libfakecudart.so)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 
-.PHONY: all deps test unit integration demo bench install uninstall clean help check-deps FORCE
+.PHONY: all deps test test-s3-faults unit integration demo bench install uninstall clean help check-deps FORCE
 
 all: $(LIB_SO) $(LIB_A) $(CKPTD) $(CKPTCTL) $(BUILD)/libckpt.pc
 
@@ -112,6 +112,7 @@ help:
 	@echo "make            build libckpt.so/.a, ckptd, ckptctl (into $(BUILD)/)"
 	@echo "make deps       install missing Debian packages (apt-get) and Python envs"
 	@echo "make test       run every test (unit + integration)"
+	@echo "make test-s3-faults  the long S3 fault campaign (1000 injected faults)"
 	@echo "make demo       start a private ckptd and drive it with a sample trainer"
 	@echo "make bench      benchmarks against memcpy, fio, torch.save, DCP (QUICK=1: small)"
 	@echo "make install    install under PREFIX=$(PREFIX), config in SYSCONFDIR=$(SYSCONFDIR) (DESTDIR=)"
@@ -241,6 +242,13 @@ test:
 	$(Q)scripts/deps.sh --quiet
 	$(Q)$(MAKE) --no-print-directory tests-build
 	$(Q)BUILD=$(BUILD) tests/run.sh
+
+# The long S3 fault campaign: 1000 injected faults instead of make test's
+# 200 (tests/integration/s3_faults.sh).
+test-s3-faults:
+	$(Q)scripts/deps.sh --quiet
+	$(Q)$(MAKE) --no-print-directory tests-build
+	$(Q)BUILD=$(BUILD) CKPT_TEST_FAULTS=1000 TESTS=s3_faults tests/run.sh
 
 unit: tests-build
 	$(Q)BUILD=$(BUILD) tests/run.sh --unit

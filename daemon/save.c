@@ -533,6 +533,14 @@ static void extent_done(struct wtarget *t, uint64_t bytes, int res)
 	struct save *s = r->save;
 
 	if (res < 0) {
+		const struct store_ops *st = s->srv->store;
+		const char *why = st->shard_error ? st->shard_error(r->shard) : NULL;
+
+		if (why) {
+			rank_fail(r, res, "writing the shard of rank %u in '%s': %s", r->rank,
+				  s->root, why);
+			return;
+		}
 		rank_fail(r, res, "writing the shard of rank %u in '%s': %s%s", r->rank, s->root,
 			  strerror(-res),
 			  res == -EFBIG || res == -EINVAL ?

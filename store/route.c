@@ -194,6 +194,13 @@ static void r_shard_write(struct store_shard *x, struct store_arena *ax, uint64_
 	rs->ops->shard_write(rs->s, a, arena_off, file_off, len, cb, ud);
 }
 
+static const char *r_shard_error(const struct store_shard *x)
+{
+	const struct store_ops *o = RS(x)->ops;
+
+	return o->shard_error ? o->shard_error(RS(x)->s) : NULL;
+}
+
 static int r_shard_finish(struct store_shard *x, uint64_t size, char *err, size_t errlen)
 {
 	return RS(x)->ops->shard_finish(RS(x)->s, size, err, errlen);
@@ -285,6 +292,7 @@ const struct store_ops store_routed = {
 	.attempt_tag = r_attempt_tag,
 	.shard_write = r_shard_write,
 	.shard_finish = r_shard_finish,
+	.shard_error = r_shard_error,
 	.rank_publish = r_rank_publish,
 	.attempt_claim = r_attempt_claim,
 	.attempt_addressee = r_attempt_addressee,

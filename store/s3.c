@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -310,7 +311,7 @@ static int s3_list(const char *bucket, const char *prefix, bool delim,
 struct rm_all {
 	const char *bucket;
 	const char *prefix;
-	bool skip_manifest;
+	const char *skip;        /* a name left alone, or NULL */
 	int res;
 	char err[384];
 };
@@ -321,7 +322,7 @@ static int rm_one(void *ud, const char *name, bool is_prefix)
 	char key[S3_KEY_MAX + 1];
 
 	(void)is_prefix;
-	if (rm->skip_manifest && !strcmp(name, MANIFEST_FILE))
+	if (rm->skip && !strcmp(name, rm->skip))
 		return 0;
 	snprintf(key, sizeof(key), "%s%s", rm->prefix, name);
 	int r = del_key(rm->bucket, key, rm->err, sizeof(rm->err));
@@ -335,7 +336,7 @@ static int rm_one(void *ud, const char *name, bool is_prefix)
  * checkpoint that looks whole. */
 static int rm_prefix(const char *bucket, const char *prefix, char *err, size_t errlen)
 {
-	struct rm_all rm = { bucket, prefix, true, 0, "" };
+	struct rm_all rm = { bucket, prefix, MANIFEST_FILE, 0, "" };
 	char key[S3_KEY_MAX + 1];
 	int r;
 
@@ -702,10 +703,79 @@ static void abort_upload(const char *bucket, const char *key, const char *upload
 	s3_req_free(&rq);
 }
 
+struct up_abort {
+	const char *bucket;
+	const char *suffix;      /* the keys it ends, e.g. ".<tag>.safetensors" */
+	const char *keep;        /* an upload id to leave alone, or NULL */
+};
+
+static int abort_listed(void *ud, const char *inner, size_t len)
+{
+	struct up_abort *u = ud;
+	char key[S3_KEY_MAX + 1], id[256];
+	size_t kl, sl = strlen(u->suffix);
+
+	if (s3_xml_text(inner, len, "Key", key, sizeof(key)) <= 0 ||
+	    s3_xml_text(inner, len, "UploadId", id, sizeof(id)) <= 0)
+		return 0;
+	kl = strlen(key);
+	if (kl >= sl && !strcmp(key + kl - sl, u->suffix) && !(u->keep && !strcmp(id, u->keep)))
+		abort_upload(u->bucket, key, id);
+	return 0;
+}
+
+/* Aborts the open multipart uploads of keys under `prefix` that end in
+ * `suffix` (one page of ListMultipartUploads), except `keep`. */
+static void abort_uploads_under(const char *bucket, const char *prefix, const char *suffix,
+				const char *keep)
+{
+	char enc[3 * S3_KEY_MAX + 1], q[sizeof(enc) + 32], err[512];
+	struct up_abort u = { bucket, suffix, keep };
+
+	if (s3_encode_query(prefix, enc, sizeof(enc)) < 0)
+		return;
+	snprintf(q, sizeof(q), "prefix=%s&uploads=", enc);
+	struct s3_req rq = { .method = "GET", .bucket = bucket, .key = "", .query = q,
+			     .max_resp = 4u << 20 };
+	if (s3_call(g_s3, &rq, err, sizeof(err)) == 0 && rq.resp)
+		s3_xml_each(rq.resp, rq.resp_len, "ListMultipartUploadsResult/Upload", abort_listed,
+			    &u);
+	s3_req_free(&rq);
+}
+
 static void upload_abort(struct store_attempt *a, const char *key, const char *upload_id)
 {
 	abort_upload(a->loc.bucket, key, upload_id);
 	upload_forget(a, upload_id);
+}
+
+/*
+ * Makes an exclusive marker (If-None-Match) holding a nonce of its own.
+ * When a PUT's answer is lost and its retry finds the object there (412),
+ * the nonce tells our own marker from another writer's: -EEXIST only for
+ * another's.
+ */
+static int put_marker(const char *bucket, const char *key, char *err, size_t errlen)
+{
+	unsigned char rnd[16];
+	char text[64], *got = NULL;
+	size_t len;
+	int r;
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		return -EIO;
+	r = snprintf(text, sizeof(text), "{\"nonce\":\"");
+	for (int i = 0; i < 16; i++)
+		r += snprintf(text + r, sizeof(text) - (size_t)r, "%02x", rnd[i]);
+	snprintf(text + r, sizeof(text) - (size_t)r, "\"}");
+	r = put_text(bucket, key, text, true, err, errlen);
+	if (r != -EEXIST)
+		return r;
+	if (get_text(bucket, key, 4096, &got, &len, NULL, 0) == 0 && len == strlen(text) &&
+	    !memcmp(got, text, len))
+		r = 0; /* ours: the first PUT landed, its answer did not */
+	free(got);
+	return r;
 }
 
 static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size,
@@ -750,7 +820,7 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 	snprintf(mark, sizeof(mark), "rank-%05u.open", rank);
 	r = work_key(a, mark, mkey, sizeof(mkey), err, errlen);
 	if (r == 0)
-		r = put_text(a->loc.bucket, mkey, "{}", true, err, errlen);
+		r = put_marker(a->loc.bucket, mkey, err, errlen);
 	if (r == -EEXIST)
 		snprintf(err, errlen, "rank %u of this attempt is already being saved (%s/%s/%s "
 				      "exists)", rank, a->root, a->work, mark);
@@ -774,6 +844,10 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 					      "the answer", a->root, file);
 			r = -EBADMSG;
 		}
+		/* A Create retried after its answer was lost has made an
+		 * upload nobody would know of: abort all but ours. */
+		if (r == 0 && q.attempts > 1)
+			abort_uploads_under(a->loc.bucket, s->key, "", s->upload_id);
 		s3_req_free(&q);
 		if (r < 0) {
 			free(u);
@@ -859,6 +933,11 @@ static void s3a_reap(struct store_arena *a)
 		free(p);
 		cb(ud, res);
 	}
+}
+
+static const char *s3_shard_error(const struct store_shard *s)
+{
+	return s->res && s->err[0] ? s->err : NULL;
 }
 
 /* Does the object at key hold `size` bytes?  For a Complete whose first
@@ -996,12 +1075,25 @@ static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char 
 	return store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
 }
 
+/*
+ * Empties the work area: everything but attempt.json, then attempt.json,
+ * then whatever came in meanwhile.  Another daemon that writes into the
+ * work area after that (a `failed` marker, its index) finds attempt.json
+ * gone when it checks next, and removes what it wrote (attempt_fail), so
+ * nothing is left behind whichever comes first.
+ */
 static void rm_work(struct store_attempt *a)
 {
-	char pre[S3_KEY_MAX + 1], err[512];
+	char pre[S3_KEY_MAX + 1], key[S3_KEY_MAX + 1], err[512];
+	struct rm_all rm = { a->loc.bucket, pre, STORE_ATTEMPT_FILE, 0, "" };
 
-	if (dir_key(a, a->work, pre, sizeof(pre), err, sizeof(err)) == 0)
-		(void)rm_prefix(a->loc.bucket, pre, err, sizeof(err));
+	if (dir_key(a, a->work, pre, sizeof(pre), err, sizeof(err)) < 0 ||
+	    work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err)) < 0)
+		return;
+	(void)s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, sizeof(err));
+	(void)del_key(a->loc.bucket, key, err, sizeof(err));
+	rm.skip = NULL;
+	(void)s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, sizeof(err));
 }
 
 static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *m, char *err,
@@ -1094,10 +1186,22 @@ static int rm_tagged(void *ud, const char *name, bool is_prefix)
 	return 0;
 }
 
+/* Deletes the tagged shards of `ranks`. */
+static void del_shards(struct store_attempt *a, const uint32_t *ranks, size_t n)
+{
+	char key[S3_KEY_MAX + 1], err[512], file[INDEX_SHARD_NAME_MAX];
+
+	for (size_t i = 0; i < n; i++) {
+		index_shard_name_tag(ranks[i], a->tag, file, sizeof(file));
+		if (ckpt_key(a, file, key, sizeof(key), err, sizeof(err)) == 0)
+			(void)del_key(a->loc.bucket, key, err, sizeof(err));
+	}
+}
+
 static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool delivered,
 			    const uint32_t *ranks, size_t n, const char *msg)
 {
-	char key[S3_KEY_MAX + 1], err[512], file[INDEX_SHARD_NAME_MAX];
+	char key[S3_KEY_MAX + 1], err[512];
 
 	if (!g_s3)
 		return;
@@ -1129,14 +1233,34 @@ static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool deli
 		rm_work(a);
 		return;
 	}
-	if (delivered)
+	/* Not delivered: the coordinator cannot commit without our ranks,
+	 * so their shards may go, and the marker tells it to give up. */
+	if (!delivered) {
+		if (work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0)
+			(void)put_text(a->loc.bucket, key, msg, false, err, sizeof(err));
+		del_shards(a, ranks, n);
+	}
+	/* attempt.json gone: the coordinator has removed the work area, after
+	 * a commit (its manifest is there) or a failure (it never will
+	 * commit).  In the second case what we wrote after its cleanup is
+	 * ours to remove: our shards and the work area's latecomers. */
+	char *text;
+	size_t len;
+	if (work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err)) < 0)
 		return;
-	if (work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0)
-		(void)put_text(a->loc.bucket, key, msg, false, err, sizeof(err));
-	for (size_t i = 0; i < n; i++) {
-		index_shard_name_tag(ranks[i], a->tag, file, sizeof(file));
-		if (ckpt_key(a, file, key, sizeof(key), err, sizeof(err)) == 0)
-			(void)del_key(a->loc.bucket, key, err, sizeof(err));
+	int r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, sizeof(err));
+	if (r == 0) {
+		free(text);
+		return;
+	}
+	if (r != -ENOENT || manifest_owner(a, err, sizeof(err)) != 0)
+		return;
+	if (delivered)
+		del_shards(a, ranks, n);
+	if (dir_key(a, a->work, key, sizeof(key), err, sizeof(err)) == 0) {
+		struct rm_all rm = { a->loc.bucket, key, NULL, 0, "" };
+
+		(void)s3_list(a->loc.bucket, key, false, rm_one, &rm, err, sizeof(err));
 	}
 }
 
@@ -1257,45 +1381,15 @@ static int s3_remove(const char *root, const char *name)
 
 /* ---- leftovers ------------------------------------------------------------------------ */
 
-struct up_abort {
-	const char *bucket;
-	const char *suffix;      /* ".<tag>.safetensors" */
-};
-
-static int abort_listed(void *ud, const char *inner, size_t len)
-{
-	struct up_abort *u = ud;
-	char key[S3_KEY_MAX + 1], id[256];
-	size_t kl, sl = strlen(u->suffix);
-
-	if (s3_xml_text(inner, len, "Key", key, sizeof(key)) <= 0 ||
-	    s3_xml_text(inner, len, "UploadId", id, sizeof(id)) <= 0)
-		return 0;
-	kl = strlen(key);
-	if (kl > sl && !strcmp(key + kl - sl, u->suffix))
-		abort_upload(u->bucket, key, id);
-	return 0;
-}
-
 /* Aborts the multipart uploads of attempt a left under its name (one page
  * of ListMultipartUploads: a crashed life leaves at most one per rank). */
 static void abort_leftover_uploads(struct store_attempt *a)
 {
-	char pre[S3_KEY_MAX + 1], enc[3 * S3_KEY_MAX + 1], q[sizeof(enc) + 32], err[512];
-	char suffix[TAG_DIGITS + 16];
-	struct up_abort u = { a->loc.bucket, suffix };
+	char pre[S3_KEY_MAX + 1], err[512], suffix[TAG_DIGITS + 16];
 
 	snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
-	if (dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) < 0 ||
-	    s3_encode_query(pre, enc, sizeof(enc)) < 0)
-		return;
-	snprintf(q, sizeof(q), "prefix=%s&uploads=", enc);
-	struct s3_req rq = { .method = "GET", .bucket = a->loc.bucket, .key = "", .query = q,
-			     .max_resp = 4u << 20 };
-	if (s3_call(g_s3, &rq, err, sizeof(err)) == 0 && rq.resp)
-		s3_xml_each(rq.resp, rq.resp_len, "ListMultipartUploadsResult/Upload", abort_listed,
-			    &u);
-	s3_req_free(&rq);
+	if (dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) == 0)
+		abort_uploads_under(a->loc.bucket, pre, suffix, NULL);
 }
 
 int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
@@ -1358,6 +1452,7 @@ const struct store_ops store_s3 = {
 	.attempt_tag = s3_attempt_tag,
 	.shard_write = s3_shard_write,
 	.shard_finish = s3_shard_finish,
+	.shard_error = s3_shard_error,
 	.rank_publish = s3_rank_publish,
 	.attempt_claim = s3_attempt_claim,
 	.attempt_addressee = s3_attempt_addressee,

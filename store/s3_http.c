@@ -11,10 +11,12 @@
 #include <time.h>
 
 #include "format/crc32c.h"
+#include "store/s3_digest.h"
 #include "store/s3_xml.h"
 
 #define RESP_DEFAULT (64u << 10)
 #define UPLOAD_BUFFER (512L << 10)
+#define XFER_HDR_MAX (S3_HDR_MAX + 1) /* a request's own, and its digest */
 
 struct s3_client {
 	struct s3_conf conf;
@@ -100,6 +102,12 @@ static size_t on_write(char *src, size_t size, size_t n, void *ud)
 		x->resp_over = true;
 		return 0; /* CURLE_WRITE_ERROR */
 	}
+	long status = 0;
+
+	/* An error answer's body is S3's XML, not the caller's bytes. */
+	if (x->into && curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+	    status >= 300)
+		x->into = NULL;
 	if (x->into) {
 		memcpy(x->into + x->resp_len, src, len);
 		x->resp_len += len;
@@ -193,7 +201,7 @@ static int xfer_setup(struct s3_client *c, struct xfer *x, const char *method, c
 	r = add_hdr(x, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
 	if (r == 0 && c->token_hdr)
 		r = add_hdr(x, c->token_hdr);
-	for (size_t i = 0; r == 0 && extra && i < S3_HDR_MAX && extra[i]; i++)
+	for (size_t i = 0; r == 0 && extra && i < XFER_HDR_MAX && extra[i]; i++)
 		r = add_hdr(x, extra[i]);
 	if (r == 0 && range_len) {
 		snprintf(line, sizeof(line), "Range: bytes=%llu-%llu", (unsigned long long)range_off,
@@ -297,7 +305,7 @@ static void judge(struct xfer *x, CURLcode cc, const char *method, struct outcom
 	 * GET (CompleteMultipartUpload answers 200 with <Error> when it fails
 	 * after it began; a GET's body is the object, whatever it holds). */
 	if (x->resp && (o->status >= 300 || strcmp(method, "GET"))) {
-		if (s3_xml_text(x->resp, x->resp_len, "Error/Code", o->code, sizeof(o->code)) == 0) {
+		if (s3_xml_text(x->resp, x->resp_len, "Error/Code", o->code, sizeof(o->code)) > 0) {
 			if (s3_xml_text(x->resp, x->resp_len, "Error/Message", o->message,
 					sizeof(o->message)) < 0)
 				o->message[0] = '\0';
@@ -305,10 +313,8 @@ static void judge(struct xfer *x, CURLcode cc, const char *method, struct outcom
 			o->code[0] = '\0';
 		}
 	}
-	if (o->status >= 200 && o->status < 300 && !o->code[0])
-		return;
-	if (!o->code[0] && o->status >= 300)
-		snprintf(o->code, sizeof(o->code), "HTTP%ld", o->status);
+	/* No S3 code (a proxy's or a balancer's answer): the status alone
+	 * decides (s3_classify), and describe() says there was none. */
 }
 
 static void describe(const char *method, const char *bucket, const char *key,
@@ -322,8 +328,8 @@ static void describe(const char *method, const char *bucket, const char *key,
 			 o->detail, attempts, attempts == 1 ? "" : "s");
 	else
 		snprintf(err, errlen, "S3 %s %.300s: %ld %s%s%.200s (after %u attempt%s)", method,
-			 where, o->status, o->code, o->message[0] ? ": " : "", o->message, attempts,
-			 attempts == 1 ? "" : "s");
+			 where, o->status, o->code[0] ? o->code : "(no S3 error code)",
+			 o->message[0] ? ": " : "", o->message, attempts, attempts == 1 ? "" : "s");
 }
 
 /* ---- s3_call ----------------------------------------------------------------- */
@@ -337,11 +343,33 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 	r->resp = NULL;
 	r->resp_len = 0;
 	r->etag[0] = r->code[0] = r->message[0] = '\0';
+	/* Every body goes with a digest S3 checks, so a byte damaged on the
+	 * way is refused (BadDigest, retried), never stored: CRC32C on a PUT,
+	 * Content-MD5 on a POST (a Complete's x-amz-checksum-* would describe
+	 * the object, not the body). */
+	const char *hdrs[XFER_HDR_MAX + 1] = { 0 };
+	char digest[64];
+	size_t nh = 0;
+
+	while (nh < S3_HDR_MAX && r->headers[nh]) {
+		hdrs[nh] = r->headers[nh];
+		nh++;
+	}
+	if (r->body && !strcmp(r->method, "PUT")) {
+		char b64[9];
+
+		s3_crc32c_b64(crc32c(r->body, (size_t)r->body_len, 0), b64);
+		snprintf(digest, sizeof(digest), "x-amz-checksum-crc32c: %s", b64);
+		hdrs[nh++] = digest;
+	} else if (r->body && !strcmp(r->method, "POST")) {
+		s3_content_md5_hdr(r->body, (size_t)r->body_len, digest, sizeof(digest));
+		hdrs[nh++] = digest;
+	}
 	for (unsigned attempt = 1;; attempt++) {
 		struct xfer x;
 		CURLcode cc;
 
-		res = xfer_setup(c, &x, r->method, r->bucket, r->key, r->query, r->headers, r->body,
+		res = xfer_setup(c, &x, r->method, r->bucket, r->key, r->query, hdrs, r->body,
 				 r->body_len, r->range_off, r->range_len, r->max_resp, attempt > 1,
 				 true, err, errlen);
 		if (res < 0) {

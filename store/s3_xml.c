@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "store/s3_digest.h"
 #include "store/s3_xml.h"
 
 /* One element seen by the scanner. */
@@ -384,19 +385,10 @@ static void xml_escaped(struct jbuf *b, const char *s)
 
 void s3_crc32c_b64(uint32_t crc, char out[9])
 {
-	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	unsigned char b[4] = { (unsigned char)(crc >> 24), (unsigned char)(crc >> 16),
-			       (unsigned char)(crc >> 8), (unsigned char)crc };
+	uint8_t b[4] = { (uint8_t)(crc >> 24), (uint8_t)(crc >> 16), (uint8_t)(crc >> 8),
+			 (uint8_t)crc };
 
-	out[0] = tab[b[0] >> 2];
-	out[1] = tab[((b[0] & 3) << 4) | (b[1] >> 4)];
-	out[2] = tab[((b[1] & 15) << 2) | (b[2] >> 6)];
-	out[3] = tab[b[2] & 63];
-	out[4] = tab[b[3] >> 2];
-	out[5] = tab[(b[3] & 3) << 4];
-	out[6] = '=';
-	out[7] = '=';
-	out[8] = '\0';
+	s3_b64(b, sizeof(b), out);
 }
 
 void s3_complete_xml(struct jbuf *b, const struct s3_part_done *parts, uint32_t n)

@@ -144,6 +144,9 @@ struct store_ops {
 	 * until cb runs).  cb runs from arena_reap, exactly once. */
 	void (*shard_write)(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
 			    uint64_t file_off, uint64_t len, store_io_cb cb, void *ud);
+	/* [loop] Optional: what the first failed write of s said, beyond
+	 * its errno (an S3 part's code and message), or NULL. */
+	const char *(*shard_error)(const struct store_shard *s);
 	/* [worker] Makes the shard durable at its final size. */
 	int (*shard_finish)(struct store_shard *s, uint64_t size, char *err, size_t errlen);
 	/* [worker] Publishes (or replaces) rank's index in the work area. */

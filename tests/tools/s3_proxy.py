@@ -5,6 +5,7 @@
 Usage:
   s3_proxy.py --listen-port-file FILE (--upstream http://127.0.0.1:PORT | --sink)
               [--seed N] [--rate R] [--faults LIST] [--fault-methods LIST]
+              [--fault-kinds LIST]
               [--stall-s S] [--access-key K --secret-key S]
               [--pid-file F] [--log-file F]
 
@@ -20,7 +21,9 @@ UploadPart without x-amz-checksum-crc32c in an upload created with
 x-amz-checksum-algorithm CRC32C: 400 InvalidRequest.  aws-chunked bodies
 (boto3 sends them only over https): 501, as we cannot check them.
 
-Faults: a request whose method is in --fault-methods (default all) gets,
+Faults: a request whose method is in --fault-methods (default all) and
+whose kind is in --fault-kinds (default all: create, part, complete, abort,
+put, delete, delete-objects, post, read, other) gets,
 with probability --rate (default 0), one of the --faults (default all) that
 apply to it:
   500, 503        500 InternalError / 503 SlowDown, not forwarded
@@ -48,10 +51,12 @@ Control API on the same port (never forwarded), JSON:
                          "flip_missed", "bytes_in", "upstream_errors"}
   GET  /__proxy/config  the settings
   POST /__proxy/config  {"rate": R, "faults": [..] | "a,b" | "all", "seed": N,
-                         "fault_methods": [..] | "PUT,POST", "stall_s": S,
+                         "fault_methods": [..] | "PUT,POST",
+                         "fault_kinds": [..] | "part,complete", "stall_s": S,
                          "fail_all": bool, "reset": true}: all or nothing
                         (400 {"error"}); answers the settings.  fail_all:
-                        each request of fault_methods gets 503 SlowDown;
+                        each request of fault_methods and fault_kinds
+                        gets 503 SlowDown;
                         reset: zero counters, log and draw history
   GET  /__proxy/log     last 1000 requests, in arrival order: {"method",
                         "path" (with query), "status" (null: not sent, yet or
@@ -89,6 +94,8 @@ import crc32c
 FAULTS = ("500", "503", "reset-request", "reset-response", "stall",
           "truncate", "flip", "complete-error")
 METHODS = ("PUT", "POST", "GET", "HEAD", "DELETE")
+KINDS = ("create", "part", "complete", "abort", "put", "delete", "delete-objects", "post",
+         "read", "other")
 MAX_HEAD = 64 << 10          # request heads; longer is answered 431
 MAX_BODY = 5 << 30           # S3's own limit for one PUT
 MAX_CONNECTIONS = 1024
@@ -148,6 +155,7 @@ v_seed = functools.partial(_number, kind=int, lo=-(1 << 63), hi=(1 << 63) - 1, w
 v_stall = functools.partial(_number, kind=float, lo=0.0, hi=86400.0, what="stall-s")
 v_faults = functools.partial(_names, allowed=FAULTS, what="faults")
 v_methods = functools.partial(_names, allowed=METHODS, what="fault methods", fold=str.upper)
+v_kinds = functools.partial(_names, allowed=KINDS, what="fault kinds", fold=str.lower)
 
 
 def v_bool(value):
@@ -160,6 +168,7 @@ def v_bool(value):
 CONFIG_KEYS = {
     "rate": ("rate", v_rate), "faults": ("faults", v_faults), "seed": ("seed", v_seed),
     "fault_methods": ("fault_methods", v_methods), "fault-methods": ("fault_methods", v_methods),
+    "fault_kinds": ("fault_kinds", v_kinds), "fault-kinds": ("fault_kinds", v_kinds),
     "stall_s": ("stall_s", v_stall), "stall-s": ("stall_s", v_stall),
     "fail_all": ("fail_all", v_bool),
 }
@@ -400,7 +409,8 @@ class Proxy:
         self.upstream, self.sink = args.upstream, args.sink
         self.creds = (args.access_key, args.secret_key) if args.access_key else None
         self.cfg = {"rate": args.rate, "faults": args.faults, "seed": args.seed,
-                    "fault_methods": args.fault_methods, "stall_s": args.stall_s, "fail_all": False}
+                    "fault_methods": args.fault_methods, "fault_kinds": args.fault_kinds,
+                    "stall_s": args.stall_s, "fail_all": False}
         self.lock = threading.Lock()
         self.crc_uploads = {}            # uploadId -> None, oldest first
         self.logfile = open(args.log_file, "a", buffering=1) if args.log_file else None
@@ -453,7 +463,7 @@ class Proxy:
             nth = self.seen[key] = self.seen.get(key, 0) + 1
         rng = random.Random(f"{cfg['seed']}|{key}|{nth}")
         fault = None
-        if req.method not in cfg["fault_methods"]:
+        if req.method not in cfg["fault_methods"] or req.kind not in cfg["fault_kinds"]:
             pass
         elif cfg["fail_all"]:
             fault = "fail_all"
@@ -842,6 +852,7 @@ def parse_args(argv):
     ap.add_argument("--rate", type=v_rate, default=0.0)
     ap.add_argument("--faults", type=v_faults, default=list(FAULTS), metavar="LIST")
     ap.add_argument("--fault-methods", type=v_methods, default=list(METHODS), metavar="LIST")
+    ap.add_argument("--fault-kinds", type=v_kinds, default=list(KINDS), metavar="LIST")
     ap.add_argument("--stall-s", type=v_stall, default=30.0, metavar="S")
     ap.add_argument("--access-key", metavar="K")
     ap.add_argument("--secret-key", metavar="S")

@@ -18,6 +18,7 @@
 #include "format/jbuf.h"
 #include "store/s3_addr.h"
 #include "store/s3_creds.h"
+#include "store/s3_digest.h"
 #include "store/s3_parts.h"
 #include "store/s3_retry.h"
 #include "store/s3_xml.h"
@@ -430,6 +431,71 @@ START_TEST(crc_b64)
 }
 END_TEST
 
+/* RFC 1321's test suite, and RFC 4648's base64 vectors. */
+static const struct {
+	const char *in, *md5;
+} md5_cases[] = {
+	{ "", "d41d8cd98f00b204e9800998ecf8427e" },
+	{ "a", "0cc175b9c0f1b6a831c399e269772661" },
+	{ "abc", "900150983cd24fb0d6963f7d28e17f72" },
+	{ "message digest", "f96b697d7cb7938d525a2f31aaf161d0" },
+	{ "abcdefghijklmnopqrstuvwxyz", "c3fcd3d76192e4007dfb496cca67e13b" },
+	{ "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+	  "d174ab98d277d9f5a5611c2c9f419d9f" },
+	{ "1234567890123456789012345678901234567890123456789012345678901234567890123456"
+	  "7890", "57edf4a22be3c955ac49da2e2107b67a" },
+};
+
+START_TEST(md5)
+{
+	uint8_t d[16];
+	char hex[33];
+
+	s3_md5(md5_cases[_i].in, strlen(md5_cases[_i].in), d);
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", d[i]);
+	ck_assert_str_eq(hex, md5_cases[_i].md5);
+}
+END_TEST
+
+START_TEST(md5_lengths)
+{
+	/* Padding edges: 55, 56, 63, 64, 65 bytes; "Content-MD5" form. */
+	static const char *const want[] = {
+		"ef1772b6dff9a122358552954ad0df65", "3b0c8ac703f828b04c6c197006d17218",
+		"b06521f39153d618550606be297466d5", "014842d480b571495a4a0363793f7367",
+		"c743a45e0d2e6a95cb859adae0248435",
+	};
+	static const size_t lens[] = { 55, 56, 63, 64, 65 };
+	char buf[65], hex[33], hdr[64];
+	uint8_t d[16];
+
+	memset(buf, 'a', sizeof(buf));
+	for (size_t k = 0; k < 5; k++) {
+		s3_md5(buf, lens[k], d);
+		for (int i = 0; i < 16; i++)
+			snprintf(hex + 2 * i, 3, "%02x", d[i]);
+		ck_assert_str_eq(hex, want[k]);
+	}
+	s3_content_md5_hdr("", 0, hdr, sizeof(hdr));
+	ck_assert_str_eq(hdr, "Content-MD5: 1B2M2Y8AsgTpgAmY7PhCfg==");
+}
+END_TEST
+
+START_TEST(b64)
+{
+	static const char *const in[] = { "", "f", "fo", "foo", "foob", "fooba", "foobar" };
+	static const char *const out[] = { "", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=",
+					   "Zm9vYmFy" };
+	char b[16];
+
+	for (size_t i = 0; i < 7; i++) {
+		s3_b64((const uint8_t *)in[i], strlen(in[i]), b);
+		ck_assert_str_eq(b, out[i]);
+	}
+}
+END_TEST
+
 /* ---- part plans ---- */
 
 START_TEST(plan_small)
@@ -707,6 +773,9 @@ static Suite *s3_suite(void)
 	tcase_add_loop_test(tc, xml_hostile, 0, sizeof(bad_bodies) / sizeof(bad_bodies[0]));
 	tcase_add_test(tc, complete_xml);
 	tcase_add_test(tc, crc_b64);
+	tcase_add_loop_test(tc, md5, 0, sizeof(md5_cases) / sizeof(md5_cases[0]));
+	tcase_add_test(tc, md5_lengths);
+	tcase_add_test(tc, b64);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("parts");

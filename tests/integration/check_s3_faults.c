@@ -1,0 +1,435 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_s3_faults.c - integration: saves to S3 through a proxy that injects
+ * faults (tests/tools/s3_proxy.py between two ckptds and moto).
+ *
+ * Run by tests/integration/s3_faults.sh, which starts moto and the proxy
+ * and sets S3_ENDPOINT (moto itself), CKPT_TEST_S3_PROXY (the proxy),
+ * CKPT_TEST_S3_ROOT, CKPT_TEST_FAULTS (how many faults the campaign must
+ * inject) and the AWS_* credentials; without them it SKIPs.
+ *
+ *   campaign   Two ranks on two daemons that share nothing but the bucket
+ *              save one checkpoint after another while the proxy fails a
+ *              fifth of all requests (500, 503 SlowDown, resets before and
+ *              after the answer began, stalls, truncated answers, a byte
+ *              flipped in a request body, a Complete that answers 200 with
+ *              an error), until CKPT_TEST_FAULTS faults were injected.
+ *              Every save must either commit, and then read back from moto
+ *              directly (not through the proxy) with every byte equal to
+ *              what the ranks held and every CRC checked, or fail on both
+ *              ranks with no manifest.  No flipped byte may be forwarded.
+ *   budget     Every part answered 503 SlowDown: the save outlasts the retry
+ *              budget and fails on both ranks with the S3 code in the
+ *              message, no manifest, and the upload's abort sent (seen in
+ *              the proxy's log).  Then, faults off, the next save commits.
+ *
+ * It prints "campaign: faults=N ... commits_verified=C failures_clean=F";
+ * s3_faults.sh then lists the bucket with boto3: one manifest per commit,
+ * no work area, no open upload, no object outside a committed checkpoint.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "ckpt.h"
+#include "tests/lib/testd.h"
+
+#define MiB (1024ull * 1024ull)
+#define ROWS 5120ull     /* per rank: 5120 x 1024 F32 = 20 MiB, three parts */
+#define COLS 1024ull
+#define SEED_BASE 70000u
+
+/* ---- the proxy's control API ---- */
+
+struct body {
+	char *p;
+	size_t len;
+};
+
+static size_t on_body(char *src, size_t size, size_t n, void *ud)
+{
+	struct body *b = ud;
+	size_t add = size * n;
+	char *p = realloc(b->p, b->len + add + 1);
+
+	if (!p)
+		return 0;
+	memcpy(p + b->len, src, add);
+	b->p = p;
+	b->len += add;
+	p[b->len] = '\0';
+	return add;
+}
+
+/* GET (post == NULL) or POST `post` to the proxy's `path`; the JSON answer. */
+static json_t *proxy_call(const char *path, const char *post)
+{
+	const char *base = getenv("CKPT_TEST_S3_PROXY");
+	char url[512];
+	struct body b = { 0 };
+	long status = 0;
+	json_error_t je;
+	json_t *j;
+	CURL *h = curl_easy_init();
+
+	ck_assert_ptr_nonnull(h);
+	snprintf(url, sizeof(url), "%s%s", base, path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	if (post)
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, post);
+	CURLcode cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	ck_assert_msg(cc == CURLE_OK && status == 200, "proxy %s: curl %d, HTTP %ld: %s", path,
+		      (int)cc, status, b.p ? b.p : "");
+	j = json_loads(b.p ? b.p : "", 0, &je);
+	ck_assert_msg(j != NULL, "proxy %s: not JSON (%s): %s", path, je.text, b.p ? b.p : "");
+	free(b.p);
+	return j;
+}
+
+static void proxy_config(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void proxy_config(const char *fmt, ...)
+{
+	char body[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(body, sizeof(body), fmt, ap);
+	va_end(ap);
+	json_decref(proxy_call("/__proxy/config", body));
+}
+
+static uint64_t jnum(const json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static uint64_t faults_total(const json_t *st)
+{
+	const char *k;
+	json_t *v;
+	uint64_t n = 0;
+
+	json_object_foreach(json_object_get(st, "faults"), k, v)
+		n += (uint64_t)json_integer_value(v);
+	return n;
+}
+
+/* ---- one rank of one save ---- */
+
+struct rank_args {
+	const char *sock, *root, *name;
+	uint32_t rank;
+	uint64_t seed;
+};
+
+static void rank_shape(uint32_t rank, uint64_t g[2], uint64_t o[2], uint64_t sh[2])
+{
+	g[0] = 2 * ROWS;
+	g[1] = COLS;
+	o[0] = rank * ROWS;
+	o[1] = 0;
+	sh[0] = ROWS;
+	sh[1] = COLS;
+}
+
+/* Saves "w" (its rows of it) and a small tensor of its own; reports
+ * "result RC MSG" once the committed future is done. */
+static int rank_main(void *arg, int rep, int go)
+{
+	const struct rank_args *a = arg;
+	uint64_t g[2], o[2], sh[2], small = 4099;
+	char tname[32];
+	struct ckpt_client *c = NULL;
+	struct ckpt_save *s = NULL;
+	char msg[1024];
+	int st = 0, cm = 0, rc;
+	float *w;
+	uint8_t *x;
+
+	(void)go;
+	rank_shape(a->rank, g, o, sh);
+	w = malloc(ROWS * COLS * sizeof(float));
+	x = malloc(small);
+	if (!w || !x)
+		return 10;
+	td_fill_chunk(w, sizeof(float), 2, g, o, sh, a->seed);
+	td_fill(x, small, a->seed + 1 + a->rank, 0);
+	rc = td_connect_rc(a->sock, "faults", a->rank, 2, 64 * MiB, &c);
+	if (rc < 0) {
+		td_report(rep, "result %d connect: %s", rc, ckpt_last_error());
+		return 11;
+	}
+	rc = ckpt_save_begin(c, a->root, a->name, a->seed, &s);
+	if (rc < 0) {
+		td_report(rep, "result %d begin: %s", rc, ckpt_last_error());
+		return 12;
+	}
+	struct ckpt_tensor tw = { CKPT_TENSOR_INIT, .name = "w", .dtype = CKPT_F32, .ndim = 2,
+				  .shape = sh, .data = w, .device = CKPT_DEVICE_HOST,
+				  .global_shape = g, .offsets = o };
+	snprintf(tname, sizeof(tname), "rank%u.x", a->rank);
+	struct ckpt_tensor tx = { CKPT_TENSOR_INIT, .name = tname, .dtype = CKPT_U8, .ndim = 1,
+				  .shape = &small, .data = x, .device = CKPT_DEVICE_HOST };
+	rc = ckpt_save_add_tensor(s, &tw);
+	if (rc == 0)
+		rc = ckpt_save_add_tensor(s, &tx);
+	if (rc < 0) {
+		td_report(rep, "result %d add: %s", rc, ckpt_last_error());
+		return 13;
+	}
+	rc = td_commit_wait(s, 240000, &st, &cm, msg, sizeof(msg));
+	if (rc < 0)
+		td_report(rep, "result %d commit: %s", rc, ckpt_last_error());
+	else
+		td_report(rep, "result %d %s", st < 0 ? st : cm, msg);
+	ckpt_save_free(s);
+	ckpt_disconnect(c);
+	free(w);
+	free(x);
+	return 0;
+}
+
+/* Runs one save of both ranks; returns its result (0 committed, else the
+ * shared -errno) and the message in msg.  Both ranks must agree. */
+static int save_once(struct testd *t, const char *root, const char *name, uint64_t seed,
+		     char *msg, size_t msglen)
+{
+	struct td_child ch[2];
+	struct rank_args a[2];
+	char line[2][1024];
+	int res[2];
+
+	for (uint32_t r = 0; r < 2; r++) {
+		a[r] = (struct rank_args){ .sock = td_sock(t, (int)r), .root = root,
+					   .name = name, .rank = r, .seed = seed };
+		ck_assert_int_eq(td_child_start(&ch[r], rank_main, &a[r]), 0);
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		int rc = td_child_expect(&ch[r], "result", 300000, line[r], sizeof(line[r]));
+
+		ck_assert_msg(rc == 0, "%s: rank %u gave no result (%d); it said:\n%s", name, r,
+			      rc, ch[r].out);
+		res[r] = atoi(line[r]);
+		int st = td_child_wait(&ch[r], 30000);
+		ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "%s: rank %u: %s; it said:\n%s", name, r, td_status_str(st),
+			      ch[r].out);
+	}
+	ck_assert_msg((res[0] == 0) == (res[1] == 0),
+		      "%s: the ranks disagree on the outcome:\n  rank 0: %s\n  rank 1: %s", name,
+		      line[0], line[1]);
+	snprintf(msg, msglen, "%s", res[0] ? line[0] : line[1]);
+	return res[0];
+}
+
+/* Reads checkpoint `name` back from moto itself and compares every byte. */
+static void verify_commit(const char *root, const char *name, uint64_t seed)
+{
+	char url[1024];
+	struct ckpt_reader *r = NULL;
+	uint64_t g[2], o[2], sh[2], small = 4099;
+	int rc;
+
+	snprintf(url, sizeof(url), "%s/%s", root, name);
+	rc = ckpt_reader_open(url, &r);
+	ck_assert_msg(rc == 0, "%s committed but does not open: %d: %s", url, rc,
+		      ckpt_last_error());
+	ck_assert_uint_eq(ckpt_reader_world(r), 2);
+	ck_assert_uint_eq(ckpt_reader_step(r), seed);
+	ck_assert_int_eq(ckpt_reader_tensor_count(r), 3);
+	rank_shape(0, g, o, sh);
+	ck_assert_msg(td_verify_tensor(r, "w", CKPT_F32, 2, g, seed),
+		      "%s: tensor w differs (see above)", url);
+	for (uint32_t k = 0; k < 2; k++) {
+		char tname[32];
+		uint8_t *x = malloc(small);
+
+		snprintf(tname, sizeof(tname), "rank%u.x", k);
+		ck_assert_ptr_nonnull(x);
+		rc = ckpt_reader_read_tensor(r, tname, x, small);
+		ck_assert_msg(rc == 0, "%s: %s: %d: %s", url, tname, rc, ckpt_last_error());
+		ck_assert_msg(td_check(x, small, seed + 1 + k, 0) < 0, "%s: %s differs", url,
+			      tname);
+		free(x);
+	}
+	ckpt_reader_close(r);
+}
+
+/* A failed save left no manifest: the reader finds no checkpoint. */
+static void verify_no_commit(const char *root, const char *name)
+{
+	char url[1024];
+	struct ckpt_reader *r = NULL;
+	int rc;
+
+	snprintf(url, sizeof(url), "%s/%s", root, name);
+	rc = ckpt_reader_open(url, &r);
+	ck_assert_msg(rc == -ENOENT, "%s failed, yet opening it gives %d (%s)", url, rc,
+		      rc == 0 ? "it opened" : ckpt_last_error());
+}
+
+static void start_daemons(struct testd *t, const char *root)
+{
+	char conf[2048];
+
+	/* Short backoffs and a 1 s stall limit keep the campaign brisk;
+	 * 10 retries make a fifth of requests failing survivable
+	 * (0.2^11 per request). */
+	snprintf(conf, sizeof(conf),
+		 "arena_max = 64M\ncommit_deadline = 240s\nroot = %s\ns3_endpoint = %s\n"
+		 "s3_retries = 10\ns3_backoff_base = 10ms\ns3_backoff_cap = 200ms\n"
+		 "s3_stall_timeout = 1s\ns3_connect_timeout = 2s\ns3_parts_in_flight = 4\n",
+		 root, getenv("CKPT_TEST_S3_PROXY"));
+	ck_assert_int_eq(td_daemon_start(t, 0, conf), 0);
+	ck_assert_int_eq(td_daemon_start(t, 1, conf), 0);
+}
+
+static bool have_env(void)
+{
+	return getenv("CKPT_TEST_S3_ROOT") && getenv("CKPT_TEST_S3_PROXY") &&
+	       getenv("S3_ENDPOINT") && getenv("AWS_ENDPOINT_URL_S3");
+}
+
+START_TEST(test_campaign)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT");
+	const char *tf = getenv("CKPT_TEST_FAULTS");
+	uint64_t target = tf ? strtoull(tf, NULL, 10) : 200, faults = 0;
+	unsigned saves = 0, verified = 0, clean = 0;
+	char root[1024], name[32], msg[1024];
+	struct testd t;
+	json_t *st;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	ck_assert_uint_ge(target, 1);
+	td_init(&t, "s3_campaign");
+	snprintf(root, sizeof(root), "%s/campaign", base);
+	start_daemons(&t, root);
+	proxy_config("{\"reset\": true, \"rate\": 0.2, \"faults\": \"all\", "
+		     "\"fault_methods\": \"all\", \"fault_kinds\": \"all\", \"stall_s\": 3}");
+	/* Bounded: at a fifth of ~30 requests a save, a save injects ~6. */
+	for (unsigned i = 0; faults < target && i < 4 * target + 20; i++) {
+		uint64_t seed = SEED_BASE + i;
+		int res;
+
+		snprintf(name, sizeof(name), "f-%05u", i);
+		res = save_once(&t, root, name, seed, msg, sizeof(msg));
+		saves++;
+		if (res == 0) {
+			verify_commit(root, name, seed);
+			verified++;
+		} else {
+			verify_no_commit(root, name);
+			clean++;
+			printf("campaign: %s failed cleanly: %s\n", name, msg);
+		}
+		st = proxy_call("/__proxy/stats", NULL);
+		faults = faults_total(st);
+		ck_assert_msg(jnum(st, "flip_missed") == 0, "a flipped byte was forwarded");
+		json_decref(st);
+	}
+	st = proxy_call("/__proxy/stats", NULL);
+	char *kinds = json_dumps(json_object_get(st, "faults"), JSON_COMPACT | JSON_SORT_KEYS);
+	printf("campaign: faults=%llu saves=%u commits_verified=%u failures_clean=%u "
+	       "requests=%llu flips_caught=%llu flips_missed=%llu baddigest=%llu by kind %s\n",
+	       (unsigned long long)faults, saves, verified, clean,
+	       (unsigned long long)jnum(st, "requests"), (unsigned long long)jnum(st, "flip_caught"),
+	       (unsigned long long)jnum(st, "flip_missed"), (unsigned long long)jnum(st, "baddigest"),
+	       kinds ? kinds : "?");
+	fflush(stdout);
+	free(kinds);
+	ck_assert_msg(faults >= target, "only %llu faults injected in %u saves (want %llu)",
+		      (unsigned long long)faults, saves, (unsigned long long)target);
+	ck_assert_msg(jnum(st, "flip_caught") > 0, "no flipped byte was injected and caught");
+	ck_assert_uint_eq(jnum(st, "flip_missed"), 0);
+	ck_assert_uint_eq(jnum(st, "invalid"), 0);
+	/* Faults are rare enough that nearly every save must survive them. */
+	ck_assert_msg(verified >= saves - saves / 10, "%u of %u saves failed", clean, saves);
+	json_decref(st);
+	proxy_config("{\"rate\": 0}");
+	td_fini(&t);
+}
+END_TEST
+
+START_TEST(test_budget)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT");
+	char root[1024], msg[1024];
+	struct testd t;
+	json_t *log;
+	size_t i;
+	json_t *e;
+	bool abort_sent = false;
+	int res;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_budget");
+	snprintf(root, sizeof(root), "%s/budget", base);
+	start_daemons(&t, root);
+	/* Every UploadPart is 503 SlowDown for good; the rest passes. */
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": true, \"fault_methods\": "
+		     "\"all\", \"fault_kinds\": \"part\"}");
+	res = save_once(&t, root, "over-budget", SEED_BASE, msg, sizeof(msg));
+	proxy_config("{\"fail_all\": false, \"fault_kinds\": \"all\"}");
+	ck_assert_msg(res < 0, "a save whose every PUT failed committed");
+	ck_assert_msg(strstr(msg, "SlowDown") || strstr(msg, "503"),
+		      "the failure does not give S3's answer: %s", msg);
+	printf("budget: the save failed: %s\n", msg);
+	verify_no_commit(root, "over-budget");
+
+	/* The abort went out for the upload begun (the parts are PUTs). */
+	log = proxy_call("/__proxy/log", NULL);
+	json_array_foreach(log, i, e) {
+		const char *m = json_string_value(json_object_get(e, "method"));
+		const char *p = json_string_value(json_object_get(e, "path"));
+
+		if (m && p && !strcmp(m, "DELETE") && strstr(p, "uploadId="))
+			abort_sent = true;
+	}
+	json_decref(log);
+	ck_assert_msg(abort_sent, "no AbortMultipartUpload was sent");
+
+	/* The daemons are fine afterwards: the next save commits. */
+	res = save_once(&t, root, "after", SEED_BASE + 1, msg, sizeof(msg));
+	ck_assert_msg(res == 0, "the save after the outage failed: %s", msg);
+	verify_commit(root, "after", SEED_BASE + 1);
+	td_fini(&t);
+}
+END_TEST
+
+static Suite *faults_suite(void)
+{
+	Suite *s = suite_create("integration_s3_faults");
+
+	td_case(s, "campaign", test_campaign, 1800, 0, 1);
+	td_case(s, "budget", test_budget, 300, 0, 1);
+	return s;
+}
+
+int main(void)
+{
+	curl_global_init(CURL_GLOBAL_ALL);
+	return td_main(faults_suite(), "check_s3_faults");
+}
