@@ -304,15 +304,8 @@ static void judge(struct xfer *x, CURLcode cc, const char *method, struct outcom
 	/* An error body on a failure status, and on a 200 to anything but a
 	 * GET (CompleteMultipartUpload answers 200 with <Error> when it fails
 	 * after it began; a GET's body is the object, whatever it holds). */
-	if (x->resp && (o->status >= 300 || strcmp(method, "GET"))) {
-		if (s3_xml_text(x->resp, x->resp_len, "Error/Code", o->code, sizeof(o->code)) > 0) {
-			if (s3_xml_text(x->resp, x->resp_len, "Error/Message", o->message,
-					sizeof(o->message)) < 0)
-				o->message[0] = '\0';
-		} else {
-			o->code[0] = '\0';
-		}
-	}
+	s3_answer_error(method, o->status, x->resp, x->resp_len, o->code, sizeof(o->code),
+			o->message, sizeof(o->message));
 	/* No S3 code (a proxy's or a balancer's answer): the status alone
 	 * decides (s3_classify), and describe() says there was none. */
 }

@@ -391,6 +391,20 @@ void s3_crc32c_b64(uint32_t crc, char out[9])
 	s3_b64(b, sizeof(b), out);
 }
 
+void s3_answer_error(const char *method, long status, const char *body, size_t len, char *code,
+		     size_t codelen, char *msg, size_t msglen)
+{
+	code[0] = msg[0] = '\0';
+	if (!body || (status < 300 && !strcmp(method, "GET")))
+		return;
+	if (s3_xml_text(body, len, "Error/Code", code, codelen) <= 0) {
+		code[0] = '\0';
+		return;
+	}
+	if (s3_xml_text(body, len, "Error/Message", msg, msglen) < 0)
+		msg[0] = '\0';
+}
+
 void s3_complete_xml(struct jbuf *b, const struct s3_part_done *parts, uint32_t n)
 {
 	char crc[9];

@@ -60,4 +60,14 @@ void s3_complete_xml(struct jbuf *b, const struct s3_part_done *parts, uint32_t 
  * bytes big-endian, 8 characters and a NUL. */
 void s3_crc32c_b64(uint32_t crc, char out[9]);
 
+/*
+ * S3's error code and message in the answer to `method` with `status`:
+ * read from an <Error> body on a status of 300 or more, and on a 2xx to
+ * anything but a GET (CompleteMultipartUpload answers 200 with <Error>
+ * when it fails after it began; a GET's body is the object, whatever it
+ * holds).  "" where there is none (body NULL, not XML, no Error/Code).
+ */
+void s3_answer_error(const char *method, long status, const char *body, size_t len, char *code,
+		     size_t codelen, char *msg, size_t msglen);
+
 #endif

@@ -431,6 +431,54 @@ START_TEST(crc_b64)
 }
 END_TEST
 
+/* An answer as s3_call sees it, judged end to end: the code read from the
+ * body, then the verdict and errno on it. */
+static const struct {
+	const char *method;
+	long status;
+	const char *body;
+	const char *code;
+	enum s3_verdict v;
+	int err;
+} answers[] = {
+	{ "GET", 503, "<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>", "SlowDown",
+	  S3_RETRY, -EAGAIN },
+	{ "PUT", 500, "<?xml version=\"1.0\"?><Error><Code>InternalError</Code></Error>",
+	  "InternalError", S3_RETRY, -EIO },
+	{ "POST", 200, "<Error><Code>InternalError</Code><Message>x</Message></Error>",
+	  "InternalError", S3_RETRY, -EIO },              /* Complete: 200 + Error */
+	{ "POST", 200, "<Error><Code>AccessDenied</Code></Error>", "AccessDenied", S3_FAIL,
+	  -EACCES },
+	{ "POST", 200, "<CompleteMultipartUploadResult><ETag>\"e\"</ETag>"
+		       "</CompleteMultipartUploadResult>", "", S3_DONE, 0 },
+	{ "GET", 200, "<Error><Code>NoSuchKey</Code></Error>", "", S3_DONE, 0 }, /* an object */
+	{ "GET", 404, "<Error><Code>NoSuchKey</Code></Error>", "NoSuchKey", S3_FAIL, -ENOENT },
+	{ "GET", 404, NULL, "", S3_FAIL, -ENOENT },
+	{ "PUT", 503, "Service Unavailable", "", S3_RETRY, -EAGAIN },  /* not S3's XML */
+	{ "PUT", 502, "", "", S3_RETRY, -EIO },
+	{ "PUT", 400, "<Error><Code>BadDigest</Code></Error>", "BadDigest", S3_RETRY, -EBADMSG },
+	{ "PUT", 412, "<Error><Code>PreconditionFailed</Code></Error>", "PreconditionFailed",
+	  S3_FAIL, -EEXIST },
+	{ "PUT", 400, "<Error><Code>RequestTimeTooSkewed</Code></Error>", "RequestTimeTooSkewed",
+	  S3_FAIL, -EINVAL },
+	{ "PUT", 403, "<Error><Code>SignatureDoesNotMatch</Code><Message>m</Message>",
+	  "", S3_FAIL, -EACCES },                         /* cut short: no code read */
+};
+
+START_TEST(answer)
+{
+	char code[64], msg[256];
+
+	s3_answer_error(answers[_i].method, answers[_i].status, answers[_i].body,
+			answers[_i].body ? strlen(answers[_i].body) : 0, code, sizeof(code), msg,
+			sizeof(msg));
+	ck_assert_str_eq(code, answers[_i].code);
+	ck_assert_int_eq(s3_classify(S3_NET_OK, answers[_i].status, code), answers[_i].v);
+	if (answers[_i].v != S3_DONE)
+		ck_assert_int_eq(s3_errno(S3_NET_OK, answers[_i].status, code), answers[_i].err);
+}
+END_TEST
+
 /* RFC 1321's test suite, and RFC 4648's base64 vectors. */
 static const struct {
 	const char *in, *md5;
@@ -773,6 +821,7 @@ static Suite *s3_suite(void)
 	tcase_add_loop_test(tc, xml_hostile, 0, sizeof(bad_bodies) / sizeof(bad_bodies[0]));
 	tcase_add_test(tc, complete_xml);
 	tcase_add_test(tc, crc_b64);
+	tcase_add_loop_test(tc, answer, 0, sizeof(answers) / sizeof(answers[0]));
 	tcase_add_loop_test(tc, md5, 0, sizeof(md5_cases) / sizeof(md5_cases[0]));
 	tcase_add_test(tc, md5_lengths);
 	tcase_add_test(tc, b64);
