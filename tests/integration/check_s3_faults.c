@@ -119,6 +119,7 @@ static uint64_t jnum(const json_t *o, const char *key)
 	return json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
 }
 
+/* The random faults injected (fail_all's outages are counted apart). */
 static uint64_t faults_total(const json_t *st)
 {
 	const char *k;
@@ -126,7 +127,8 @@ static uint64_t faults_total(const json_t *st)
 	uint64_t n = 0;
 
 	json_object_foreach(json_object_get(st, "faults"), k, v)
-		n += (uint64_t)json_integer_value(v);
+		if (strcmp(k, "fail_all"))
+			n += (uint64_t)json_integer_value(v);
 	return n;
 }
 
@@ -311,7 +313,7 @@ START_TEST(test_campaign)
 	const char *base = getenv("CKPT_TEST_S3_ROOT");
 	const char *tf = getenv("CKPT_TEST_FAULTS");
 	uint64_t target = tf ? strtoull(tf, NULL, 10) : 200, faults = 0;
-	unsigned saves = 0, verified = 0, clean = 0;
+	unsigned saves = 0, verified = 0, clean = 0, outages = 0;
 	char root[1024], name[32], msg[1024];
 	struct testd t;
 	json_t *st;
@@ -326,14 +328,27 @@ START_TEST(test_campaign)
 	start_daemons(&t, root);
 	proxy_config("{\"reset\": true, \"rate\": 0.2, \"faults\": \"all\", "
 		     "\"fault_methods\": \"all\", \"fault_kinds\": \"all\", \"stall_s\": 3}");
-	/* Bounded: at a fifth of ~30 requests a save, a save injects ~6. */
+	/* Bounded: a save makes ~80 requests, a fifth of them faulted. */
 	for (unsigned i = 0; faults < target && i < 4 * target + 20; i++) {
+		/* Every fourth save also meets an outage of one step that
+		 * outlasts the retry budget, on top of the random faults: it
+		 * must fail cleanly whichever step it is. */
+		static const char *const outage[] = { "create", "part", "complete" };
+		const char *down = i % 4 == 3 ? outage[(i / 4) % 3] : NULL;
 		uint64_t seed = SEED_BASE + i;
 		int res;
 
 		snprintf(name, sizeof(name), "f-%05u", i);
+		if (down)
+			proxy_config("{\"fail_all\": true, \"fault_kinds\": \"%s\"}", down);
 		res = save_once(&t, root, name, seed, msg, sizeof(msg));
+		if (down)
+			proxy_config("{\"fail_all\": false, \"fault_kinds\": \"all\"}");
 		saves++;
+		if (down && res == 0)
+			ck_abort_msg("%s committed through an outage of every %s request", name, down);
+		if (down)
+			outages++;
 		if (res == 0) {
 			verify_commit(root, name, seed);
 			verified++;
@@ -350,8 +365,9 @@ START_TEST(test_campaign)
 	st = proxy_call("/__proxy/stats", NULL);
 	char *kinds = json_dumps(json_object_get(st, "faults"), JSON_COMPACT | JSON_SORT_KEYS);
 	printf("campaign: faults=%llu saves=%u commits_verified=%u failures_clean=%u "
-	       "requests=%llu flips_caught=%llu flips_missed=%llu baddigest=%llu by kind %s\n",
-	       (unsigned long long)faults, saves, verified, clean,
+	       "(outages %u) requests=%llu flips_caught=%llu flips_missed=%llu baddigest=%llu "
+	       "by kind %s\n",
+	       (unsigned long long)faults, saves, verified, clean, outages,
 	       (unsigned long long)jnum(st, "requests"), (unsigned long long)jnum(st, "flip_caught"),
 	       (unsigned long long)jnum(st, "flip_missed"), (unsigned long long)jnum(st, "baddigest"),
 	       kinds ? kinds : "?");
@@ -362,8 +378,11 @@ START_TEST(test_campaign)
 	ck_assert_msg(jnum(st, "flip_caught") > 0, "no flipped byte was injected and caught");
 	ck_assert_uint_eq(jnum(st, "flip_missed"), 0);
 	ck_assert_uint_eq(jnum(st, "invalid"), 0);
-	/* Faults are rare enough that nearly every save must survive them. */
-	ck_assert_msg(verified >= saves - saves / 10, "%u of %u saves failed", clean, saves);
+	/* Random faults are rare enough that every save without an outage
+	 * must survive them. */
+	ck_assert_msg(verified == saves - outages, "%u of %u saves without an outage failed",
+		      saves - outages - verified, saves - outages);
+	ck_assert_uint_eq(clean, outages);
 	json_decref(st);
 	proxy_config("{\"rate\": 0}");
 	td_fini(&t);
