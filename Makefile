@@ -86,6 +86,7 @@ INTEG_SRCS  := $(sort $(wildcard tests/integration/check_*.c tests/gpu/check_*.c
 TESTLIB_SRCS := $(sort $(wildcard tests/lib/*.c))
 BENCH_SRCS  := $(sort $(wildcard bench/*.c))
 EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
+TOOL_SRCS   := $(sort $(wildcard tests/tools/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJS   := $(call obj,$(CORE_SRCS))
@@ -103,6 +104,7 @@ INTEG_BINS := $(patsubst %.c,$(BUILD)/tests/%,$(notdir $(INTEG_SRCS)))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 FAKE_CUDART := $(if $(HAVE_CUDA),$(BUILD)/tests/libfakecudart.so)
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
+TOOL_BINS   := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOL_SRCS))
 
 .PHONY: all deps test test-s3-faults unit integration demo bench install uninstall clean help check-deps FORCE
 
@@ -227,6 +229,12 @@ $(BUILD)/examples/%: examples/%.c $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
+# Test tools: programs of the public API that scripts run (not tests).
+$(BUILD)/tests/%: tests/tools/%.c $(LIB_A)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
 # The fake CUDA runtime (tests/fakes/fake_cudart.c), compiled against the
 # toolkit's header so that its signatures are the real ones.
 $(BUILD)/tests/libfakecudart.so: tests/fakes/fake_cudart.c tests/fakes/fake_cudart.h $(CUDA_STAMP) | $(DEPS_STAMP)
@@ -234,7 +242,7 @@ $(BUILD)/tests/libfakecudart.so: tests/fakes/fake_cudart.c tests/fakes/fake_cuda
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) -isystem $(CUDA_HOME)/include $(CFLAGS) $(LDFLAGS) -shared -o $@ $< -lpthread
 
-tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS) $(FAKE_CUDART) $(BENCH_BINS)
+tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS) $(TOOL_BINS) $(FAKE_CUDART) $(BENCH_BINS)
 
 # `make test`: installs what is missing, builds, runs every test and prints
 # one summary line.  TESTS=name,name limits the run; see tests/run.sh.

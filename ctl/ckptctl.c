@@ -8,8 +8,10 @@
  *   ckptctl show ROOT/NAME [-v] [--json]
  *
  * `status` asks the running daemon (control role of proto.h); `list` and
- * `show` only read the file system, so they work with no daemon at all, on
- * any copy of a root.
+ * `show` only read the storage, so they work with no daemon at all, on any
+ * copy of a root: a directory, or s3://bucket/prefix (read through the S3
+ * backend, store_s3.h, with the credentials and endpoint of the standard
+ * AWS_* variables, as ckpt_reader_open() reads S3).
  *
  * --json prints JSON Lines for every command: one compact object per line.
  *
@@ -38,8 +40,13 @@
 #include "ckpt.h"
 #include "daemon/config.h"
 #include "format/index.h"
-#include "store/fsutil.h"
 #include "shm/proto.h"
+#include "store/fsutil.h"
+#include "store/s3_addr.h"
+#include "store/s3_http.h"
+#include "store/s3_xml.h"
+#include "store/store.h"
+#include "store/store_s3.h"
 
 #ifndef CKPT_VERSION
 #define CKPT_VERSION "unknown"
@@ -51,6 +58,8 @@
 #define CTL_NAME_COL_MAX    48              /* widest name column printed */
 #define CTL_LIST_DEPTH      8               /* directory levels list searches */
 #define CTL_ATTEMPT_MAX     (64u << 10)     /* cap on an attempt.json we read */
+#define CTL_S3_RETRIES      3               /* retries of a failed S3 request */
+#define CTL_S3_CONNECT_MS   5000
 
 static const char *prog = "ckptctl";
 
@@ -80,6 +89,8 @@ static void usage(FILE *f)
 		"  list ROOT       the checkpoints at ROOT and below (%d levels), and the\n"
 		"                  saves in progress, incomplete and corrupt ones among them\n"
 		"  show ROOT/NAME  one checkpoint's manifest: files, tensors, blobs\n"
+		"                  (ROOT: a directory, or s3://bucket/prefix with the\n"
+		"                  credentials and endpoint of the AWS_* variables)\n"
 		"\n"
 		"  -s SOCKET       the daemon's socket (default: $CKPTD_SOCKET, else the\n"
 		"                  'socket' of the config file, else %s)\n"
@@ -439,6 +450,31 @@ out_close:
 	return ret;
 }
 
+/* The daemon's S3 uploads (status.h "s3"), when its S3 client runs.  The
+ * report holds no secret; the endpoint is printed as the daemon gives it. */
+static void s3_print(const json_t *s3)
+{
+	char a[32], b[32], c[32], d[32];
+
+	if (!json_is_object(s3))
+		return;
+	printf("  s3       %s, region %s: %llu part(s) in flight (at most %llu), %llu queued\n",
+	       jget_str(s3, "endpoint"), jget_str(s3, "region"),
+	       (unsigned long long)jget_u64(s3, "in_flight"),
+	       (unsigned long long)jget_u64(s3, "parts_in_flight_max"),
+	       (unsigned long long)jget_u64(s3, "queued"));
+	printf("           %s uploaded, now %s/s (last %s), %s downloaded\n",
+	       human_size(jget_u64(s3, "bytes_up"), a, sizeof(a)),
+	       human_size(jget_u64(s3, "up_bytes_per_s"), b, sizeof(b)),
+	       human_duration(jget_f64(s3, "rate_window_s"), c, sizeof(c)),
+	       human_size(jget_u64(s3, "bytes_down"), d, sizeof(d)));
+	printf("           %llu request(s), %llu retried, %llu failed, %llu part(s) done\n",
+	       (unsigned long long)jget_u64(s3, "requests"),
+	       (unsigned long long)jget_u64(s3, "retries"),
+	       (unsigned long long)jget_u64(s3, "failures"),
+	       (unsigned long long)jget_u64(s3, "parts_done"));
+}
+
 static void status_print(json_t *st)
 {
 	json_t *cfg = json_object_get(st, "config");
@@ -477,6 +513,7 @@ static void status_print(json_t *st)
 			printf("  loop     longest stall %.1f ms (time away from serving clients)\n",
 			       json_number_value(stall));
 	}
+	s3_print(json_object_get(st, "s3"));
 
 	json_array_foreach(clients, i, v) {
 		size_t l = strlen(jget_str(v, "job"));
@@ -532,9 +569,13 @@ static void status_print(json_t *st)
 			       jget_str(v, "job"), wn, wn, jget_str(v, "name"),
 			       jget_str(v, "state"), sbuf, wbuf,
 			       human_duration(jget_f64(v, "age_s"), c, sizeof(c)), rate);
-			printf("  %-*s %-*s of %s, %llu rank(s), root %s\n", wj, "", wn, "",
+			printf("  %-*s %-*s of %s, %llu rank(s), root %s", wj, "", wn, "",
 			       human_size(total, d, sizeof(d)),
 			       (unsigned long long)jget_u64(v, "world"), jget_str(v, "root"));
+			if (json_is_integer(json_object_get(v, "s3_uploaded")))
+				printf(", %s uploaded",
+				       human_size(jget_u64(v, "s3_uploaded"), a, sizeof(a)));
+			putchar('\n');
 		}
 	}
 
@@ -628,6 +669,7 @@ struct entry {
 	char time[40];
 	char *name, *job, *run; /* from manifest.json or attempt.json, or NULL */
 	double age_s;           /* in progress: since the attempt began */
+	bool has_age;           /* age_s known (S3: only from attempt.json) */
 	char *error;            /* corrupt: why */
 };
 
@@ -733,34 +775,18 @@ static bool jget_uint(const json_t *o, const char *key, uint64_t *ret)
 }
 
 /*
- * A save in progress.  attempt.json, when there and readable, tells which
- * checkpoint it will be and when the attempt began; without it the age is
- * the work directory's last change.  Nothing in it is trusted beyond being
- * printed.  Returns 0 or -ENOMEM.
+ * What attempt.json (when there and readable) tells of a save in progress:
+ * which checkpoint it will be and when the attempt began.  Nothing in it is
+ * trusted beyond being printed.
  */
-static int add_in_progress(struct listing *L, int dfd, const char *name, const char *rel,
-			   const struct stat *st)
+static void attempt_fill(struct entry *e, const char *text, size_t len)
 {
-	struct entry *e = entry_add(L, rel, ENT_IN_PROGRESS);
-	char path[NAME_MAX + sizeof(ATTEMPT_FILE) + 2];
-	char *text = NULL;
-	size_t len = 0;
-	json_t *a = NULL;
+	json_t *a = json_loadb(text, len, 0, NULL), *c;
 	uint64_t v;
 
-	if (!e)
-		return -ENOMEM;
-	e->age_s = seconds_since(&st->st_mtim);
-	if (strncmp(name, WORK_PREFIX, strlen(WORK_PREFIX)) != 0)
-		return 0;
-	snprintf(path, sizeof(path), "%s/%s", name, ATTEMPT_FILE);
-	if (fs_read_file_at(dfd, path, CTL_ATTEMPT_MAX, &text, &len) < 0)
-		return 0;
-	a = json_loadb(text, len, 0, NULL);
-	free(text);
 	if (!json_is_object(a)) {
 		json_decref(a);
-		return 0;
+		return;
 	}
 	e->name = jdup_str(a, "name");
 	e->job = jdup_str(a, "job");
@@ -771,17 +797,38 @@ static int add_in_progress(struct listing *L, int dfd, const char *name, const c
 		e->world = (uint32_t)v;
 		e->has_world = true;
 	}
-	{
-		json_t *c = json_object_get(a, "created");
-		if (json_is_number(c) && json_number_value(c) > 0) {
-			double created = json_number_value(c);
-			struct timespec ts = { .tv_sec = (time_t)created,
-					       .tv_nsec = (long)((created - (double)(time_t)created) *
-								 1e9) };
-			e->age_s = seconds_since(&ts);
-		}
+	c = json_object_get(a, "created");
+	if (json_is_number(c) && json_number_value(c) > 0) {
+		double created = json_number_value(c);
+		struct timespec ts = { .tv_sec = (time_t)created,
+				       .tv_nsec = (long)((created - (double)(time_t)created) * 1e9) };
+		e->age_s = seconds_since(&ts);
+		e->has_age = true;
 	}
 	json_decref(a);
+}
+
+/* A save in progress in a directory; without attempt.json its age is the
+ * work directory's last change.  Returns 0 or -ENOMEM. */
+static int add_in_progress(struct listing *L, int dfd, const char *name, const char *rel,
+			   const struct stat *st)
+{
+	struct entry *e = entry_add(L, rel, ENT_IN_PROGRESS);
+	char path[NAME_MAX + sizeof(ATTEMPT_FILE) + 2];
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!e)
+		return -ENOMEM;
+	e->age_s = seconds_since(&st->st_mtim);
+	e->has_age = true;
+	if (strncmp(name, WORK_PREFIX, strlen(WORK_PREFIX)) != 0)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", name, ATTEMPT_FILE);
+	if (fs_read_file_at(dfd, path, CTL_ATTEMPT_MAX, &text, &len) < 0)
+		return 0;
+	attempt_fill(e, text, len);
+	free(text);
 	return 0;
 }
 
@@ -830,19 +877,25 @@ static int add_checkpoint(struct listing *L, const char *rel, int r, char *text,
 	return e->name && e->job ? 0 : -ENOMEM;
 }
 
+/* rank-*.safetensors: a shard's name (S3's carry the attempt's tag too). */
+static bool is_shard_name(const char *name)
+{
+	static const char suffix[] = ".safetensors";
+	size_t n = strlen(name);
+
+	return strncmp(name, "rank-", 5) == 0 && n > 5 + sizeof(suffix) - 1 &&
+	       strcmp(name + n - (sizeof(suffix) - 1), suffix) == 0;
+}
+
 /* True if the directory holds a rank-*.safetensors file.  Leaves the stream
  * rewound. */
 static bool has_shards(DIR *d)
 {
-	static const char suffix[] = ".safetensors";
 	struct dirent *de;
 	bool found = false;
 
-	while (!found && (de = readdir(d)) != NULL) {
-		size_t n = strlen(de->d_name);
-		found = strncmp(de->d_name, "rank-", 5) == 0 && n > 5 + sizeof(suffix) - 1 &&
-			strcmp(de->d_name + n - (sizeof(suffix) - 1), suffix) == 0;
-	}
+	while (!found && (de = readdir(d)) != NULL)
+		found = is_shard_name(de->d_name);
 	rewinddir(d);
 	return found;
 }
@@ -953,8 +1006,10 @@ static json_t *entry_json(const struct entry *e)
 		if (e->has_attempt)
 			json_object_set_new(o, "attempt", json_integer((json_int_t)e->attempt));
 		/* to the millisecond (ages are >= 0) */
-		json_object_set_new(o, "age_s",
-				    json_real((double)(uint64_t)(e->age_s * 1000.0 + 0.5) / 1000.0));
+		if (e->has_age)
+			json_object_set_new(o, "age_s",
+					    json_real((double)(uint64_t)(e->age_s * 1000.0 + 0.5) /
+						      1000.0));
 		break;
 	case ENT_CORRUPT:
 		json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
@@ -985,7 +1040,9 @@ static void list_print(const struct listing *L)
 			printf("committed\n");
 			break;
 		case ENT_IN_PROGRESS:
-			printf("in progress (%s old)", human_duration(e->age_s, age, sizeof(age)));
+			printf("in progress");
+			if (e->has_age)
+				printf(" (%s old)", human_duration(e->age_s, age, sizeof(age)));
 			if (e->name)
 				printf(": %s", e->name);
 			if (e->job)
@@ -1002,12 +1059,383 @@ static void list_print(const struct listing *L)
 	}
 }
 
+static void listing_free(struct listing *L)
+{
+	for (size_t i = 0; i < L->n; i++)
+		entry_free(&L->v[i]);
+	free(L->v);
+}
+
+/*
+ * Prints what list found under `root`, sorted; `empty_note` follows "no
+ * checkpoints in ROOT" when there is nothing.  Returns the exit status.
+ */
+static int list_emit(struct listing *L, const char *root, bool json, const char *empty_note)
+{
+	if (L->n)
+		qsort(L->v, L->n, sizeof(*L->v), entry_cmp);
+	if (json) {
+		for (size_t i = 0; i < L->n; i++) {
+			json_t *o = entry_json(&L->v[i]);
+			if (!o || print_json_line(o, JSON_REAL_PRECISION(15)) < 0) {
+				json_decref(o);
+				errmsg("out of memory");
+				return 1;
+			}
+			json_decref(o);
+		}
+	} else if (L->n == 0) {
+		printf("no checkpoints in '%s'%s\n", root, empty_note);
+	} else {
+		list_print(L);
+	}
+	if (L->too_deep)
+		errmsg("note: %zu director%s more than %d levels below '%s' not searched",
+		       L->too_deep, L->too_deep == 1 ? "y" : "ies", CTL_LIST_DEPTH, root);
+	return 0;
+}
+
+/* ---- S3 roots ---- */
+
+/*
+ * s3://bucket/prefix is read through the S3 backend (store_s3.h): its list
+ * hook (ListObjectsV2 with a '/' delimiter, every page, and a HEAD of each
+ * name's manifest.json) and GETs of manifests and attempt.json files.  The
+ * layout is the one on disk (store/s3.c), prefixes standing for
+ * directories, so everything above applies; two things S3 cannot tell as a
+ * directory can:
+ *
+ *   - a file from a prefix: a name that is neither a checkpoint nor a work
+ *     area is listed in turn, and was a file if that finds nothing;
+ *   - a work area's age without its attempt.json (no mtime): shown as
+ *     unknown.
+ */
+static bool ctl_s3_up;
+
+/* Starts the process's S3 client from the AWS_* environment, as
+ * ckpt_reader_open() does.  0, or -errno with the reason printed. */
+static int ctl_s3_start(const char *url)
+{
+	struct store_s3_settings set = { .retries = CTL_S3_RETRIES,
+					 .connect_timeout_ms = CTL_S3_CONNECT_MS };
+	char err[512] = "";
+	int r;
+
+	if (ctl_s3_up)
+		return 0;
+	r = store_s3_start_settings(&set, err, sizeof(err));
+	if (r == -ENOENT)
+		errmsg("'%s': no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+		       "(and AWS_SESSION_TOKEN with temporary ones); the endpoint is taken from "
+		       "AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, the region from AWS_REGION",
+		       url);
+	else if (r < 0)
+		errmsg("'%s': cannot set up S3: %s", url, err);
+	else
+		ctl_s3_up = true;
+	return r;
+}
+
+static void ctl_s3_stop(void)
+{
+	if (ctl_s3_up)
+		store_s3_stop(); /* wipes the credentials */
+	ctl_s3_up = false;
+}
+
+/* A 403 (or another refusal of the credentials), with S3's words in err. */
+static void s3_denied(const char *url, const char *err)
+{
+	errmsg("'%s': access denied: check the credentials (AWS_ACCESS_KEY_ID, "
+	       "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), AWS_REGION and the bucket's policy "
+	       "(%s)", url, err);
+}
+
+static int count_one(void *ud, const char *inner, size_t len)
+{
+	(void)ud, (void)inner, (void)len;
+	return 0;
+}
+
+/*
+ * Asks S3 for one key under loc's prefix (ListObjectsV2, max-keys=1), which
+ * tells a missing bucket, refused access and an unreachable endpoint from
+ * an empty prefix, in S3's own words.  Returns 1 if something is stored
+ * under the prefix, 0 if nothing is, or -errno with the reason printed.
+ */
+static int s3_probe(const char *url, const struct s3_loc *loc)
+{
+	char pre[S3_PREFIX_MAX + 2], enc[3 * sizeof(pre)], query[sizeof(enc) + 64], err[768] = "";
+	struct s3_req q = { .method = "GET", .bucket = loc->bucket, .key = "", .query = query,
+			    .max_resp = 1u << 20 };
+	int r;
+
+	snprintf(pre, sizeof(pre), "%s%s", loc->prefix, loc->prefix[0] ? "/" : "");
+	if (s3_encode_query(pre, enc, sizeof(enc)) < 0) {
+		errmsg("'%s': prefix too long", url);
+		return -ENAMETOOLONG;
+	}
+	/* Sorted: libcurl 7.88 signs the query as it is written. */
+	snprintf(query, sizeof(query), "list-type=2&max-keys=1&prefix=%s", enc);
+	r = s3_call(store_s3_client(), &q, err, sizeof(err));
+	if (r == 0) {
+		r = q.resp ? s3_xml_each(q.resp, q.resp_len, "ListBucketResult/Contents", count_one,
+					 NULL) : 0;
+		if (r < 0)
+			errmsg("'%s': an S3 listing we cannot read", url);
+		else
+			r = r > 0;
+	} else if (!strcmp(q.code, "NoSuchBucket")) {
+		errmsg("'%s': bucket '%s' does not exist (%s)", url, loc->bucket, err);
+	} else if (r == -EACCES) {
+		s3_denied(url, err);
+	} else {
+		errmsg("'%s': %s", url, err);
+	}
+	s3_req_free(&q);
+	return r;
+}
+
+/* 1 if the object `rel` under loc exists, 0 if not, or -errno. */
+static int s3_exists(const struct s3_loc *loc, const char *rel)
+{
+	char key[S3_KEY_MAX + 1], err[512];
+	struct s3_req q = { .method = "HEAD", .bucket = loc->bucket, .key = key,
+			    .fail_404_quietly = true };
+	int r = s3_key_join(loc, rel, key, sizeof(key), err, sizeof(err));
+
+	if (r < 0)
+		return r;
+	r = s3_call(store_s3_client(), &q, err, sizeof(err));
+	s3_req_free(&q);
+	return r == 0 ? 1 : r == -ENOENT ? 0 : r;
+}
+
+/* The names one level below a prefix, sorted, each once. */
+struct s3_names {
+	struct s3_name {
+		char *name;
+		enum store_entry kind;
+	} *v;
+	size_t n, cap;
+};
+
+static void s3_names_free(struct s3_names *N)
+{
+	for (size_t i = 0; i < N->n; i++)
+		free(N->v[i].name);
+	free(N->v);
+	memset(N, 0, sizeof(*N));
+}
+
+static int s3_name_add(void *ud, const char *name, enum store_entry kind)
+{
+	struct s3_names *N = ud;
+
+	if (N->n == N->cap) {
+		size_t ncap = N->cap ? 2 * N->cap : 64;
+		struct s3_name *nv = realloc(N->v, ncap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		N->v = nv;
+		N->cap = ncap;
+	}
+	N->v[N->n].name = strdup(name);
+	if (!N->v[N->n].name)
+		return -ENOMEM;
+	N->v[N->n++].kind = kind;
+	return 0;
+}
+
+static int s3_name_cmp(const void *pa, const void *pb)
+{
+	const struct s3_name *a = pa, *b = pb;
+
+	return strcmp(a->name, b->name);
+}
+
+/*
+ * The names directly below `rel` of root ("" for the root itself) into
+ * *ret.  A file and a prefix of one name (S3 allows both) are one entry,
+ * of the prefix's kind if that is a checkpoint or a work area.  0 or
+ * -errno.
+ */
+static int s3_names_get(const char *root, const char *rel, struct s3_names *ret)
+{
+	struct s3_names N = { 0 };
+	size_t k = 0;
+	int r;
+
+	r = store_s3.list(root, rel, s3_name_add, &N);
+	if (r < 0) {
+		s3_names_free(&N);
+		return r;
+	}
+	if (N.n)
+		qsort(N.v, N.n, sizeof(*N.v), s3_name_cmp);
+	for (size_t i = 0; i < N.n; i++) {
+		if (k && !strcmp(N.v[k - 1].name, N.v[i].name)) {
+			if (N.v[i].kind != STORE_ENTRY_OTHER)
+				N.v[k - 1].kind = N.v[i].kind;
+			free(N.v[i].name);
+			continue;
+		}
+		N.v[k++] = N.v[i];
+	}
+	N.n = k;
+	*ret = N;
+	return 0;
+}
+
+/* A checkpoint the listing found (its manifest's HEAD answered): read
+ * like a directory's.  0 or -ENOMEM. */
+static int add_checkpoint_s3(struct listing *L, const char *root, const char *rel)
+{
+	char file[S3_KEY_MAX + sizeof(MANIFEST_FILE) + 2], err[512] = "";
+	char *text = NULL;
+	size_t len = 0;
+	int r;
+
+	snprintf(file, sizeof(file), "%s/%s", rel, MANIFEST_FILE);
+	r = store_s3_get(root, file, CTL_MANIFEST_MAX, &text, &len, err, sizeof(err));
+	if (r == -ENOENT)
+		return 0; /* removed since the listing saw it */
+	if (r == -ENOMEM)
+		return r;
+	return add_checkpoint(L, rel, r, text, len);
+}
+
+/* A work area: a save in progress.  0 or -ENOMEM. */
+static int add_in_progress_s3(struct listing *L, const char *root, const char *rel)
+{
+	struct entry *e = entry_add(L, rel, ENT_IN_PROGRESS);
+	char file[S3_KEY_MAX + sizeof(ATTEMPT_FILE) + 2], err[512];
+	char *text = NULL;
+	size_t len = 0;
+
+	if (!e)
+		return -ENOMEM;
+	snprintf(file, sizeof(file), "%s/%s", rel, ATTEMPT_FILE);
+	if (store_s3_get(root, file, CTL_ATTEMPT_MAX, &text, &len, err, sizeof(err)) < 0)
+		return 0;
+	attempt_fill(e, text, len);
+	free(text);
+	return 0;
+}
+
+static int list_s3_level(struct listing *L, const char *root, const char *rel, unsigned depth,
+			 const struct s3_names *N);
+
+/* A name below `rel` that is neither a checkpoint nor a work area: a
+ * file, an incomplete checkpoint (shards, no manifest) or a container to
+ * look into.  0 or -ENOMEM. */
+static int list_s3_other(struct listing *L, const char *root, const char *child, unsigned depth)
+{
+	struct s3_names C = { 0 };
+	bool shards = false;
+	int r;
+
+	r = s3_names_get(root, child, &C);
+	if (r == -ENOMEM)
+		return r;
+	if (r < 0) {
+		errmsg("'%s/%s': %s (not listed)", root, child, strerror(-r));
+		return 0;
+	}
+	for (size_t i = 0; i < C.n && !shards; i++)
+		shards = C.v[i].kind == STORE_ENTRY_OTHER && is_shard_name(C.v[i].name);
+	r = 0;
+	if (C.n == 0)
+		; /* a file, not a prefix */
+	else if (shards)
+		r = entry_add(L, child, ENT_INCOMPLETE) ? 0 : -ENOMEM;
+	else if (depth >= CTL_LIST_DEPTH)
+		L->too_deep++;
+	else
+		r = list_s3_level(L, root, child, depth + 1, &C);
+	s3_names_free(&C);
+	return r;
+}
+
+/* Lists what the names N below `rel` (at `depth` levels below the root)
+ * hold, as list_dir() does a directory.  0 or -ENOMEM. */
+static int list_s3_level(struct listing *L, const char *root, const char *rel, unsigned depth,
+			 const struct s3_names *N)
+{
+	for (size_t i = 0; i < N->n; i++) {
+		const char *name = N->v[i].name;
+		char child[S3_KEY_MAX + 1];
+		int r = 0;
+
+		if (!name[0] || snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "",
+					 name) >= (int)sizeof(child))
+			continue; /* "" is the prefix's own folder object */
+		if (N->v[i].kind == STORE_ENTRY_WORK) {
+			if (is_work_dir(name))
+				r = add_in_progress_s3(L, root, child);
+		} else if (name[0] == '.') {
+			continue; /* other hidden entries are not ours */
+		} else if (N->v[i].kind == STORE_ENTRY_CHECKPOINT) {
+			r = add_checkpoint_s3(L, root, child);
+		} else {
+			r = list_s3_other(L, root, child, depth);
+		}
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int cmd_list_s3(const char *root, bool json)
+{
+	struct listing L = { .longest = 4 };
+	struct s3_names N = { 0 };
+	struct s3_loc loc;
+	char err[512] = "", note[600] = "";
+	int r, any, ret = 1;
+
+	r = s3_url_parse(root, &loc, err, sizeof(err));
+	if (r < 0) {
+		errmsg("'%s': %s", root, err);
+		return 1;
+	}
+	if (ctl_s3_start(root) < 0)
+		return 1;
+	any = s3_probe(root, &loc);
+	if (any < 0)
+		return 1;
+	r = s3_names_get(root, "", &N);
+	if (r == 0)
+		r = list_s3_level(&L, root, "", 1, &N);
+	if (r < 0) {
+		errmsg("listing '%s': %s", root, strerror(-r));
+		goto out;
+	}
+	if (L.n == 0 && !any)
+		snprintf(note, sizeof(note), " (nothing is stored under it)");
+	else if (L.n == 0 && s3_exists(&loc, MANIFEST_FILE) == 1)
+		snprintf(note, sizeof(note), " (it is a checkpoint itself: ckptctl show '%s')",
+			 root);
+	ret = list_emit(&L, root, json, note);
+
+out:
+	s3_names_free(&N);
+	listing_free(&L);
+	return ret;
+}
+
+/* ---- list: directories ---- */
+
 static int cmd_list(const char *root, bool json)
 {
 	struct listing L = { .longest = 4 };
+	char note[PATH_MAX + 64] = "";
+	struct stat st;
 	DIR *dir;
 	int rootfd, r, ret = 1;
 
+	if (s3_is_url(root))
+		return cmd_list_s3(root, json);
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		errmsg("cannot open root '%s': %s", root, strerror(errno));
@@ -1024,37 +1452,13 @@ static int cmd_list(const char *root, bool json)
 		errmsg("reading root '%s': %s", root, strerror(-r));
 		goto out;
 	}
-	if (L.n)
-		qsort(L.v, L.n, sizeof(*L.v), entry_cmp);
-
-	if (json) {
-		for (size_t i = 0; i < L.n; i++) {
-			json_t *o = entry_json(&L.v[i]);
-			if (!o || print_json_line(o, JSON_REAL_PRECISION(15)) < 0) {
-				json_decref(o);
-				errmsg("out of memory");
-				goto out;
-			}
-			json_decref(o);
-		}
-	} else if (L.n == 0) {
-		struct stat st;
-		printf("no checkpoints in '%s'", root);
-		if (fstatat(rootfd, MANIFEST_FILE, &st, 0) == 0)
-			printf(" (it is a checkpoint itself: ckptctl show '%s')", root);
-		putchar('\n');
-	} else {
-		list_print(&L);
-	}
-	if (L.too_deep)
-		errmsg("note: %zu director%s more than %d levels below '%s' not searched",
-		       L.too_deep, L.too_deep == 1 ? "y" : "ies", CTL_LIST_DEPTH, root);
-	ret = 0;
+	if (L.n == 0 && fstatat(rootfd, MANIFEST_FILE, &st, 0) == 0)
+		snprintf(note, sizeof(note), " (it is a checkpoint itself: ckptctl show '%s')",
+			 root);
+	ret = list_emit(&L, root, json, note);
 
 out:
-	for (size_t i = 0; i < L.n; i++)
-		entry_free(&L.v[i]);
-	free(L.v);
+	listing_free(&L);
 	closedir(dir);
 	return ret;
 }
@@ -1180,30 +1584,13 @@ static void show_print(const char *path, const struct manifest *m, bool verbose)
 		printf("blobs: 0\n");
 }
 
-static int cmd_show(const char *path, bool json, bool verbose)
+/* Prints manifest `text` of checkpoint `path` (taken over).  Returns the
+ * exit status. */
+static int show_text(const char *path, char *text, size_t len, bool json, bool verbose)
 {
 	char err[512] = "";
 	struct manifest m;
-	char *text = NULL;
-	size_t len = 0;
-	int dfd, ret;
-
-	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0) {
-		errmsg("cannot open checkpoint '%s': %s", path, strerror(errno));
-		return 1;
-	}
-	ret = fs_read_file_at(dfd, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len);
-	close(dfd);
-	if (ret == -ENOENT) {
-		errmsg("'%s' is not a committed checkpoint (no %s)", path, MANIFEST_FILE);
-		return 1;
-	}
-	if (ret < 0) {
-		errmsg("cannot read '%s/%s': %s", path, MANIFEST_FILE,
-		       ret == -EFBIG ? "not a regular file of a sane size" : strerror(-ret));
-		return 1;
-	}
+	int ret;
 
 	memset(&m, 0, sizeof(m));
 	ret = manifest_parse(text, len, &m, err, sizeof(err));
@@ -1226,6 +1613,70 @@ static int cmd_show(const char *path, bool json, bool verbose)
 	manifest_free(&m);
 	free(text);
 	return ret < 0 ? 1 : 0;
+}
+
+/* show s3://bucket/prefix/NAME: its manifest.json by one GET; when there
+ * is none, a listing tells a missing bucket from a missing checkpoint. */
+static int cmd_show_s3(const char *path, bool json, bool verbose)
+{
+	char err[768] = "";
+	struct s3_loc loc;
+	char *text = NULL;
+	size_t len = 0;
+	int r;
+
+	r = s3_url_parse(path, &loc, err, sizeof(err));
+	if (r < 0) {
+		errmsg("'%s': %s", path, err);
+		return 1;
+	}
+	if (ctl_s3_start(path) < 0)
+		return 1;
+	r = store_s3_get(path, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len, err, sizeof(err));
+	if (r == -ENOENT) {
+		r = s3_probe(path, &loc);
+		if (r >= 0)
+			errmsg("'%s' is not a committed checkpoint (no %s%s)", path, MANIFEST_FILE,
+			       r ? "" : "; nothing is stored under it");
+		return 1;
+	}
+	if (r == -EACCES) {
+		s3_denied(path, err);
+		return 1;
+	}
+	if (r < 0) {
+		errmsg("cannot read '%s/%s': %s", path, MANIFEST_FILE,
+		       r == -EFBIG ? "larger than ckptctl reads" : err[0] ? err : strerror(-r));
+		return 1;
+	}
+	return show_text(path, text, len, json, verbose);
+}
+
+static int cmd_show(const char *path, bool json, bool verbose)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int dfd, ret;
+
+	if (s3_is_url(path))
+		return cmd_show_s3(path, json, verbose);
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		errmsg("cannot open checkpoint '%s': %s", path, strerror(errno));
+		return 1;
+	}
+	ret = fs_read_file_at(dfd, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len);
+	close(dfd);
+	if (ret == -ENOENT) {
+		errmsg("'%s' is not a committed checkpoint (no %s)", path, MANIFEST_FILE);
+		return 1;
+	}
+	if (ret < 0) {
+		errmsg("cannot read '%s/%s': %s", path, MANIFEST_FILE,
+		       ret == -EFBIG ? "not a regular file of a sane size" : strerror(-ret));
+		return 1;
+	}
+	return show_text(path, text, len, json, verbose);
 }
 
 /* ---- main ---- */
@@ -1317,6 +1768,7 @@ int main(int argc, char **argv)
 		die_usage();
 	}
 
+	ctl_s3_stop();
 	if (fflush(stdout) != 0 && errno != EPIPE) {
 		errmsg("writing output: %s", strerror(errno));
 		return 1;

@@ -439,6 +439,7 @@ static int run(struct server *srv)
 					log_debug("timerfd: %s", strerror(errno));
 				conns_tick(srv);
 				saves_tick(srv);
+				status_tick(srv);
 				/* A leftover of this life becomes removable one
 				 * deadline after it was made: sweep that often, at
 				 * least every minute. */

@@ -20,6 +20,7 @@
 #include "daemon/creds.h"
 #include "daemon/list.h"
 #include "daemon/registry.h"
+#include "daemon/status.h"
 #include "daemon/worker.h"
 #include "store/store.h"
 
@@ -55,6 +56,7 @@ struct server {
 	int64_t max_busy_us;        /* most CPU time the loop used in one round:
 	                             * a stall much longer than this was the loop
 	                             * waiting for a CPU, not working */
+	struct status_rate s3_up;   /* S3 upload rate samples (status.h) */
 };
 
 /* CLOCK_MONOTONIC in milliseconds / microseconds (clock.c). */

@@ -2,13 +2,17 @@
 /* status.c - the JSON status report (schema in status.h). */
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "daemon/conn.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
 #include "daemon/status.h"
+#include "store/s3_addr.h"
+#include "store/store_s3.h"
 
 /* Seconds with millisecond precision: 43.101, not 43.100999999999999. */
 static json_t *seconds(int64_t ms)
@@ -22,6 +26,7 @@ static json_t *save_json(const struct save *s, int64_t now)
 	uint64_t bytes = 0, staged = 0, written = 0;
 	int64_t age_ms = now - s->started_ms;
 	const struct list *p;
+	json_t *o;
 
 	list_for_each(p, &s->ranks)
 	{
@@ -38,7 +43,7 @@ static json_t *save_json(const struct save *s, int64_t now)
 					 (json_int_t)r->bytes_in, "written", (json_int_t)r->bytes_written,
 					 "durable", r->state == RANK_DURABLE));
 	}
-	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:I, s:I, s:I, s:o, s:f}", "job",
+	o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:I, s:I, s:I, s:o, s:f}", "job",
 			 s->key.job, "name", s->key.name, "root", s->root, "attempt", s->id, "step",
 			 (json_int_t)s->key.step, "world", (json_int_t)s->key.world, "state",
 			 save_state_name(s), "ranks", ranks, "bytes", (json_int_t)bytes, "staged",
@@ -47,6 +52,88 @@ static json_t *save_json(const struct save *s, int64_t now)
 			 age_ms > 0 ? (double)written / ((double)age_ms / 1000.0) /
 					      (double)(1ull << 30) :
 				      0.0);
+	/* The S3 backend calls an extent written when S3 acknowledged its
+	 * part (or its PUT): so, for such a root, what is uploaded. */
+	if (o && s3_is_url(s->root))
+		json_object_set_new(o, "s3_uploaded", json_integer((json_int_t)written));
+	return o;
+}
+
+void status_tick(struct server *srv)
+{
+	struct status_rate *w = &srv->s3_up;
+	struct s3_client *c = store_s3_client();
+	struct s3_stats st;
+	int64_t now;
+
+	if (!c)
+		return;
+	now = now_ms();
+	if (w->n && now - w->t_ms[(w->next + STATUS_RATE_SAMPLES - 1) % STATUS_RATE_SAMPLES] <
+			    STATUS_RATE_EVERY_MS)
+		return;
+	s3_client_stats(c, &st);
+	w->t_ms[w->next] = now;
+	w->bytes[w->next] = st.bytes_up;
+	w->next = (w->next + 1) % STATUS_RATE_SAMPLES;
+	if (w->n < STATUS_RATE_SAMPLES)
+		w->n++;
+}
+
+/* The endpoint as "scheme://host[:port]": a user:password@ in it (curl
+ * would take one) is left out, and so is anything after the authority. */
+static void endpoint_public(const char *ep, char *buf, size_t len)
+{
+	const char *auth = strstr(ep, "://");
+	size_t scheme, alen;
+	const char *at;
+
+	if (!auth) {
+		snprintf(buf, len, "?");
+		return;
+	}
+	scheme = (size_t)(auth - ep);
+	auth += 3;
+	alen = strcspn(auth, "/?#");
+	at = memrchr(auth, '@', alen);
+	if (at) {
+		alen -= (size_t)(at + 1 - auth);
+		auth = at + 1;
+	}
+	snprintf(buf, len, "%.*s://%.*s", (int)scheme, ep, (int)alen, auth);
+}
+
+/* The "s3" object (status.h), or NULL without an S3 client. */
+static json_t *s3_json(struct server *srv, int64_t now)
+{
+	const struct status_rate *w = &srv->s3_up;
+	struct s3_client *c = store_s3_client();
+	const struct s3_conf *conf;
+	char ep[sizeof(conf->endpoint)];
+	struct s3_stats st;
+	double rate = 0.0, window_ms = 0.0;
+
+	if (!c)
+		return NULL;
+	conf = s3_client_conf(c);
+	s3_client_stats(c, &st);
+	endpoint_public(conf->endpoint, ep, sizeof(ep));
+	/* From the oldest sample still held to now (the newest figure). */
+	if (w->n) {
+		unsigned oldest = (w->next + STATUS_RATE_SAMPLES - w->n) % STATUS_RATE_SAMPLES;
+		window_ms = (double)(now - w->t_ms[oldest]);
+		if (window_ms > 0 && st.bytes_up >= w->bytes[oldest])
+			rate = (double)(st.bytes_up - w->bytes[oldest]) / (window_ms / 1000.0);
+	}
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+			 "endpoint", ep, "region", conf->region, "parts_in_flight_max",
+			 (json_int_t)conf->parts_in_flight, "requests", (json_int_t)st.requests,
+			 "retries", (json_int_t)st.retries, "failures", (json_int_t)st.failures,
+			 "bytes_up", (json_int_t)st.bytes_up, "bytes_down",
+			 (json_int_t)st.bytes_down, "parts_done", (json_int_t)st.parts_done,
+			 "in_flight", (json_int_t)st.in_flight, "queued", (json_int_t)st.queued,
+			 "up_bytes_per_s", (json_int_t)(rate + 0.5), "rate_window_s",
+			 seconds((int64_t)window_ms));
 }
 
 int status_report(struct server *srv, uid_t uid, char **ret_json)
@@ -106,6 +193,13 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 			(double)srv->max_busy_us / 1000.0, "all_users", all);
 	if (!top)
 		return -ENOMEM;
+	if (store_s3_client()) {
+		json_t *s3 = s3_json(srv, now);
+		if (!s3 || json_object_set_new(top, "s3", s3) < 0) {
+			json_decref(top);
+			return -ENOMEM;
+		}
+	}
 	/* Three decimals are what the figures carry. */
 	text = json_dumps(top, JSON_COMPACT | JSON_REAL_PRECISION(10));
 	json_decref(top);

@@ -26,8 +26,22 @@
  *                             (time away from its wait)
  *  "max_loop_cpu_ms":1.2,     the most CPU time it used in one round (a
  *                             stall far above it: waiting for a CPU)
- *  "all_users":false}         false: only the asking user's clients and
+ *  "all_users":false,         false: only the asking user's clients and
  *                             saves are listed (root sees all)
+ *  "s3":{"endpoint":"https://s3.eu-west-1.amazonaws.com", "region":"eu-west-1",
+ *        "parts_in_flight_max":16, "requests":N, "retries":N, "failures":N,
+ *        "bytes_up":N, "bytes_down":N, "parts_done":N, "in_flight":3,
+ *        "queued":0, "up_bytes_per_s":N, "rate_window_s":10.0}}
+ *
+ * "s3" is there only when the daemon's S3 client is started.  Its counters
+ * are the client's since start-up (all users' uploads: they tell the node's
+ * link, not a job); "up_bytes_per_s" is bytes_up over the last
+ * "rate_window_s" seconds (status_tick() samples it; 0 right after
+ * start-up).  The endpoint is shown without any user:password part, and no
+ * credential is ever in the report.  A save to an s3:// root also has
+ * "s3_uploaded": its bytes whose parts (or PUTs) S3 has acknowledged, as
+ * its ranks' "written" count them for such a root (an extent counts once
+ * acknowledged and checksummed: a part in flight counts nothing).
  *
  * "waiting": every local rank is durable and the save waits for ranks on
  * other daemons (or, on such a daemon, for rank 0's daemon to commit).
@@ -35,9 +49,27 @@
 #ifndef CKPTD_STATUS_H
 #define CKPTD_STATUS_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 struct server;
+
+/* Samples of the S3 client's bytes_up, one per STATUS_RATE_EVERY_MS, the
+ * newest STATUS_RATE_SAMPLES of them: the upload rate is taken from the
+ * oldest one held to the report's moment, so over about
+ * (STATUS_RATE_SAMPLES - 1) * STATUS_RATE_EVERY_MS (10 s).  The loop's
+ * alone. */
+#define STATUS_RATE_EVERY_MS 1000
+#define STATUS_RATE_SAMPLES 11
+struct status_rate {
+	int64_t t_ms[STATUS_RATE_SAMPLES];
+	uint64_t bytes[STATUS_RATE_SAMPLES];
+	unsigned next, n;          /* next slot to fill; samples held */
+};
+
+/* [loop] Called on every tick of the loop's timer: takes a sample when one
+ * is due (cheap: a few atomic loads).  Does nothing without S3. */
+void status_tick(struct server *srv);
 
 /* Builds the report.  Returns 0 and a malloc'd NUL-terminated *ret_json, or
  * -ENOMEM. */
