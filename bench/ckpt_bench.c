@@ -48,6 +48,11 @@
  * is printed, so nothing of one measurement is still being deleted while
  * the next one runs.
  *
+ * R may be an S3 root (s3://bucket/prefix, one of the daemon's roots): saves
+ * then go to S3 and are left there, and a save's line names the checkpoint
+ * ("name") for the caller to remove (this program has no S3 client); the
+ * limits and the built-in writer work as with a directory root.
+ *
  * A save's clock starts when ckpt_save_begin is called and stops when
  * ckpt_save_commit returns (call_ms), when the staged future completes
  * (staged_ms) and when the committed future completes (committed_ms).
@@ -119,6 +124,7 @@ struct opts {
 	unsigned max_depth;
 	unsigned timeout_s;
 	bool gpu;         /* the state on a CUDA device */
+	bool s3_root;     /* root is s3://...: saves are not removed here */
 	struct client_spec clients[MAX_CLIENTS];
 	unsigned n_clients;
 };
@@ -278,7 +284,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: ckpt_bench --socket PATH --root DIR --bytes B [options]; commands on stdin\n"
 		"  --socket PATH        ckptd socket\n"
-		"  --root DIR           checkpoint root, inside one of the daemon's roots\n"
+		"  --root DIR           checkpoint root, inside one of the daemon's roots (or s3://bucket/prefix)\n"
 		"  --bytes B            state bytes per rank, a multiple of 4 (K/M/G suffixes)\n"
 		"  --tensors T          fp32 tensors per rank (default 256)\n"
 		"  --ranks K            rank processes of each job (default 1)\n"
@@ -395,9 +401,14 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (o->bytes > (uint64_t)SIZE_MAX / 2)
 		die("--bytes too large");
 	/* The daemon accepts absolute roots only; resolve a relative one here
-	 * rather than fail on the first save. */
-	if (!realpath(root, o->root))
+	 * rather than fail on the first save.  An S3 root goes as it is. */
+	if (!strncmp(root, "s3://", 5)) {
+		if ((size_t)snprintf(o->root, sizeof(o->root), "%s", root) >= sizeof(o->root))
+			die("root '%s': too long", root);
+		o->s3_root = true;
+	} else if (!realpath(root, o->root)) {
 		die("root '%s': %s", root, strerror(errno));
+	}
 	if (o->n_clients == 0)
 		parse_client(o, "default:0");
 }
@@ -1739,6 +1750,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	uint64_t start = UINT64_MAX, t_call = 0, t_staged = 0, t_end = 0;
 	struct cost cost = { 0 };
 	char buf[MAX_RANKS], g = 'g';
+	char saved[CKPT_MAX_NAME_LEN + 1] = ""; /* a save's checkpoint name */
 	const char *what = names[c->kind];
 	uint64_t total = o->bytes * k;
 
@@ -1809,17 +1821,20 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		}
 	}
 	if (c->kind == CMD_SAVE) {
-		char name[CKPT_MAX_NAME_LEN + 1], path[PATH_MAX];
+		char path[PATH_MAX];
 		int r;
 
 		/* Removed before the result is printed: nothing of this save
-		 * is still being deleted while the next measurement runs. */
-		save_name(name, sizeof(name), pid, o->clients[c->client].name, save_no[c->client]++);
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", o->root, name) >= sizeof(path))
-			die_ranks("path too long under '%s'", o->root);
-		r = fs_rm_rf_at(AT_FDCWD, path);
-		if (r < 0)
-			die_ranks("cannot remove '%s': %s", path, strerror(-r));
+		 * is still being deleted while the next measurement runs.  An
+		 * S3 checkpoint is the caller's to remove (its line names it). */
+		save_name(saved, sizeof(saved), pid, o->clients[c->client].name, save_no[c->client]++);
+		if (!o->s3_root) {
+			if ((size_t)snprintf(path, sizeof(path), "%s/%s", o->root, saved) >= sizeof(path))
+				die_ranks("path too long under '%s'", o->root);
+			r = fs_rm_rf_at(AT_FDCWD, path);
+			if (r < 0)
+				die_ranks("cannot remove '%s': %s", path, strerror(-r));
+		}
 	}
 
 	printf("{\"cmd\": \"%s\", \"ranks\": %u, \"bytes\": %" PRIu64, what, k, total);
@@ -1827,6 +1842,9 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	case CMD_SAVE:
 		printf(", \"client\": ");
 		print_json_str(o->clients[c->client].name);
+		printf(", \"name\": ");
+		print_json_str(saved);
+		printf(", \"removed\": %s", o->s3_root ? "false" : "true");
 		printf(", \"tensors_per_rank\": %u, \"call_ms\": %.3f, \"staged_ms\": %.3f, "
 		       "\"committed_ms\": %.3f, \"t_start_ns\": %" PRIu64 ", \"t_staged_ns\": %" PRIu64
 		       ", \"t_committed_ns\": %" PRIu64,

@@ -23,12 +23,15 @@ TARGETS = [
     ("save-gpu-2g", "call_ms", "<=", 1.0, "value"),
     ("save-gpu-2g", "staging_vs_d2h_limit", ">=", 0.9, "ratio"),
     ("save-gpu-2g", "staged_speedup_vs_dcp", ">=", 1.5, "peer"),
+    ("save-s3-1g", "s3_vs_awscli", ">=", 1.0, "ratio"),
+    ("s3-sink-2g", "s3_client_vs_awscli", ">=", 3.0, "ratio"),
+    ("s3-sink-2g", "staging_vs_copy_limit", ">=", 0.9, "ratio"),
 ]
 PEER_CEILING_SHARE = 0.9
 
 RATIOS = ["staging_vs_copy_limit", "staging_vs_d2h_limit", "commit_vs_disk_limit", "durable_speedup_vs_torch", "durable_speedup_vs_dcp",
           "staged_speedup_vs_dcp", "blocking_speedup_vs_dcp", "vs_one_tensor", "stall_vs_alone",
-          "staging_vs_copy_during_write"]
+          "staging_vs_copy_during_write", "s3_vs_awscli", "s3_client_vs_awscli"]
 
 
 def _cmp(v, op, bound):
@@ -156,6 +159,13 @@ ROWS = [
     ("dcp_async_committed_ms", _val("dcp_async_committed_ms", 1)),
     ("dcp_thread_count", _val("dcp_thread_count", 0)),
     ("one_tensor_committed_ms", _val("one_tensor_committed_ms", 1)),
+    ("committed_gibps (S3)", _val("committed_gibps", 3)),
+    ("awscli_s (best setting)", _val("awscli_s", 2)),
+    ("awscli setting", _val("awscli_config", 0)),
+    ("server CPU s, ckptd save", _val("server_cpu_s_ckptd", 2)),
+    ("server CPU s, awscli", _val("server_cpu_s_awscli", 2)),
+    ("client CPU s, ckptd daemon", _val("client_cpu_s_ckptd", 2)),
+    ("client CPU s, awscli", _val("client_cpu_s_awscli", 2)),
     ("2nd job staged_ms alone", _two("alone_staged_ms", 1)),
     ("2nd job staged_ms during 1st commit", _two("staged_ms", 1)),
     ("1st job committed_ms", _two("first_job_committed_ms", 1)),
@@ -192,7 +202,8 @@ def _targets_line(result):
 def _header(result):
     m = result.get("machine", {})
     return "%s%s, commit %s, protocol v%s, %s rounds: %s cpus, %s GiB, kernel %s, %s, %s, torch %s" % (
-        result.get("started", "?"), " (QUICK)" if result.get("quick") else "", result.get("commit"),
+        result.get("started", "?"), " (QUICK)" if result.get("quick") else "",
+        "%s%s" % (result.get("commit"), " + uncommitted changes" if result.get("worktree_dirty") else ""),
         result.get("protocol", 1), result.get("rounds", "?"), m.get("cpus"), m.get("mem_gib"), m.get("kernel"),
         m.get("fs"), m.get("fio"), m.get("torch")) + "".join(
         "; %s measured against the FAKE CUDA runtime (no GPU)" % n

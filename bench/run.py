@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """make bench: ckptd against its limits (copy, disk) and its peers
-(torch.save, DCP async_save), benchmark protocol v2 (bench/RESULTS.md).
+(torch.save, DCP async_save, `aws s3 cp`), benchmark protocol v2
+(bench/RESULTS.md).
 
 Run by `make bench` as `BUILD=build QUICK= python3 bench/run.py` from the
 repository root, with the system python3 and the standard library only; the
@@ -19,7 +20,9 @@ as their median, min and max (and a ceiling where one is defined).
 
 Environment: BUILD (build directory, default "build"), QUICK (non-empty and
 not "0": small sizes, 2 rounds: a smoke check), SCENARIOS (comma-separated
-subset of save-2g, save-many, save-8ranks, two-jobs, save-gpu-2g),
+subset of save-2g, save-many, save-8ranks, two-jobs, save-gpu-2g,
+save-s3-1g, s3-sink-2g), BENCH_SKIP_S3=1 (the S3 scenarios report null
+with the reason instead of running),
 BENCH_ROUNDS (override the number of rounds, >= 2; fewer than 5 is noted as
 not a protocol run), BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out;
 its fields are then null with a reason), BENCH_OUT (output JSON path; default
@@ -33,6 +36,15 @@ a GPU; its figures are not a GPU's and its targets are not judged).
 save-gpu-2g runs where libckpt's CUDA loader finds a device (bench/gpu_probe)
 and reports null with the reason elsewhere.  It has run only against the
 fake runtime so far: no GPU machine has been available.
+
+save-s3-1g and s3-sink-2g save to S3 through a ckptd whose root is
+s3://BUCKET/bench, against `aws s3 cp` of a file of the same size at the
+best of several settings, in the same rounds: save-s3-1g to a moto server
+(tests/tools/s3_fixture.py, signatures checked), s3-sink-2g to
+tests/tools/s3_proxy.py --sink (checks signatures and checksums, stores
+nothing).  Both servers run with the test environment's python
+(scripts/pyenv.sh test), on 127.0.0.1, started and stopped (by PID) by this
+script; their CPU time is measured around every run.
 
   python3 bench/run.py --markdown FILE   prints a results file as Markdown
 
@@ -70,6 +82,7 @@ def env_flag(name):
 QUICK = env_flag("QUICK")
 SKIP_DCP = env_flag("BENCH_SKIP_DCP")
 SKIP_TORCH = env_flag("BENCH_SKIP_TORCH")
+SKIP_S3 = env_flag("BENCH_SKIP_S3")
 BUILD = os.environ.get("BUILD") or "build"
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(REPO, BUILD)
 # The GPU scenario against the tests' fake CUDA runtime: a check that its
@@ -95,6 +108,8 @@ if QUICK:
         "two-jobs": dict(kind="two", bytes=256 * MIB, tensors=256, ranks=1,
                          second_bytes=32 * MIB, second_tensors=32),
         "save-gpu-2g": dict(kind="gpu", bytes=256 * MIB, tensors=256, ranks=1),
+        "save-s3-1g": dict(kind="s3", server="moto", bytes=256 * MIB, tensors=256, ranks=1),
+        "s3-sink-2g": dict(kind="s3", server="sink", bytes=256 * MIB, tensors=256, ranks=1),
     }
 else:
     SCENARIOS = {
@@ -104,6 +119,8 @@ else:
         "two-jobs": dict(kind="two", bytes=2 * GIB, tensors=256, ranks=1,
                          second_bytes=256 * MIB, second_tensors=32),
         "save-gpu-2g": dict(kind="gpu", bytes=2 * GIB, tensors=256, ranks=1),
+        "save-s3-1g": dict(kind="s3", server="moto", bytes=1 * GIB, tensors=256, ranks=1),
+        "s3-sink-2g": dict(kind="s3", server="sink", bytes=2 * GIB, tensors=256, ranks=1),
     }
 # save-8ranks is measured with the library's default copy threads and with
 # 2 per client, interleaved in the same rounds; the second is reported as
@@ -183,6 +200,17 @@ def git_commit():
         p = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True, timeout=10)
         return p.stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def git_dirty():
+    """Whether tracked files differ from the commit (what was built is then
+    not exactly the commit), or None."""
+    try:
+        p = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30)
+        return bool(p.stdout.strip()) if p.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None
 
@@ -338,9 +366,12 @@ class Daemon:
     scenario (so its max_loop_stall_ms is that scenario's).  stop() is
     always called and kills by PID only."""
 
-    def __init__(self, run_dir, data, arena_max, arena_total):
+    def __init__(self, run_dir, data, arena_max, arena_total, root=None, extra_conf=(), env=None):
         self.run_dir = run_dir
         self.data = data
+        self.root = root or data  # an s3:// root for the S3 scenarios
+        self.extra_conf = list(extra_conf)
+        self.env = env
         self.socket = os.path.join(run_dir, "ckptd.sock")
         self.conf = os.path.join(run_dir, "ckptd.conf")
         self.log_path = os.path.join(run_dir, "ckptd.log")
@@ -359,14 +390,17 @@ class Daemon:
             f.write("# written by bench/run.py for one scenario\n")
             f.write("socket = %s\n" % self.socket)
             f.write("socket_mode = 0600\n")
-            f.write("root = %s\n" % self.data)
+            f.write("root = %s\n" % self.root)
             f.write("state_dir = %s\n" % os.path.join(os.path.dirname(self.conf), "state"))
             f.write("arena_max = %dM\n" % (self.arena_max // MIB))
             f.write("arena_total = %dM\n" % (self.arena_total // MIB))
             f.write("commit_deadline = 10m\n")
+            for line in self.extra_conf:
+                f.write(line + "\n")
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen([os.path.join(BUILD, "ckptd"), "-c", self.conf], stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
+                                     preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -851,7 +885,7 @@ def await_ready(w, notes, what):
 
 
 def ckpt_argv(daemon, nbytes, tensors, ranks, clients, arena):
-    argv = [os.path.join(BUILD, "bench", "ckpt_bench"), "--socket", daemon.socket, "--root", daemon.data,
+    argv = [os.path.join(BUILD, "bench", "ckpt_bench"), "--socket", daemon.socket, "--root", daemon.root,
             "--bytes", str(nbytes), "--tensors", str(tensors), "--ranks", str(ranks),
             "--arena", str(arena), "--timeout", str(CMD_TIMEOUT)]
     for c in clients:
@@ -1485,6 +1519,575 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
     return {name: r}
 
 
+# ---- S3 ---------------------------------------------------------------------
+
+S3_BUCKET = "ckpt-bench"
+S3_PREFIX = "bench"          # ckptd's root: s3://S3_BUCKET/S3_PREFIX
+AWSCLI_PREFIX = "awscli"     # where `aws s3 cp` puts its copies
+SERVER_START_TIMEOUT = 60
+# `aws s3 cp` settings tried in every round (the `s3 =` section of a private
+# AWS_CONFIG_FILE): max_concurrent_requests {10 (awscli's default), 16, 32}
+# x multipart_chunksize {8 MiB (the default), 64 MiB}.  The one with the
+# best median time is the peer's figure (BENCH.md: peers at the best
+# settings found in the run).
+AWSCLI_CONFIGS = [("default", {}),
+                  ("mcr16", {"max_concurrent_requests": 16}),
+                  ("mcr32", {"max_concurrent_requests": 32}),
+                  ("chunk64m", {"multipart_chunksize": "64MB"}),
+                  ("mcr16-chunk64m", {"max_concurrent_requests": 16, "multipart_chunksize": "64MB"}),
+                  ("mcr32-chunk64m", {"max_concurrent_requests": 32, "multipart_chunksize": "64MB"})]
+AWSCLI_DEFAULTS = "max_concurrent_requests 10, multipart_chunksize 8MB, multipart_threshold 8MB (awscli's defaults)"
+
+_TEST_PY = []
+
+
+def test_python():
+    """(the test environment's python, None) or (None, why): it runs the S3
+    servers and the bucket housekeeper (moto, boto3, crc32c)."""
+    if _TEST_PY:
+        return _TEST_PY[0]
+    script = os.path.join(REPO, "scripts", "pyenv.sh")
+    res = (None, "scripts/pyenv.sh is missing")
+    if os.access(script, os.X_OK):
+        progress("test Python environment (scripts/pyenv.sh test)")
+        try:
+            p = subprocess.run([script, "test"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=3600, cwd=REPO)
+            py = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+            if p.returncode == 0 and os.access(py, os.X_OK):
+                q = subprocess.run([py, "-c", "import moto, boto3, crc32c; print(moto.__version__)"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+                res = ((py, None) if q.returncode == 0 else
+                       (None, "the test Python lacks moto/boto3/crc32c: %s" % q.stderr.strip()[-200:]))
+            else:
+                res = (None, "scripts/pyenv.sh test failed (exit %d): %s"
+                       % (p.returncode, " ".join(p.stderr.strip().splitlines()[-3:])))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            res = (None, "scripts/pyenv.sh test failed: %s" % e)
+    _TEST_PY.append(res)
+    return res
+
+
+def proc_cpu_s(pid):
+    """utime + stime of a process (all its threads), in seconds, or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def clean_env(base=None):
+    """The caller's environment without AWS settings of its own (profiles,
+    endpoints, session tokens) and with loopback never sent to a proxy."""
+    env = {k: v for k, v in (base or os.environ).items() if not k.startswith("AWS_")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    return env
+
+
+class S3Server:
+    """moto (tests/tools/s3_fixture.py: signatures checked) or
+    tests/tools/s3_proxy.py --sink (signatures and checksums checked,
+    nothing stored), on 127.0.0.1, with its own bucket and credentials.
+    stop() is always called and stops it by its PID."""
+
+    def __init__(self, kind, sdir, py):
+        self.kind = kind
+        self.sdir = sdir
+        self.py = py
+        self.dir = os.path.join(sdir, kind)
+        self.label = ("moto (tests/tools/s3_fixture.py)" if kind == "moto"
+                      else "tests/tools/s3_proxy.py --sink")
+        self.endpoint = None
+        self.pid = None
+        self.proc = None
+        self.creds = None
+        self.version = None
+        self.root = "s3://%s/%s" % (S3_BUCKET, S3_PREFIX)
+
+    def env(self, daemon=False, base=None):
+        """Environment for a client of this server (the daemon: credentials
+        only; the rest: endpoint and bucket too)."""
+        env = clean_env(base)
+        env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = self.creds
+        env["AWS_REGION"] = "us-east-1"
+        if not daemon:
+            env["S3_ENDPOINT"] = self.endpoint
+            env["S3_BUCKET"] = S3_BUCKET
+        return env
+
+    def start(self):
+        os.makedirs(self.dir, exist_ok=True)
+        if self.kind == "moto":
+            self._start_moto()
+        else:
+            self._start_sink()
+
+    def _start_moto(self):
+        fixture = os.path.join(REPO, "tests", "tools", "s3_fixture.py")
+        tmp = os.path.join(self.dir, "tmp")  # where moto spills object bodies
+        os.makedirs(tmp, exist_ok=True)
+        env = clean_env()
+        env["TMPDIR"] = tmp
+        try:
+            p = subprocess.run([self.py, fixture, "start", "--dir", self.dir, "--bucket", S3_BUCKET],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               timeout=SERVER_START_TIMEOUT + 60)
+        except subprocess.TimeoutExpired:
+            raise BenchError("s3_fixture.py start timed out")
+        if p.returncode != 0:
+            raise BenchError("moto did not start: %s" % p.stderr.strip()[-400:])
+        try:
+            with open(os.path.join(self.dir, "s3.json")) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            raise BenchError("moto: %s/s3.json: %s" % (self.dir, e))
+        self.endpoint = d["S3_ENDPOINT"]
+        self.pid = int(d["MOTO_PID"])
+        self.creds = (d["AWS_ACCESS_KEY_ID"], d["AWS_SECRET_ACCESS_KEY"])
+        q = subprocess.run([self.py, "-c", "import moto; print(moto.__version__)"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, timeout=120)
+        self.version = "moto " + q.stdout.strip()
+
+    def _start_sink(self):
+        proxy = os.path.join(REPO, "tests", "tools", "s3_proxy.py")
+        port_file = os.path.join(self.dir, "port")
+        key = "AKIA" + os.urandom(8).hex().upper()
+        secret = os.urandom(20).hex()
+        self.creds = (key, secret)
+        self.log = open(os.path.join(self.dir, "proxy.log"), "w")
+        try:
+            self.proc = subprocess.Popen([self.py, proxy, "--listen-port-file", port_file, "--sink",
+                                          "--access-key", key, "--secret-key", secret],
+                                         stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                         env=clean_env(), preexec_fn=die_with_parent)
+        except OSError as e:
+            raise BenchError("s3_proxy.py: %s" % e)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None:
+                raise BenchError("s3_proxy.py exited with status %d: %s"
+                                 % (self.proc.returncode, log_tail(self.log.name, 5)))
+            if time.monotonic() > deadline:
+                raise BenchError("s3_proxy.py did not listen within %d s" % SERVER_START_TIMEOUT)
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.port = int(f.read().strip())
+        self.endpoint = "http://127.0.0.1:%d" % self.port
+        self.version = "s3_proxy.py --sink (SigV4 and checksums checked)"
+        self.control("POST", "/__proxy/config", {"reset": True})
+
+    def control(self, method, path, body=None):
+        """The sink's control API (JSON)."""
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+            r = c.getresponse()
+            out = r.read()
+            if r.status != 200:
+                raise BenchError("s3_proxy %s %s: %d %s" % (method, path, r.status, out[:200]))
+            return json.loads(out)
+        except (OSError, ValueError) as e:
+            raise BenchError("s3_proxy %s %s: %s" % (method, path, e))
+        finally:
+            c.close()
+
+    def cpu_s(self):
+        return proc_cpu_s(self.pid) if self.pid else None
+
+    def stop(self):
+        if self.kind == "moto":
+            if os.path.exists(os.path.join(self.dir, "moto.pid")):
+                try:
+                    p = subprocess.run([self.py, os.path.join(REPO, "tests", "tools", "s3_fixture.py"), "stop",
+                                        "--dir", self.dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, timeout=60)
+                    if p.returncode != 0:
+                        progress("moto stop: %s" % p.stderr.strip()[-300:])
+                except subprocess.TimeoutExpired:
+                    progress("moto stop timed out (pid %s)" % self.pid)
+            shutil.rmtree(os.path.join(self.dir, "tmp"), ignore_errors=True)
+        elif self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self.proc = None
+            self.log.close()
+
+
+def awscli_path():
+    """Debian's awscli (what deps.sh installs), else an `aws` on PATH."""
+    if os.access("/usr/bin/aws", os.X_OK):
+        return "/usr/bin/aws"
+    return shutil.which("aws")
+
+
+def awscli_config_text(settings):
+    if not settings:
+        return ""  # awscli's defaults (an empty `s3 =` section is an error in awscli 2.9)
+    return "[default]\ns3 =\n" + "".join("    %s = %s\n" % kv for kv in settings.items())
+
+
+def make_source_file(path, nbytes):
+    """The file `aws s3 cp` uploads: nbytes, a 64 MiB random block repeated
+    (no compression anywhere on the path; the contents do not matter), read
+    from the page cache like ckptd's arena is from memory."""
+    block = os.urandom(min(64 * MIB, nbytes))
+    with open(path, "wb") as f:
+        left = nbytes
+        while left:
+            n = min(left, len(block))
+            f.write(block[:n])
+            left -= n
+
+
+def s3_scenario(name, sc, daemon, server, run_dir, data, failures):
+    """save-s3-1g (moto) and s3-sink-2g (the sink): a ckptd save to S3
+    against `aws s3 cp` of a file of the same size to the same server, each
+    awscli setting in every round, and the client's copy limit next to the
+    save; the server's CPU time around every run.  Returns {name: result}."""
+    nbytes, tensors = sc["bytes"], sc["tensors"]
+    gib = nbytes / GIB
+    sink = server.kind == "sink"
+    ratio_key = "s3_client_vs_awscli" if sink else "s3_vs_awscli"
+    notes = []
+    detail = {"server": {"kind": server.kind, "what": server.version, "endpoint": server.endpoint,
+                         "pid": server.pid, "bucket": S3_BUCKET, "root": server.root}}
+    env = server.env(base=worker_env(1))
+    arena = arena_for(nbytes, tensors)
+
+    # What runs at once: ckpt_bench (state, limit memfd, arena), the server
+    # (moto holds the parts and concatenates them at the Complete: ~5x the
+    # object measured with 1 GiB; the sink a body buffer per connection),
+    # and awscli (chunk x requests in flight at worst).
+    plan = {"ckpt_bench": 2 * nbytes + arena + 64 * MIB,
+            "server": (5 * nbytes if not sink else 32 * 64 * MIB) + 200 * MIB,
+            "awscli": 32 * 64 * MIB + 200 * MIB, "margin": GIB}
+    detail["memory_plan_gib"] = {k: round(v / GIB, 2) for k, v in plan.items()}
+    avail = meminfo("MemAvailable")
+    detail["mem_available_gib_at_start"] = round(avail / GIB, 2) if avail is not None else None
+    if avail is not None and avail < sum(plan.values()):
+        notes.append("only %.1f GiB of memory available, the scenario wants ~%.1f GiB"
+                     % (avail / GIB, sum(plan.values()) / GIB))
+
+    aws = awscli_path()
+    src = os.path.join(data, "awscli-source-%d" % os.getpid())
+    aws_configs = {}
+    if aws is None:
+        notes.append("awscli_s: null: awscli is not installed (/usr/bin/aws or aws on PATH; "
+                      "scripts/deps.sh installs Debian's awscli)")
+    else:
+        for cname, settings in AWSCLI_CONFIGS:
+            path = os.path.join(run_dir, "aws-config-%s" % cname)
+            with open(path, "w") as f:
+                f.write(awscli_config_text(settings))
+            aws_configs[cname] = path
+        detail["awscli"] = {"path": aws, "version": tool_version([aws, "--version"]),
+                            "defaults": AWSCLI_DEFAULTS,
+                            "configs": {c: (s or "awscli's defaults") for c, s in AWSCLI_CONFIGS},
+                            "config_files": {c: awscli_config_text(s) for c, s in AWSCLI_CONFIGS},
+                            "how": "aws --endpoint-url ENDPOINT s3 cp --only-show-errors --no-progress FILE "
+                                   "s3://%s/%s/CONFIG/N, with AWS_CONFIG_FILE the config's private file, "
+                                   "credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                                   "AWS_SHARED_CREDENTIALS_FILE pointing nowhere; timed from the "
+                                   "process's start to its exit (start-up included)" % (S3_BUCKET,
+                                                                                        AWSCLI_PREFIX)}
+
+    progress("%s: starting ckpt_bench (root %s)%s" % (name, server.root, "" if sink else ", bucket housekeeper"))
+    ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, 1, ["default:0"], arena),
+                        run_dir, env, notes)
+    objs = None
+    if not sink:
+        objs = start_worker("s3_objects", [server.py, os.path.join(REPO, "bench", "baselines", "s3_objects.py")],
+                            run_dir, env, notes)
+    workers = [w for w in (ckpt, objs) if w]
+    warm = {}
+    counter = [0]
+    try:
+        ready = await_ready(ckpt, notes, "ckpt_bench")
+        if ready is None:
+            raise BenchError("ckpt_bench did not start: %s" % notes[-1])
+        if not sink and await_ready(objs, notes, "the bucket housekeeper (s3_objects.py)") is None:
+            raise BenchError("the bucket housekeeper did not start: %s" % notes[-1])
+        detail["ckpt_bench"] = ready
+        cl = ready["clients"]["default"]
+        if aws:
+            progress("%s: writing the %d MiB file awscli uploads" % (name, nbytes // MIB))
+            make_source_file(src, nbytes)
+
+        def check_upload(res, what, prefix, want_key):
+            """After a run: what the server got.  moto: the objects under
+            prefix (then removed); the sink: its counters, reset before the
+            run (every part accepted: no BadDigest, no invalid checksum)."""
+            if sink:
+                st = server.control("GET", "/__proxy/stats")
+                log = server.control("GET", "/__proxy/log")
+                parts = [e for e in log if "partNumber=" in e["path"] and e["method"] == "PUT"]
+                # Not failures by themselves: ckptd asks for what must not
+                # exist yet (manifest, attempt), and the sink has nothing.
+                non_2xx = [e for e in log if e["status"] is None or e["status"] >= 300]
+                res["server_stats"] = {k: st[k] for k in ("requests", "forwarded", "baddigest", "invalid",
+                                                         "bytes_in", "upstream_errors")}
+                res["server_stats"]["parts"] = len(parts)
+                res["server_stats"]["non_2xx"] = [(e["method"], e["path"][:80], e["status"]) for e in non_2xx][:5]
+                bad = []
+                if st["baddigest"] or st["invalid"]:
+                    bad.append("%d BadDigest and %d invalid-checksum answers" % (st["baddigest"], st["invalid"]))
+                bad_parts = [e for e in parts if e["status"] != 200]
+                if bad_parts:
+                    bad.append("%d of %d parts not accepted (first: %s %s)" % (
+                        len(bad_parts), len(parts), bad_parts[0]["status"], bad_parts[0]["path"][:80]))
+                if st["bytes_in"] < nbytes:
+                    bad.append("the sink received %d bytes, fewer than the %d uploaded" % (st["bytes_in"], nbytes))
+                if bad:
+                    raise BenchError("%s: the sink refused the upload: %s" % (what, "; ".join(bad)))
+            else:
+                out = objs.cmd("clean %s/" % prefix)
+                res["server_objects"] = {"objects": out["objects"], "bytes": out["bytes"],
+                                         "open_uploads": out["uploads"]}
+                if want_key not in out["sizes"]:
+                    raise BenchError("%s: no %s in the bucket after the upload (found: %s)"
+                                     % (what, want_key, ", ".join(list(out["sizes"])[:5]) or "nothing"))
+                if out["bytes"] < nbytes:
+                    raise BenchError("%s: %d bytes in the bucket, fewer than %d" % (what, out["bytes"], nbytes))
+                if out["uploads"]:
+                    raise BenchError("%s: %d multipart upload(s) left open" % (what, out["uploads"]))
+
+        def measured(fn, what, prefix, key_of, client_pid=None):
+            """fn() with the server's CPU seconds around it (and the
+            client's: the daemon's, or awscli's from its rusage), then the
+            check of what the server got."""
+            if sink:
+                server.control("POST", "/__proxy/config", {"reset": True})
+            s0 = server.cpu_s()
+            c0 = proc_cpu_s(client_pid) if client_pid else None
+            ok = False
+            res = None
+            try:
+                res = fn()
+                s1 = server.cpu_s()
+                c1 = proc_cpu_s(client_pid) if client_pid else None
+                wall = res["committed_ms"] / 1e3 if "committed_ms" in res else res["seconds"]
+                res["server_cpu_s"] = round(s1 - s0, 3) if s0 is not None and s1 is not None else None
+                res["server_cores_busy"] = round((s1 - s0) / wall, 3) if res["server_cpu_s"] is not None else None
+                if c0 is not None and c1 is not None:
+                    res["client_cpu_s"] = round(c1 - c0, 3)
+                ok = True
+            finally:
+                if not ok and not sink and not objs.dead:
+                    # Whatever a failed run left: gone before the next one.
+                    try:
+                        objs.cmd("clean %s/" % prefix)
+                    except BenchError:
+                        pass
+            check_upload(res, what, prefix, key_of(res))
+            return res
+
+        def ckptd_save():
+            return measured(lambda: ckpt.cmd("save default"), "ckptd", S3_PREFIX,
+                            lambda r: "%s/%s/manifest.json" % (S3_PREFIX, r["name"]), daemon.proc.pid)
+
+        def awscli_cp(cname):
+            counter[0] += 1
+            key = "%s/%s/%d" % (AWSCLI_PREFIX, cname, counter[0])
+            aenv = server.env(base=worker_env(1))
+            aenv["AWS_CONFIG_FILE"] = aws_configs[cname]
+            aenv["AWS_SHARED_CREDENTIALS_FILE"] = os.path.join(run_dir, "no-aws-credentials")
+            argv = [aws, "--endpoint-url", server.endpoint, "s3", "cp", "--only-show-errors", "--no-progress",
+                    src, "s3://%s/%s" % (S3_BUCKET, key)]
+
+            def run():
+                import resource
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.monotonic()
+                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=aenv, preexec_fn=die_with_parent)
+                try:
+                    out, err = p.communicate(timeout=CMD_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.communicate()
+                    raise BenchError("aws s3 cp (%s) timed out after %d s" % (cname, CMD_TIMEOUT))
+                secs = time.monotonic() - t0
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if p.returncode != 0:
+                    raise BenchError("aws s3 cp (%s) exited with status %d: %s"
+                                     % (cname, p.returncode, (err or out).strip()[-300:]))
+                return {"seconds": round(secs, 4), "config": cname, "key": key,
+                        "awscli_cpu_s": round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 3)}
+
+            res = measured(run, "aws s3 cp (%s)" % cname, AWSCLI_PREFIX, lambda r: r["key"])
+            res["client_cpu_s"] = res.pop("awscli_cpu_s")
+            return res
+
+        # Warm-ups (before round 1, not in the medians): the first save,
+        # the copies, one `aws s3 cp` per setting (which also proves each
+        # setting runs: one that fails is left out with a note).
+        progress("%s: warm-up runs" % name)
+        warm["ckptd"] = ckptd_save()
+        for method in ("memcpy", "stream"):
+            ckpt.cmd("copy %s default" % method)
+        have_aws = []
+        for cname in aws_configs:
+            try:
+                warm["awscli_" + cname] = awscli_cp(cname)
+                have_aws.append(cname)
+            except BenchError as e:
+                notes.append("awscli setting %s left out: its warm-up failed: %s" % (cname, e))
+        if aws and not have_aws:
+            notes.append("awscli_s: null: no awscli setting ran (see notes)")
+        stall_before, _ = loop_stall(daemon, [])
+
+        items = [("ckptd", ckptd_save, ckpt),
+                 ("copy_memcpy", lambda: ckpt.cmd("copy memcpy default"), ckpt),
+                 ("copy_stream", lambda: ckpt.cmd("copy stream default"), ckpt)]
+        for cname in have_aws:
+            items.append(("awscli_" + cname, (lambda c=cname: awscli_cp(c)), None))
+        rounds = Rounds(name, items, None, [["ckptd", "copy_memcpy", "copy_stream"]])
+        rounds.run(ROUNDS, failures, notes)
+        stall, status = loop_stall(daemon, notes)
+        detail["max_loop_stall_ms_after_warmup"] = stall_before
+        detail["status_totals"] = (status or {}).get("totals")
+        detail["min_mem_available_gib"] = (round(rounds.min_mem_available / GIB, 2)
+                                           if rounds.min_mem_available is not None else None)
+    finally:
+        close_workers(workers, notes)
+        try:
+            os.unlink(src)
+        except FileNotFoundError:
+            pass
+
+    # The daemon's S3 settings, as it logged them at start.
+    s3_line = None
+    try:
+        with open(daemon.log_path, errors="replace") as f:
+            s3_line = next((ln.strip() for ln in f if "S3: endpoint" in ln), None)
+    except OSError:
+        pass
+    detail["ckptd_s3"] = {"log": s3_line, "part_bytes": cl["slot_bytes"],
+                          "parts": "the arena's extents (slot size), each with x-amz-checksum-crc32c, "
+                                   "UNSIGNED-PAYLOAD; s3_parts_in_flight: the daemon's default",
+                          "config": [ln for ln in daemon.extra_conf]}
+
+    r = {"bytes": nbytes, "tensors": tensors, "ranks": 1, "rounds": len(rounds.rounds), "server": server.version}
+    for k in ("call_ms", "staged_ms", "committed_ms"):
+        r[k] = median(rounds.series("ckptd", k))
+        r["first_" + k] = warm.get("ckptd", {}).get(k)
+    r["connect_ms"] = cl["connect_ms"]
+    r["copy_threads"] = cl["copy_threads"]
+    r["slot_bytes"] = cl["slot_bytes"]
+    copy_best, r["copy_limit_gibps"], copy_r, copy_meds = best_of(rounds, ["copy_memcpy", "copy_stream"], "gibps")
+    aws_items = ["awscli_" + c for c in have_aws]
+    aws_best, r["awscli_s"], aws_r, aws_meds = best_of(rounds, aws_items, "seconds", higher=False)
+    r["awscli_config"] = aws_best[len("awscli_"):] if aws_best else None
+    r["first_awscli_s"] = warm.get(aws_best, {}).get("seconds") if aws_best else None
+    r["awscli_gibps"] = ratio(gib, r["awscli_s"])
+    r["committed_gibps"] = ratio(gib, r["committed_ms"] / 1e3 if r["committed_ms"] else None)
+    for who, item in (("ckptd", "ckptd"), ("awscli", aws_best)):
+        r["server_cpu_s_" + who] = median(rounds.series(item, "server_cpu_s")) if item else None
+        r["server_cores_busy_" + who] = median(rounds.series(item, "server_cores_busy")) if item else None
+        r["client_cpu_s_" + who] = median(rounds.series(item, "client_cpu_s")) if item else None
+    r["max_loop_stall_ms"] = stall
+    r["max_loop_cpu_ms"] = find_key(status, "max_loop_cpu_ms") if status else None
+
+    per = {ratio_key: [], "staging_vs_copy_limit": []}
+    round_ratios = []
+    for i, rd in enumerate(rounds.rounds):
+        f = rd["figures"].get("ckptd", {})
+        comm_s = f.get("committed_ms") / 1e3 if f.get("committed_ms") else None
+        staged_s = f.get("staged_ms") / 1e3 if f.get("staged_ms") else None
+        x = {ratio_key: ratio(aws_r[i], comm_s),
+             "staging_vs_copy_limit": ratio(ratio(gib, staged_s), copy_r[i])}
+        for k, v in x.items():
+            per[k].append(v)
+        round_ratios.append(x)
+    r["ratios"] = {ratio_key: spread(per[ratio_key]),
+                   "staging_vs_copy_limit": spread(per["staging_vs_copy_limit"], ceiling=1.0)}
+
+    if r["copy_limit_gibps"] is None:
+        notes.append("copy_limit_gibps: no copy-limit measurement succeeded")
+    if aws and have_aws and r["awscli_s"] is None:
+        notes.append("awscli_s: null: no `aws s3 cp` run succeeded in the rounds")
+    v = r["ratios"]["staging_vs_copy_limit"]
+    above = sum(1 for x in per["staging_vs_copy_limit"] if x is not None and x > 1.0)
+    if v["median"] is not None and v["median"] > 1.0:
+        notes.append("staging_vs_copy_limit: median %.2f is above 1.0: ckptd beat the limit, so the limit is "
+                     "not the limit on this machine; suspect the limit first (BENCH.md)" % v["median"])
+    elif above:
+        notes.append("staging_vs_copy_limit: above 1.0 in %d of %d rounds (max %.2f), median below: the "
+                     "machine's noise between the measurements of one round (detail.rounds)"
+                     % (above, len(per["staging_vs_copy_limit"]), v["max"]))
+    r["bound"] = s3_bound(r, server, sink, ratio_key)
+    notes.append("bound: " + r["bound"])
+
+    detail["copy_limit"] = {"method": copy_best, "medians_gibps": copy_meds, "threads_per_rank": cl["copy_threads"],
+                            "piece_bytes": cl["slot_bytes"],
+                            "stat": "best median of the methods; per round, the best method's figure"}
+    if aws:
+        detail["awscli"].update({"best": r["awscli_config"], "medians_s": aws_meds, "ran": have_aws,
+                                 "median_server_cpu_s": {i: median(rounds.series(i, "server_cpu_s"))
+                                                         for i in aws_items},
+                                 "stat": "the setting with the best median seconds; per round, its figure"})
+    detail["cpu"] = {
+        "what": "server_cpu_s: the server process's utime+stime (all threads, /proc/PID/stat) from just "
+                "before a run to its end (for ckptd: until the committed future); client_cpu_s: the "
+                "daemon's (ckptd) or the aws process tree's (rusage) over the same window; "
+                "server_cores_busy = server_cpu_s / the run's seconds",
+        "cpus": cpus()}
+    detail["warmup"] = warm
+    detail["rounds"] = [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                         "ratios": rr} for rd, rr in zip(rounds.rounds, round_ratios)]
+    r["notes"] = notes
+    r["detail"] = detail
+    return {name: r}
+
+
+def s3_bound(r, server, sink, ratio_key):
+    """One line: what bounds the scenario's figures, from its own CPU
+    figures (the server is one Python process: its GIL lets it use about
+    one core, and this machine has cpus() of them for everything)."""
+    n = cpus()
+
+    def side(who, label):
+        cpu, busy = r.get("server_cpu_s_" + who), r.get("server_cores_busy_" + who)
+        cli = r.get("client_cpu_s_" + who)
+        wall = (r["committed_ms"] / 1e3 if who == "ckptd" and r.get("committed_ms") else
+                r.get("awscli_s") if who == "awscli" else None)
+        if cpu is None or wall is None:
+            return "%s: n/a" % label
+        return ("%s %.2f s: server %.2f CPU-s (%.2f cores busy), client %s CPU-s"
+                % (label, wall, cpu, busy, "%.2f" % cli if cli is not None else "n/a"))
+
+    what = "moto" if not sink else "the sink proxy (Python)"
+    figs = "%s; %s" % (side("ckptd", "ckptd committed"),
+                       side("awscli", "awscli (%s)" % (r.get("awscli_config") or "n/a")))
+    busy = r.get("server_cores_busy_ckptd")
+    if not sink:
+        verdict = ("moto's CPU on %d cores: moto is one Python process (its request handling holds the GIL), "
+                   "so it can use about one core, and it spends most of it on moto's own work (parsing each part, "
+                   "concatenating them at CompleteMultipartUpload); %s therefore compares how much moto work "
+                   "and waiting each client's requests cause, not the clients' own speed" % (n, ratio_key))
+        if busy is not None and busy < 0.7:
+            verdict += ("; in this run moto was busy only %.2f cores during ckptd's save, so part of ckptd's time "
+                        "was not moto's (see client CPU)" % busy)
+    else:
+        verdict = ("the %d cores shared by client and sink: the proxy (Python) reads every part, checks its "
+                   "CRC32C and SigV4 (and the payload's SHA-256 where the client signed it: awscli over http "
+                   "does, ckptd sends UNSIGNED-PAYLOAD), while the client computes its checksums and sends; "
+                   "the sink's CPU is also taken from staging, which overlaps the first parts' upload "
+                   "(a remote S3 would not take it)" % n)
+    return "%s (%s; %s)" % (verdict, what, figs)
+
+
 def empty_result(name, sc, why):
     r = {"bytes": sc["bytes"] * sc["ranks"], "tensors": sc["tensors"], "ranks": sc["ranks"], "rounds": 0,
          "ratios": {}, "notes": [why], "detail": {}}
@@ -1508,6 +2111,13 @@ def gpu_probe():
 
 def run_scenario(name, sc, py, run_dir, data, failures):
     ranks = sc["ranks"]
+    server = None
+    if sc["kind"] == "s3":
+        if SKIP_S3:
+            return {name: empty_result(name, sc, "skipped (BENCH_SKIP_S3)")}
+        tpy, why = test_python()
+        if tpy is None:
+            return {name: empty_result(name, sc, "not run: no S3 server here: %s" % why)}
     if sc["kind"] == "gpu":
         devices, why, fake = gpu_probe()
         if devices < 1:
@@ -1522,11 +2132,26 @@ def run_scenario(name, sc, py, run_dir, data, failures):
     arena_total = (sum(arenas) // MIB + 256) * MIB
     sdir = os.path.join(run_dir, name)
     os.makedirs(sdir, exist_ok=True)
-    daemon = Daemon(sdir, data, arena_max, arena_total)
+    if sc["kind"] == "s3":
+        server = S3Server(sc["server"], sdir, tpy)
+        progress("%s: starting %s" % (name, server.label))
+        try:
+            server.start()
+        except BenchError as e:
+            server.stop()
+            failures.append("%s: %s" % (name, e))
+            progress("%s FAILED: %s" % (name, e))
+            return {name: empty_result(name, sc, "not run: %s" % e)}
+        daemon = Daemon(sdir, data, arena_max, arena_total, root=server.root,
+                        extra_conf=["s3_endpoint = %s" % server.endpoint], env=server.env(daemon=True))
+    else:
+        daemon = Daemon(sdir, data, arena_max, arena_total)
     progress("%s: starting ckptd (%s)" % (name, daemon.socket))
     try:
         daemon.start()
-        if sc["kind"] == "two":
+        if sc["kind"] == "s3":
+            res = s3_scenario(name, sc, daemon, server, sdir, data, failures)
+        elif sc["kind"] == "two":
             res = two_jobs_scenario(name, sc, daemon, sdir, failures)
         elif sc["kind"] == "gpu":
             res = gpu_scenario(name, sc, daemon, py, sdir, failures)
@@ -1541,6 +2166,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
     finally:
         alive = daemon.alive()
         rc = daemon.stop()
+        if server is not None:
+            server.stop()
     for r in res.values():
         r.setdefault("detail", {})["ckptd"] = {"arena_max": arena_max, "arena_total": arena_total,
                                                "exit_status": rc, "log": daemon.log_path}
@@ -1557,6 +2184,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
 
 def main():
     started = datetime.datetime.now(datetime.timezone.utc)
+    # Read now: the tree may move on (commits of others) while the run goes.
+    commit, dirty = git_commit(), git_dirty()
     out_path = os.environ.get("BENCH_OUT") or os.path.join(REPO, "bench", "results", "latest.json")
     # Removed and made afresh: a directory of its own for every run.  One
     # that is not empty is removed only if an earlier run made it (marker).
@@ -1618,7 +2247,7 @@ def main():
         machine["kernel"], machine["fs"], data))
 
     py = None
-    if any(SCENARIOS[n]["kind"] != "two" for n in names) and not (SKIP_DCP and SKIP_TORCH):
+    if any(SCENARIOS[n]["kind"] not in ("two", "s3") for n in names) and not (SKIP_DCP and SKIP_TORCH):
         py = bench_python(notes)
     scenarios = {}
     for n in names:
@@ -1637,7 +2266,8 @@ def main():
         "protocol": 2,
         "machine": machine,
         "quick": QUICK,
-        "commit": git_commit(),
+        "commit": commit,
+        "worktree_dirty": dirty,
         "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "duration_s": round(time.monotonic() - T_START, 1),
         "rounds": ROUNDS,
