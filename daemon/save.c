@@ -42,6 +42,7 @@ struct sjob {
 	struct store_writer self;
 	struct creds daemon_creds;
 	bool coordinator, delivered, created;
+	bool addressed;          /* finish: an index addressed to nonce was sent */
 	uint32_t n_present;
 	char nonce[STORE_ID_LEN + 1];
 	struct index_local *local;
@@ -476,6 +477,9 @@ static void finish_run(struct work *w)
 		if (!j->coordinator && j->store->attempt_addressee(j->att, j->nonce) < 0)
 			j->nonce[0] = '\0';
 	}
+	/* Sent is as good as delivered: a PUT whose answer was lost may
+	 * have landed, and the coordinator may commit it. */
+	j->addressed = j->nonce[0] != '\0';
 	w->res = publish(j, j->r, j->nonce, w->err, sizeof(w->err));
 }
 
@@ -488,11 +492,12 @@ static void finish_done(struct work *w)
 	struct save *s = r->save;
 
 	r->job_busy = false;
+	if (j->addressed)
+		memcpy(r->to, j->nonce, sizeof(r->to));
 	if (w->res < 0)
 		rank_fail(r, w->res, "%s", w->err);
 	else if (r->state == RANK_FINISHING) {
 		r->state = RANK_DURABLE;
-		memcpy(r->to, j->nonce, sizeof(r->to));
 		s->srv->store->shard_close(r->shard);
 		r->shard = NULL;
 		log_debug("save '%s/%s': rank %u durable: staged after %.1f ms, written +%.1f ms, "
@@ -689,11 +694,12 @@ static void poll_run(struct work *w)
 		for (size_t i = 0; i < j->n_ranks; i++) {
 			if (!strcmp(j->to[i], nonce))
 				continue;
+			/* Recorded before it is sent: see finish_run. */
+			memcpy(j->to[i], nonce, sizeof(nonce));
 			if (publish(j, j->rk[i], nonce, w->err, sizeof(w->err)) < 0) {
 				j->poll = -EIO;
 				return;
 			}
-			memcpy(j->to[i], nonce, sizeof(nonce));
 		}
 	}
 	j->poll = j->store->attempt_poll(j->att, j->id, w->err, sizeof(w->err));

@@ -456,6 +456,7 @@ struct store_attempt {
 	uid_t uid;
 	pthread_mutex_t lock;
 	struct upload *open;      /* multipart uploads begun and not finished */
+	bool commit_unclear;      /* a manifest PUT whose outcome is unknown */
 };
 
 struct store_shard {
@@ -568,6 +569,8 @@ static int check_existing(struct store_attempt *a, const char *text, size_t len,
 	return r;
 }
 
+static void rm_work(struct store_attempt *a);
+
 static int s3_attempt_open(const char *root, const struct store_key *k, const char *id,
 			   const struct store_writer *self, uid_t uid, struct store_attempt **ret,
 			   bool *ret_created, char *err, size_t errlen)
@@ -617,6 +620,11 @@ static int s3_attempt_open(const char *root, const struct store_key *k, const ch
 		if (r == 0) {
 			r = check_existing(a, text, len, k, self, err, errlen);
 			free(text);
+			/* A failed attempt's area: whoever finds it empties it
+			 * (the coordinator may never come; daemons still
+			 * writing find attempt.json gone and clean up). */
+			if (r == -ECANCELED)
+				rm_work(a);
 			if (r < 0)
 				goto fail;
 			if (r == 0)
@@ -705,7 +713,9 @@ static void abort_upload(const char *bucket, const char *key, const char *upload
 
 struct up_abort {
 	const char *bucket;
-	const char *suffix;      /* the keys it ends, e.g. ".<tag>.safetensors" */
+	const char *prefix;
+	const char *suffix;      /* the keys it ends, e.g. ".<tag>.safetensors";
+	                          * NULL: the key must be the prefix itself */
 	const char *keep;        /* an upload id to leave alone, or NULL */
 };
 
@@ -713,24 +723,28 @@ static int abort_listed(void *ud, const char *inner, size_t len)
 {
 	struct up_abort *u = ud;
 	char key[S3_KEY_MAX + 1], id[256];
-	size_t kl, sl = strlen(u->suffix);
+	size_t kl, sl = u->suffix ? strlen(u->suffix) : 0;
+	bool match;
 
 	if (s3_xml_text(inner, len, "Key", key, sizeof(key)) <= 0 ||
 	    s3_xml_text(inner, len, "UploadId", id, sizeof(id)) <= 0)
 		return 0;
 	kl = strlen(key);
-	if (kl >= sl && !strcmp(key + kl - sl, u->suffix) && !(u->keep && !strcmp(id, u->keep)))
+	match = u->suffix ? kl >= sl && !strcmp(key + kl - sl, u->suffix) :
+			    !strcmp(key, u->prefix);
+	if (match && !(u->keep && !strcmp(id, u->keep)))
 		abort_upload(u->bucket, key, id);
 	return 0;
 }
 
 /* Aborts the open multipart uploads of keys under `prefix` that end in
- * `suffix` (one page of ListMultipartUploads), except `keep`. */
+ * `suffix` (NULL: of the key `prefix` itself; one page of
+ * ListMultipartUploads), except `keep`. */
 static void abort_uploads_under(const char *bucket, const char *prefix, const char *suffix,
 				const char *keep)
 {
 	char enc[3 * S3_KEY_MAX + 1], q[sizeof(enc) + 32], err[512];
-	struct up_abort u = { bucket, suffix, keep };
+	struct up_abort u = { bucket, prefix, suffix, keep };
 
 	if (s3_encode_query(prefix, enc, sizeof(enc)) < 0)
 		return;
@@ -847,7 +861,7 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 		/* A Create retried after its answer was lost has made an
 		 * upload nobody would know of: abort all but ours. */
 		if (r == 0 && q.attempts > 1)
-			abort_uploads_under(a->loc.bucket, s->key, "", s->upload_id);
+			abort_uploads_under(a->loc.bucket, s->key, NULL, s->upload_id);
 		s3_req_free(&q);
 		if (r < 0) {
 			free(u);
@@ -1090,8 +1104,11 @@ static void rm_work(struct store_attempt *a)
 	if (dir_key(a, a->work, pre, sizeof(pre), err, sizeof(err)) < 0 ||
 	    work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err)) < 0)
 		return;
-	(void)s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, sizeof(err));
-	(void)del_key(a->loc.bucket, key, err, sizeof(err));
+	/* attempt.json goes only after a clean pass: it is what the registry
+	 * sweep finds a work area by, should anything be left. */
+	if (s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, sizeof(err)) < 0 || rm.res < 0 ||
+	    del_key(a->loc.bucket, key, err, sizeof(err)) < 0)
+		return;
 	rm.skip = NULL;
 	(void)s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, sizeof(err));
 }
@@ -1118,11 +1135,18 @@ static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *
 		 * retry then meets our own manifest: 412).  Only the manifest
 		 * says whether we committed. */
 		char e2[256];
-		if (manifest_owner(a, e2, sizeof(e2)) == 1)
+		int own = manifest_owner(a, e2, sizeof(e2));
+
+		if (own == 1)
 			r = 0;
-		else if (r == -EEXIST)
+		else if (r == -EEXIST && own == -EEXIST)
 			snprintf(err, errlen, "checkpoint '%s/%s' already exists", a->root,
 				 a->name);
+		/* Any other failure may be a PUT still on its way (a timeout,
+		 * a reset, a 5xx after one of those): the manifest may yet
+		 * land, so the shards it names must stay. */
+		if (r < 0 && !(r == -EEXIST && own == -EEXIST))
+			a->commit_unclear = true;
 	}
 	if (r == 0)
 		rm_work(a); /* the checkpoint stands without it */
@@ -1228,36 +1252,35 @@ static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool deli
 		char pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
 		struct tag_rm t = { a, suffix };
 		snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
-		if (dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) == 0)
+		/* After a manifest PUT of unknown outcome the shards stay (it
+		 * may still land): garbage at worst, for the collector. */
+		if (!a->commit_unclear &&
+		    dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) == 0)
 			(void)s3_list(a->loc.bucket, pre, true, rm_tagged, &t, err, sizeof(err));
 		rm_work(a);
 		return;
 	}
-	/* Not delivered: the coordinator cannot commit without our ranks,
-	 * so their shards may go, and the marker tells it to give up. */
+	/* Never addressed to a claim (not even by an upload whose answer
+	 * was lost): the coordinator cannot commit without our ranks, so
+	 * their shards may go, and the marker tells it to give up.  Ranks
+	 * that were addressed are the coordinator's to judge: it may have
+	 * committed them, so we never delete them. */
 	if (!delivered) {
 		if (work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0)
 			(void)put_text(a->loc.bucket, key, msg, false, err, sizeof(err));
 		del_shards(a, ranks, n);
 	}
-	/* attempt.json gone: the coordinator has removed the work area, after
-	 * a commit (its manifest is there) or a failure (it never will
-	 * commit).  In the second case what we wrote after its cleanup is
-	 * ours to remove: our shards and the work area's latecomers. */
+	/* attempt.json gone: the coordinator has emptied the work area (after
+	 * a commit or a failure), so what we wrote into it since is ours to
+	 * remove. */
 	char *text;
 	size_t len;
 	if (work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err)) < 0)
 		return;
 	int r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, sizeof(err));
-	if (r == 0) {
+	if (r == 0)
 		free(text);
-		return;
-	}
-	if (r != -ENOENT || manifest_owner(a, err, sizeof(err)) != 0)
-		return;
-	if (delivered)
-		del_shards(a, ranks, n);
-	if (dir_key(a, a->work, key, sizeof(key), err, sizeof(err)) == 0) {
+	if (r == -ENOENT && dir_key(a, a->work, key, sizeof(key), err, sizeof(err)) == 0) {
 		struct rm_all rm = { a->loc.bucket, key, NULL, 0, "" };
 
 		(void)s3_list(a->loc.bucket, key, false, rm_one, &rm, err, sizeof(err));

@@ -66,6 +66,7 @@ struct xfer {
 	size_t resp_len, resp_cap, max_resp;
 	uint8_t *into;           /* the caller's buffer instead of resp */
 	bool resp_over;
+	bool status_seen;        /* on_write looked at the status */
 	char etag[132];
 	char errbuf[CURL_ERROR_SIZE];
 };
@@ -98,16 +99,23 @@ static size_t on_write(char *src, size_t size, size_t n, void *ud)
 	struct xfer *x = ud;
 	size_t len = size * n;
 
+	/* An error answer's body is S3's XML, not the caller's bytes: it goes
+	 * to resp, within the usual limit rather than the caller's length.
+	 * curl knows the status before the first body byte. */
+	if (x->into && !x->status_seen) {
+		long status = 0;
+
+		x->status_seen = true;
+		if (curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+		    status >= 300) {
+			x->into = NULL;
+			x->max_resp = RESP_DEFAULT;
+		}
+	}
 	if (x->resp_len + len > x->max_resp) {
 		x->resp_over = true;
 		return 0; /* CURLE_WRITE_ERROR */
 	}
-	long status = 0;
-
-	/* An error answer's body is S3's XML, not the caller's bytes. */
-	if (x->into && curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
-	    status >= 300)
-		x->into = NULL;
 	if (x->into) {
 		memcpy(x->into + x->resp_len, src, len);
 		x->resp_len += len;

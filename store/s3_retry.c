@@ -10,6 +10,8 @@ static const char *const later_codes[] = {
 	"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
 	"OperationAborted", "RequestTimeoutException", "Throttling", "ThrottlingException",
 	"BadDigest", "IncompleteBody", "XAmzContentSHA256Mismatch",
+	/* a conditional PUT meeting one of ours still in progress */
+	"ConditionalRequestConflict",
 };
 
 static bool later(const char *code)
