@@ -66,15 +66,17 @@ static const char *prog = "ckptctl";
 static void die_usage(void) __attribute__((noreturn));
 
 static void errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *clean(char *s);
+
 static void errmsg(const char *fmt, ...)
 {
+	char buf[2048];
 	va_list ap;
 
-	fprintf(stderr, "%s: ", prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "%s: %s\n", prog, clean(buf));
 }
 
 static void usage(FILE *f)
@@ -189,14 +191,19 @@ static int print_json_line(const json_t *j, size_t flags)
  * UTF-8, which JSON requires) become '?'.  Checkpoint names are plain ASCII
  * by rule, so only stray entries are changed.
  */
-static char *display_name(const char *s)
+/* Control and non-ASCII bytes as '?', in place: text from storage (names,
+ * manifests, S3's messages) must not drive the terminal. */
+static char *clean(char *s)
 {
-	char *d = strdup(s);
-
-	for (char *p = d; p && *p; p++)
+	for (char *p = s; p && *p; p++)
 		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
 			*p = '?';
-	return d;
+	return s;
+}
+
+static char *display_name(const char *s)
+{
+	return clean(strdup(s));
 }
 
 /* Display width of a name column: the longest name, capped. */
@@ -871,6 +878,7 @@ static int add_checkpoint(struct listing *L, const char *rel, int r, char *text,
 	e->world = m.world;
 	e->has_world = true;
 	snprintf(e->time, sizeof(e->time), "%s", m.time);
+	clean(e->time);
 	e->name = display_name(m.name);
 	e->job = display_name(m.job);
 	manifest_free(&m);
@@ -1275,7 +1283,9 @@ static int s3_names_get(const char *root, const char *rel, struct s3_names *ret)
 		qsort(N.v, N.n, sizeof(*N.v), s3_name_cmp);
 	for (size_t i = 0; i < N.n; i++) {
 		if (k && !strcmp(N.v[k - 1].name, N.v[i].name)) {
-			if (N.v[i].kind != STORE_ENTRY_OTHER)
+			/* the prefix's kind wins over the file's */
+			if (N.v[i].kind != STORE_ENTRY_FILE &&
+			    (N.v[k - 1].kind == STORE_ENTRY_FILE || N.v[i].kind != STORE_ENTRY_OTHER))
 				N.v[k - 1].kind = N.v[i].kind;
 			free(N.v[i].name);
 			continue;
@@ -1326,9 +1336,9 @@ static int add_in_progress_s3(struct listing *L, const char *root, const char *r
 static int list_s3_level(struct listing *L, const char *root, const char *rel, unsigned depth,
 			 const struct s3_names *N);
 
-/* A name below `rel` that is neither a checkpoint nor a work area: a
- * file, an incomplete checkpoint (shards, no manifest) or a container to
- * look into.  0 or -ENOMEM. */
+/* A prefix below `rel` that is neither a checkpoint nor a work area: an
+ * incomplete checkpoint (shards, no manifest) or a container to look
+ * into.  0 or -ENOMEM. */
 static int list_s3_other(struct listing *L, const char *root, const char *child, unsigned depth)
 {
 	struct s3_names C = { 0 };
@@ -1343,10 +1353,10 @@ static int list_s3_other(struct listing *L, const char *root, const char *child,
 		return 0;
 	}
 	for (size_t i = 0; i < C.n && !shards; i++)
-		shards = C.v[i].kind == STORE_ENTRY_OTHER && is_shard_name(C.v[i].name);
+		shards = C.v[i].kind == STORE_ENTRY_FILE && is_shard_name(C.v[i].name);
 	r = 0;
 	if (C.n == 0)
-		; /* a file, not a prefix */
+		; /* emptied since the listing */
 	else if (shards)
 		r = entry_add(L, child, ENT_INCOMPLETE) ? 0 : -ENOMEM;
 	else if (depth >= CTL_LIST_DEPTH)
@@ -1377,9 +1387,9 @@ static int list_s3_level(struct listing *L, const char *root, const char *rel, u
 			continue; /* other hidden entries are not ours */
 		} else if (N->v[i].kind == STORE_ENTRY_CHECKPOINT) {
 			r = add_checkpoint_s3(L, root, child);
-		} else {
+		} else if (N->v[i].kind == STORE_ENTRY_OTHER) {
 			r = list_s3_other(L, root, child, depth);
-		}
+		} /* a file: nothing to look into, no request */
 		if (r < 0)
 			return r;
 	}
@@ -1485,15 +1495,20 @@ static void print_kv_object(const char *title, json_t *obj)
 	}
 	putchar('\n');
 	json_object_foreach(obj, key, v) {
-		if (json_is_string(v)) {
-			printf("  %s = %s\n", key, json_string_value(v));
-		} else if (json_is_number(v)) {
-			printf("  %s = %.10g\n", key, json_number_value(v));
-		} else {
-			char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-			printf("  %s = %s\n", key, s ? s : "?");
-			free(s);
-		}
+		char *k = display_name(key), *s;
+
+		if (json_is_number(v))
+			s = NULL;
+		else if (json_is_string(v))
+			s = display_name(json_string_value(v));
+		else
+			s = clean(json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY));
+		if (json_is_number(v))
+			printf("  %s = %.10g\n", k ? k : "?", json_number_value(v));
+		else
+			printf("  %s = %s\n", k ? k : "?", s ? s : "?");
+		free(k);
+		free(s);
 	}
 }
 

@@ -838,6 +838,8 @@ static int local_list(const char *root, const char *dir,
 		snprintf(rel, sizeof(rel), "%s/%s", de->d_name, MANIFEST_FILE);
 		if (!strncmp(de->d_name, STORE_WORK_PREFIX, sizeof(STORE_WORK_PREFIX) - 1))
 			kind = STORE_ENTRY_WORK;
+		else if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+			kind = STORE_ENTRY_FILE;
 		else if (faccessat(dirfd(d), rel, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 			kind = STORE_ENTRY_CHECKPOINT;
 		r = fn(ud, de->d_name, kind);

@@ -1299,7 +1299,7 @@ struct lst {
 static int list_one(void *ud, const char *name, bool is_prefix)
 {
 	struct lst *l = ud;
-	enum store_entry kind = STORE_ENTRY_OTHER;
+	enum store_entry kind = is_prefix ? STORE_ENTRY_OTHER : STORE_ENTRY_FILE;
 
 	if (is_prefix) {
 		char rel[S3_KEY_MAX + 1], key[S3_KEY_MAX + 1], err[256];

@@ -70,9 +70,10 @@ void store_hash_hex(const void *buf, size_t len, char ret[STORE_ID_LEN + 1]);
 
 /* What list() found. */
 enum store_entry {
-	STORE_ENTRY_OTHER = 0,      /* a directory or file that is neither */
+	STORE_ENTRY_OTHER = 0,      /* a directory (prefix) that is neither */
 	STORE_ENTRY_CHECKPOINT = 1, /* holds manifest.json */
 	STORE_ENTRY_WORK = 2,       /* a work area of a save in progress */
+	STORE_ENTRY_FILE = 3,       /* a file (object), nothing to look into */
 };
 
 /* Work areas are named STORE_WORK_PREFIX + the 32-digit attempt id. */
