@@ -747,10 +747,17 @@ bool config_root_allowed(const struct config *c, const char *path)
 	char buf[PATH_MAX];
 	size_t len;
 
-	/* An S3 location has no symlinks: the lexical check is the check
-	 * (both sides in s3_url_format's spelling). */
-	if (path && s3_is_url(path))
-		return under_any_root(c, path);
+	/* An S3 location has no symlinks: the lexical check is the check,
+	 * on a location that is valid and in s3_url_format's spelling (as
+	 * the roots are), never on another spelling of it. */
+	if (path && s3_is_url(path)) {
+		struct s3_loc loc;
+		char e[256];
+
+		return s3_url_parse(path, &loc, e, sizeof(e)) == 0 &&
+		       s3_url_format(&loc, buf, sizeof(buf)) == 0 && !strcmp(buf, path) &&
+		       under_any_root(c, path);
+	}
 	if (!path || path[0] != '/')
 		return false;
 	len = strlen(path);

@@ -206,9 +206,20 @@ static int del_key(const char *bucket, const char *key, char *err, size_t errlen
 struct lister {
 	int (*fn)(void *ud, const char *name, bool is_prefix);
 	void *ud;
+	const char *prefix;
 	size_t strip;   /* bytes of the listed prefix */
 	int res;
 };
+
+/* Whether a listed key is one fn may see: under the prefix asked for
+ * (a server that answers otherwise is wrong), and a key we could name. */
+static bool listed_ok(const struct lister *l, const char *key, size_t n)
+{
+	char e[128];
+
+	return n > l->strip && !strncmp(key, l->prefix, l->strip) &&
+	       s3_key_check(key, e, sizeof(e)) == 0;
+}
 
 /* fn's non-zero return stops the walk; s3_xml_each would hand back a
  * positive count otherwise, so the value itself is kept in l->res. */
@@ -224,8 +235,10 @@ static int list_key(void *ud, const char *inner, size_t len)
 	char key[S3_KEY_MAX + 1];
 	int n = s3_xml_text(inner, len, "Key", key, sizeof(key));
 
-	if (n < 0 || (size_t)n < l->strip)
+	if (n < 0)
 		return -EBADMSG;
+	if (!listed_ok(l, key, (size_t)n))
+		return 0; /* not ours to name: skipped, never acted on */
 	return stop_if(l, l->fn(l->ud, key + l->strip, false));
 }
 
@@ -235,10 +248,12 @@ static int list_prefix(void *ud, const char *inner, size_t len)
 	char key[S3_KEY_MAX + 1];
 	int n = s3_xml_text(inner, len, "Prefix", key, sizeof(key));
 
-	if (n <= 0 || (size_t)n <= l->strip)
+	if (n <= 0)
 		return -EBADMSG;
 	if (key[n - 1] == '/')
-		key[n - 1] = '\0';
+		key[--n] = '\0';
+	if (!listed_ok(l, key, (size_t)n))
+		return 0;
 	return stop_if(l, l->fn(l->ud, key + l->strip, true));
 }
 
@@ -255,7 +270,7 @@ static int s3_list(const char *bucket, const char *prefix, bool delim,
 {
 	char token[1024] = "", enc_tok[3 * sizeof(token)], enc_pre[3 * S3_KEY_MAX + 1];
 	char query[sizeof(enc_tok) + sizeof(enc_pre) + 128];
-	struct lister l = { fn, ud, strlen(prefix), 0 };
+	struct lister l = { fn, ud, prefix, strlen(prefix), 0 };
 	int r;
 
 	if (s3_encode_query(prefix, enc_pre, sizeof(enc_pre)) < 0)

@@ -191,6 +191,10 @@ static int xfer_setup(struct s3_client *c, struct xfer *x, const char *method, c
 	int r;
 
 	memset(x, 0, sizeof(*x));
+	/* Every key is checked here, whatever made it (a listing's answer
+	 * included): no empty, "." or ".." segment can name another key. */
+	if (key[0] && (r = s3_key_check(key, err, errlen)) < 0)
+		return r;
 	r = s3_object_url(c->conf.endpoint, c->conf.virtual_host, bucket, key, query, url,
 			  sizeof(url), err, errlen);
 	if (r < 0) {
@@ -222,6 +226,8 @@ static int xfer_setup(struct s3_client *c, struct xfer *x, const char *method, c
 	CURL *h = x->h;
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	/* The path is ours, encoded: curl must not squash its segments. */
+	curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, c->sigv4);
 	curl_easy_setopt(h, CURLOPT_USERPWD, c->userpwd);
