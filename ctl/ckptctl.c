@@ -805,7 +805,9 @@ static void attempt_fill(struct entry *e, const char *text, size_t len)
 		e->has_world = true;
 	}
 	c = json_object_get(a, "created");
-	if (json_is_number(c) && json_number_value(c) > 0) {
+	/* Bounded before the cast: a hostile attempt.json's 1e300 would not
+	 * fit a time_t (year 5138 is far enough). */
+	if (json_is_number(c) && json_number_value(c) > 0 && json_number_value(c) < 1e11) {
 		double created = json_number_value(c);
 		struct timespec ts = { .tv_sec = (time_t)created,
 				       .tv_nsec = (long)((created - (double)(time_t)created) * 1e9) };
@@ -1204,21 +1206,6 @@ static int s3_probe(const char *url, const struct s3_loc *loc)
 	return r;
 }
 
-/* 1 if the object `rel` under loc exists, 0 if not, or -errno. */
-static int s3_exists(const struct s3_loc *loc, const char *rel)
-{
-	char key[S3_KEY_MAX + 1], err[512];
-	struct s3_req q = { .method = "HEAD", .bucket = loc->bucket, .key = key,
-			    .fail_404_quietly = true };
-	int r = s3_key_join(loc, rel, key, sizeof(key), err, sizeof(err));
-
-	if (r < 0)
-		return r;
-	r = s3_call(store_s3_client(), &q, err, sizeof(err));
-	s3_req_free(&q);
-	return r == 0 ? 1 : r == -ENOENT ? 0 : r;
-}
-
 /* The names one level below a prefix, sorted, each once. */
 struct s3_names {
 	struct s3_name {
@@ -1423,7 +1410,7 @@ static int cmd_list_s3(const char *root, bool json)
 	}
 	if (L.n == 0 && !any)
 		snprintf(note, sizeof(note), " (nothing is stored under it)");
-	else if (L.n == 0 && s3_exists(&loc, MANIFEST_FILE) == 1)
+	else if (L.n == 0 && store_s3_exists(root, MANIFEST_FILE) == 1)
 		snprintf(note, sizeof(note), " (it is a checkpoint itself: ckptctl show '%s')",
 			 root);
 	ret = list_emit(&L, root, json, note);

@@ -80,36 +80,12 @@ void status_tick(struct server *srv)
 		w->n++;
 }
 
-/* The endpoint as "scheme://host[:port]": a user:password@ in it (curl
- * would take one) is left out, and so is anything after the authority. */
-static void endpoint_public(const char *ep, char *buf, size_t len)
-{
-	const char *auth = strstr(ep, "://");
-	size_t scheme, alen;
-	const char *at;
-
-	if (!auth) {
-		snprintf(buf, len, "?");
-		return;
-	}
-	scheme = (size_t)(auth - ep);
-	auth += 3;
-	alen = strcspn(auth, "/?#");
-	at = memrchr(auth, '@', alen);
-	if (at) {
-		alen -= (size_t)(at + 1 - auth);
-		auth = at + 1;
-	}
-	snprintf(buf, len, "%.*s://%.*s", (int)scheme, ep, (int)alen, auth);
-}
-
 /* The "s3" object (status.h), or NULL without an S3 client. */
 static json_t *s3_json(struct server *srv, int64_t now)
 {
 	const struct status_rate *w = &srv->s3_up;
 	struct s3_client *c = store_s3_client();
 	const struct s3_conf *conf;
-	char ep[sizeof(conf->endpoint)];
 	struct s3_stats st;
 	double rate = 0.0, window_ms = 0.0;
 
@@ -117,7 +93,6 @@ static json_t *s3_json(struct server *srv, int64_t now)
 		return NULL;
 	conf = s3_client_conf(c);
 	s3_client_stats(c, &st);
-	endpoint_public(conf->endpoint, ep, sizeof(ep));
 	/* From the oldest sample still held to now (the newest figure). */
 	if (w->n) {
 		unsigned oldest = (w->next + STATUS_RATE_SAMPLES - w->n) % STATUS_RATE_SAMPLES;
@@ -126,7 +101,7 @@ static json_t *s3_json(struct server *srv, int64_t now)
 			rate = (double)(st.bytes_up - w->bytes[oldest]) / (window_ms / 1000.0);
 	}
 	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
-			 "endpoint", ep, "region", conf->region, "parts_in_flight_max",
+			 "endpoint", conf->endpoint, "region", conf->region, "parts_in_flight_max",
 			 (json_int_t)conf->parts_in_flight, "requests", (json_int_t)st.requests,
 			 "retries", (json_int_t)st.retries, "failures", (json_int_t)st.failures,
 			 "bytes_up", (json_int_t)st.bytes_up, "bytes_down",

@@ -487,6 +487,20 @@ struct store_shard {
 	char err[384];
 };
 
+/* HEAD of key: 0 (and its size if `size`), -ENOENT, or -errno. */
+static int head_object(const char *bucket, const char *key, uint64_t *size)
+{
+	struct s3_req q = { .method = "HEAD", .bucket = bucket, .key = key,
+			    .fail_404_quietly = true };
+	char err[512];
+	int r = s3_call(g_s3, &q, err, sizeof(err));
+
+	if (r == 0 && size)
+		*size = q.content_length;
+	s3_req_free(&q);
+	return r;
+}
+
 /* "<work>/<file>" or "<name>/<file>" as a key. */
 static int work_key(const struct store_attempt *a, const char *file, char *buf, size_t len,
 		    char *err, size_t errlen)
@@ -973,15 +987,9 @@ static const char *s3_shard_error(const struct store_shard *s)
  * answer was lost: a retry may say NoSuchUpload although it succeeded. */
 static bool object_has_size(const char *bucket, const char *key, uint64_t size)
 {
-	struct s3_req q = { .method = "HEAD", .bucket = bucket, .key = key,
-			    .fail_404_quietly = true };
-	char err[512];
-	bool ok = false;
+	uint64_t got;
 
-	if (s3_call(g_s3, &q, err, sizeof(err)) == 0)
-		ok = q.content_length == size;
-	s3_req_free(&q);
-	return ok;
+	return head_object(bucket, key, &got) == 0 && got == size;
 }
 
 static int s3_shard_finish(struct store_shard *s, uint64_t size, char *err, size_t errlen)
@@ -1323,12 +1331,9 @@ static int list_one(void *ud, const char *name, bool is_prefix)
 		} else {
 			snprintf(rel, sizeof(rel), "%s%s%s/%s", l->dir, l->dir[0] ? "/" : "", name,
 				 MANIFEST_FILE);
-			struct s3_req q = { .method = "HEAD", .bucket = l->loc->bucket, .key = key,
-					    .fail_404_quietly = true };
 			if (key_of(l->loc, rel, key, sizeof(key), err, sizeof(err)) == 0 &&
-			    s3_call(g_s3, &q, err, sizeof(err)) == 0)
+			    head_object(l->loc->bucket, key, NULL) == 0)
 				kind = STORE_ENTRY_CHECKPOINT;
-			s3_req_free(&q);
 		}
 	}
 	return l->fn(l->ud, name, kind);
@@ -1398,6 +1403,22 @@ int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, siz
 	if (r == 0)
 		r = key_of(&loc, file, key, sizeof(key), err, errlen);
 	return r < 0 ? r : get_text(loc.bucket, key, max, ret, ret_len, err, errlen);
+}
+
+int store_s3_exists(const char *root, const char *rel)
+{
+	struct s3_loc loc;
+	char key[S3_KEY_MAX + 1], err[256];
+	int r;
+
+	if (!g_s3)
+		return -ENOTSUP;
+	r = s3_url_parse(root, &loc, err, sizeof(err));
+	if (r == 0)
+		r = key_of(&loc, rel, key, sizeof(key), err, sizeof(err));
+	if (r == 0)
+		r = head_object(loc.bucket, key, NULL);
+	return r == 0 ? 1 : r == -ENOENT ? 0 : r;
 }
 
 static int s3_remove(const char *root, const char *name)

@@ -44,6 +44,10 @@ int store_s3_start_settings(const struct store_s3_settings *set, char *err, size
 int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, size_t *ret_len,
 		 char *err, size_t errlen);
 
+/* 1 if the object `rel` under root (s3://bucket/prefix) exists, 0 if not,
+ * or -errno. */
+int store_s3_exists(const char *root, const char *rel);
+
 /* Removes the work area of attempt `id` under `root` if its attempt.json
  * names daemon life `instance` (a crashed life's leftover), aborting its
  * multipart uploads.  1 removed, 0 not there or not that life's, -errno

@@ -127,9 +127,14 @@ int main(int argc, char **argv)
 			fail(0, "tensor '%s': dtype or shape differ", name);
 			goto out;
 		}
+		bool over = false;
 		for (unsigned d = 0; d < ka; d++)
-			n *= sa[d];
-		n *= ckpt_dtype_size(da);
+			over |= __builtin_mul_overflow(n, sa[d], &n);
+		over |= __builtin_mul_overflow(n, (uint64_t)ckpt_dtype_size(da), &n);
+		if (over || n > SIZE_MAX) {
+			fail(0, "tensor '%s': its size overflows", name);
+			goto out;
+		}
 		if (same_bytes(ra, rb, name, (size_t)n, false))
 			goto out;
 		bytes += n;
