@@ -22,6 +22,8 @@
 # Needs the test Python (moto, boto3); awscli is used when installed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=tests/lib/moto.sh
+. tests/lib/moto.sh
 
 build=${CKPT_BUILD_DIR:-$PWD/${BUILD:-build}}
 py=${CKPT_TEST_PYTHON:-}
@@ -40,7 +42,7 @@ cleanup() {
 		kill "$p" 2>/dev/null || true
 		wait "$p" 2>/dev/null || true
 	done
-	"$py" tests/tools/s3_fixture.py stop --dir "$tmp/moto" >/dev/null 2>&1 || true
+	moto_stop "$py" "$tmp/moto"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -52,16 +54,9 @@ fail() {
 	exit 1
 }
 
-mkdir -p "$tmp/moto"
-"$py" tests/tools/s3_fixture.py start --dir "$tmp/moto" >/dev/null ||
+# The trainer's reader reads S3 with the AWS variables moto_start sets.
+moto_start "$py" "$tmp/moto" ||
 	fail "moto did not start: $(tail -n 5 "$tmp/moto/moto.log" 2>/dev/null)"
-set -a
-# shellcheck disable=SC1091
-. "$tmp/moto/s3.env"
-set +a
-export AWS_EC2_METADATA_DISABLED=true
-# For the trainer's reader (libckpt reads S3 with the AWS variables only).
-export AWS_ENDPOINT_URL_S3=$S3_ENDPOINT
 # Every printable character a prefix may hold, except what the config file
 # syntax reserves (a '#' after a space starts a comment) and a space at an
 # end (trimmed).

@@ -12,6 +12,8 @@
 # Needs the test Python (moto, boto3, crc32c).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=tests/lib/moto.sh
+. tests/lib/moto.sh
 
 build=${CKPT_BUILD_DIR:-$PWD/${BUILD:-build}}
 py=${CKPT_TEST_PYTHON:-}
@@ -31,7 +33,7 @@ cleanup() {
 		kill "$proxy_pid" 2>/dev/null || true
 		wait "$proxy_pid" 2>/dev/null || true
 	fi
-	"$py" tests/tools/s3_fixture.py stop --dir "$tmp/moto" >/dev/null 2>&1 || true
+	moto_stop "$py" "$tmp/moto"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -41,17 +43,10 @@ fail() {
 	exit 1
 }
 
-mkdir -p "$tmp/moto"
-"$py" tests/tools/s3_fixture.py start --dir "$tmp/moto" >/dev/null ||
+# The test's own reader goes to moto directly (AWS_ENDPOINT_URL_S3): what
+# is stored is checked, not what the proxy says.
+moto_start "$py" "$tmp/moto" ||
 	fail "moto did not start: $(tail -n 5 "$tmp/moto/moto.log" 2>/dev/null)"
-set -a
-# shellcheck disable=SC1091
-. "$tmp/moto/s3.env"
-set +a
-export AWS_EC2_METADATA_DISABLED=true
-# The test's own reader goes to moto directly: what is stored is checked,
-# not what the proxy says.
-export AWS_ENDPOINT_URL_S3=$S3_ENDPOINT
 
 "$py" tests/tools/s3_proxy.py --listen-port-file "$tmp/proxy.port" --upstream "$S3_ENDPOINT" \
 	--seed "${CKPT_TEST_FAULT_SEED:-9}" 2>"$tmp/proxy.err" &
