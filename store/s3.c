@@ -217,7 +217,7 @@ static bool listed_ok(const struct lister *l, const char *key, size_t n)
 {
 	char e[128];
 
-	return n > l->strip && !strncmp(key, l->prefix, l->strip) &&
+	return n > l->strip && strlen(key) == n && !strncmp(key, l->prefix, l->strip) &&
 	       s3_key_check(key, e, sizeof(e)) == 0;
 }
 
