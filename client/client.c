@@ -64,6 +64,8 @@ static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *de
 		return save_on_ack_locked(c, buf, detail, dlen);
 	case PROTO_SAVE_DONE:
 		return save_on_done_locked(c, buf, detail, dlen);
+	case PROTO_SAVE_DURABLE:
+		return save_on_durable_locked(c, buf, detail, dlen);
 	case PROTO_ERROR: {
 		const struct proto_error *m = buf;
 		snprintf(detail, dlen, "ckptd: %.490s", m->msg[0] ? m->msg : strerror(-m->err));

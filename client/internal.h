@@ -299,6 +299,8 @@ struct ckpt_save {
 
 	struct ckpt_future staged;
 	struct ckpt_future committed;
+	struct ckpt_future durable;
+	bool durable_seen;      /* SAVE_DURABLE arrived (under the client lock) */
 
 	/* CUDA: the default stream of device items (set_cuda_stream), and one
 	 * start event per (device, stream) recorded at commit. */
@@ -367,6 +369,8 @@ void save_extent_sent_locked(struct ckpt_client *c, struct ckpt_save *s);
  * -EBADMSG with the reason in detail when the message breaks the protocol. */
 int save_on_ack_locked(struct ckpt_client *c, const struct proto_save_result *m, char *detail,
 		       size_t dlen);
+int save_on_durable_locked(struct ckpt_client *c, const struct proto_save_result *m,
+			   char *detail, size_t dlen);
 int save_on_done_locked(struct ckpt_client *c, const struct proto_save_result *m, char *detail,
 			size_t dlen);
 

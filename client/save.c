@@ -146,8 +146,15 @@ static void set_state_locked(struct ckpt_client *c, struct ckpt_save *s, enum sa
 		cli_cuda_save_free(s);
 		future_complete(&s->staged, to == SAVE_STAGED ? 0 : staged_err, msg);
 	}
-	if (to == SAVE_FINISHED)
+	/* Durable never before staged: a SAVE_DURABLE that came while the
+	 * last extent was not yet counted completes it now.  At the end it
+	 * takes the save's outcome unless it completed before. */
+	if (to == SAVE_STAGED && s->durable_seen)
+		future_complete(&s->durable, 0, NULL);
+	if (to == SAVE_FINISHED) {
+		future_complete(&s->durable, commit_err, msg);
 		future_complete(&s->committed, commit_err, msg);
+	}
 	atomic_store_explicit(&s->state, to, memory_order_relaxed);
 
 	if (!awaits_done(from) && awaits_done(to)) {
@@ -293,6 +300,31 @@ int save_on_ack_locked(struct ckpt_client *c, const struct proto_save_result *m,
 	return 0;
 }
 
+int save_on_durable_locked(struct ckpt_client *c, const struct proto_save_result *m,
+			   char *detail, size_t dlen)
+{
+	struct ckpt_save *s = c->pending;
+
+	while (s && s->token != m->token)
+		s = s->p_next;
+	if (!s) {
+		/* As for SAVE_DONE: a save given up may still be reported. */
+		if (m->token == 0 || m->token >= c->next_token) {
+			snprintf(detail, dlen, "SAVE_DURABLE for unknown save %u", m->token);
+			return -EBADMSG;
+		}
+		return 0;
+	}
+	if (s->durable_seen) {
+		snprintf(detail, dlen, "a second SAVE_DURABLE for save %u", m->token);
+		return -EBADMSG;
+	}
+	s->durable_seen = true;
+	if (state_of(s) == SAVE_STAGED)
+		future_complete(&s->durable, 0, NULL);
+	return 0;
+}
+
 int save_on_done_locked(struct ckpt_client *c, const struct proto_save_result *m, char *detail,
 			size_t dlen)
 {
@@ -368,6 +400,7 @@ static void save_destroy(struct ckpt_save *s)
 	free(s->hdr);
 	future_destroy(&s->staged);
 	future_destroy(&s->committed);
+	future_destroy(&s->durable);
 	free(s);
 }
 
@@ -427,6 +460,13 @@ int ckpt_save_begin_opts(struct ckpt_client *client, const struct ckpt_save_opts
 	r = future_init(&s->committed);
 	if (r < 0) {
 		future_destroy(&s->staged);
+		free(s);
+		goto out_nomem;
+	}
+	r = future_init(&s->durable);
+	if (r < 0) {
+		future_destroy(&s->staged);
+		future_destroy(&s->committed);
 		free(s);
 		goto out_nomem;
 	}
@@ -875,6 +915,19 @@ int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 	*ret_staged = &save->staged;
 	*ret_committed = &save->committed;
 	return 0;
+}
+
+struct ckpt_future *ckpt_save_durable(struct ckpt_save *save)
+{
+	if (!save) {
+		cli_set_error("ckpt_save_durable: save is NULL");
+		return NULL;
+	}
+	if (state_of(save) == SAVE_BUILDING) {
+		cli_set_error("ckpt_save_durable: the save is not committed yet");
+		return NULL;
+	}
+	return &save->durable;
 }
 
 /* ---- the save thread ---- */

@@ -92,6 +92,10 @@ const struct config_key config_keys[] = {
 	    "AWS shared-credentials file"),
 	KEY("s3_profile", CONFIG_STRING, 1, 63, s3_profile, "default",
 	    "its profile"),
+	KEY("s3_spill_dir", CONFIG_PATH, 1, PATH_MAX - 1, s3_spill_dir, NULL,
+	    "S3 saves go through this local directory first (spill tier)"),
+	KEY("s3_spill_keep", CONFIG_UINT, 0, 1000, s3_spill_keep, "1",
+	    "committed checkpoints kept per root in the spill directory"),
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);

@@ -44,6 +44,10 @@
  *   s3_credentials_file a shared-credentials file (AWS format, mode 0600);
  *                       the AWS_* variables win over it
  *   s3_profile          its profile               default
+ *   s3_spill_dir        spill tier: S3 saves are written to this local
+ *                       directory first (absolute; unset: off)
+ *   s3_spill_keep       committed checkpoints kept per root in its restore
+ *                       cache                     1    (0..1000)
  * Roots may be s3://bucket[/prefix] too.
  *
  * Composition (config_from_args): defaults, then the file, then the command
@@ -99,6 +103,8 @@ struct config {
 	uint64_t s3_connect_timeout_ms;
 	char *s3_credentials_file;
 	char *s3_profile;
+	char *s3_spill_dir;              /* NULL: no spill tier */
+	unsigned s3_spill_keep;
 };
 
 enum config_kind {

@@ -33,6 +33,7 @@
 #include "store/s3_addr.h"
 #include "store/store_route.h"
 #include "store/store_s3.h"
+#include "store/store_spill.h"
 
 #define EX_CONFIG_ 78
 #define TICK_MS 50
@@ -48,6 +49,10 @@
  * come first, and a commit waits a little longer instead. */
 #define CRC_WORKERS 1
 #define CRC_NICE 10
+/* Uploads of spilled shards (the spill tier): each job reads its file and
+ * hands parts to the S3 transport, which has the network concurrency; two
+ * keep it fed while leaving the file-system workers to other saves. */
+#define UPLOAD_WORKERS 2
 
 static int listen_socket(struct server *srv)
 {
@@ -247,6 +252,16 @@ static int setup(struct server *srv)
 	r = s3_setup(&srv->cfg);
 	if (r < 0)
 		return r;
+	if (srv->cfg.s3_spill_dir) {
+		r = store_spill_start(srv->cfg.s3_spill_dir, srv->cfg.s3_spill_keep, err,
+				      sizeof(err));
+		if (r < 0) {
+			log_err("spill tier: %s", err);
+			return -EBUSY; /* a configuration error: exit 78 */
+		}
+		log_info("spill tier: S3 saves go through '%s' (keeping %u per root)",
+			 srv->cfg.s3_spill_dir, srv->cfg.s3_spill_keep);
+	}
 	creds_init();
 	creds_self(&srv->creds);
 	r = registry_open(&srv->reg, srv->cfg.state_dir, err, sizeof(err));
@@ -295,6 +310,9 @@ static int setup(struct server *srv)
 	r = workers_start(&srv->crcs, CRC_WORKERS, CRC_NICE);
 	if (r < 0)
 		return r;
+	r = workers_start(&srv->uploads, UPLOAD_WORKERS, 0);
+	if (r < 0)
+		return r;
 	srv->lfd = listen_socket(srv);
 	if (srv->lfd < 0)
 		return srv->lfd;
@@ -303,7 +321,8 @@ static int setup(struct server *srv)
 	    (r = add_ev(srv, srv->tfd, &srv->ev_timer, EV_TIMER, srv)) < 0 ||
 	    (r = add_ev(srv, srv->work.efd, &srv->ev_work, EV_WORK, &srv->work)) < 0 ||
 	    (r = add_ev(srv, srv->arenas.efd, &srv->ev_arenas, EV_WORK, &srv->arenas)) < 0 ||
-	    (r = add_ev(srv, srv->crcs.efd, &srv->ev_crcs, EV_WORK, &srv->crcs)) < 0)
+	    (r = add_ev(srv, srv->crcs.efd, &srv->ev_crcs, EV_WORK, &srv->crcs)) < 0 ||
+	    (r = add_ev(srv, srv->uploads.efd, &srv->ev_uploads, EV_WORK, &srv->uploads)) < 0)
 		return r;
 	return 0;
 }
@@ -494,21 +513,25 @@ static void teardown(struct server *srv)
 		workers_complete(&srv->crcs);
 		workers_complete(&srv->work);
 		workers_complete(&srv->arenas);
+		workers_complete(&srv->uploads);
 		reap(srv);
 		if (!io && list_empty(&srv->saves) && list_empty(&srv->conns) &&
 		    !workers_in_flight(&srv->crcs) && !workers_in_flight(&srv->work) &&
-		    !workers_in_flight(&srv->arenas))
+		    !workers_in_flight(&srv->arenas) && !workers_in_flight(&srv->uploads))
 			break;
-		struct pollfd pfd[3] = { { .fd = srv->work.efd, .events = POLLIN },
+		struct pollfd pfd[4] = { { .fd = srv->work.efd, .events = POLLIN },
 					 { .fd = srv->arenas.efd, .events = POLLIN },
-					 { .fd = srv->crcs.efd, .events = POLLIN } };
-		poll(pfd, 3, 10);
+					 { .fd = srv->crcs.efd, .events = POLLIN },
+					 { .fd = srv->uploads.efd, .events = POLLIN } };
+		poll(pfd, 4, 10);
 	}
 	if (!list_empty(&srv->saves) || !list_empty(&srv->conns))
 		log_warn("stopping with work still in flight");
 	workers_stop(&srv->crcs); /* its done() may queue file-system jobs */
 	workers_stop(&srv->work);
 	workers_stop(&srv->arenas);
+	workers_stop(&srv->uploads); /* cancelled by saves_stop: they end soon */
+	store_spill_stop();
 	store_s3_stop();
 	registry_close(&srv->reg);
 	if (srv->lfd >= 0 && sd_listen_fds(0) <= 0)

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
 #include "store/store_s3.h"
+#include "store/store_spill.h"
 
 #define ENTRY_MAX (16u << 10)
 
@@ -128,14 +130,18 @@ static int remove_area(json_t *j, const char *id)
 {
 	const char *root = json_string_value(json_object_get(j, "root"));
 	json_t *groups = json_object_get(j, "groups");
-	char work[sizeof(STORE_WORK_PREFIX) + STORE_ID_LEN], err[256];
+	char work[sizeof(STORE_WORK_PREFIX) + STORE_ID_LEN], err[256], spill[PATH_MAX];
 	struct creds owner = { .umask = 077 };
 	struct creds self;
 	char *text = NULL;
 	size_t len;
 	int rfd, wfd, r;
 
-	if (root && s3_is_url(root)) {
+	if (!root || !json_is_integer(json_object_get(j, "uid")) ||
+	    !json_is_integer(json_object_get(j, "gid")))
+		return -EBADMSG;
+	owner.uid = (uid_t)json_integer_value(json_object_get(j, "uid"));
+	if (s3_is_url(root)) {
 		/* The daemon's S3 credentials, not the owner's: S3 knows no
 		 * uids.  The area's attempt.json must name this entry's life. */
 		const char *inst = json_string_value(json_object_get(j, "instance"));
@@ -144,12 +150,16 @@ static int remove_area(json_t *j, const char *id)
 			log_warn("sweep: %s", err);
 		else if (r > 0)
 			log_info("removed stale work area '%s/%s%s'", root, STORE_WORK_PREFIX, id);
-		return r < 0 ? r : 0;
+		if (r < 0)
+			return r;
+		/* With the spill tier the attempt had a local work area too,
+		 * under the owner's spill directory: removed as a local one. */
+		if (store_spill_work_root(owner.uid, spill, sizeof(spill)) < 0)
+			return 0;
+		root = spill;
 	}
-	if (!root || root[0] != '/' || !json_is_integer(json_object_get(j, "uid")) ||
-	    !json_is_integer(json_object_get(j, "gid")))
+	if (root[0] != '/')
 		return -EBADMSG;
-	owner.uid = (uid_t)json_integer_value(json_object_get(j, "uid"));
 	owner.gid = (gid_t)json_integer_value(json_object_get(j, "gid"));
 	for (size_t i = 0; i < json_array_size(groups) && i < CREDS_MAX_GROUPS; i++)
 		owner.groups[owner.n_groups++] = (gid_t)json_integer_value(json_array_get(groups, i));

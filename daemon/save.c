@@ -22,6 +22,7 @@
 #include "format/index.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
+#include "store/store_spill.h"
 
 /* A job of a save or a rank: what run() needs, owned by the job, so the
  * worker never reads loop state that may change. */
@@ -41,7 +42,8 @@ struct sjob {
 	const struct store_ops *store;
 	struct store_writer self;
 	struct creds daemon_creds;
-	bool coordinator, delivered, created;
+	bool coordinator, delivered, created, noted;
+	bool spill;              /* finish: the shard spills (forwarded next) */
 	bool addressed;          /* finish: an index addressed to nonce was sent */
 	uint32_t n_present;
 	char nonce[STORE_ID_LEN + 1];
@@ -88,6 +90,7 @@ static struct sjob *sjob_new(struct save *s, struct rank *r, void (*run)(struct 
 	j->coordinator = s->coordinator;
 	j->delivered = s->delivered;
 	j->created = s->created;
+	j->noted = s->noted;
 	j->n_present = s->n_present;
 	memcpy(j->nonce, s->nonce, sizeof(j->nonce));
 	return j;
@@ -164,7 +167,7 @@ size_t saves_live_ids(struct server *srv, char (*ids)[STORE_ID_LEN + 1], size_t 
 
 const char *save_state_name(const struct save *s)
 {
-	bool staging = false, writing = false;
+	bool staging = false, writing = false, uploading = false;
 	struct list *p;
 
 	switch (s->state) {
@@ -184,8 +187,9 @@ const char *save_state_name(const struct save *s)
 		enum rank_state st = list_entry(p, struct rank, slink)->state;
 		staging |= st == RANK_OPENING || st == RANK_STAGING;
 		writing |= st == RANK_WRITING || st == RANK_FINISHING;
+		uploading |= st == RANK_UPLOADING;
 	}
-	return staging ? "staging" : writing ? "writing" : "waiting";
+	return staging ? "staging" : writing ? "writing" : uploading ? "uploading" : "waiting";
 }
 
 /* ---- telling ranks ---------------------------------------------------------- */
@@ -209,6 +213,13 @@ static void rank_tell(struct rank *r)
 	}
 	err = r->err ? r->err : s->err ? s->err : -EIO;
 	conn_send_result(r->conn, acked ? PROTO_SAVE_DONE : PROTO_SAVE_ACK, r->token, err, s->msg);
+}
+
+/* SAVE_DURABLE: the rank's bytes reached the first tier (where: `how`). */
+static void rank_durable_tell(struct rank *r, const char *how)
+{
+	if (!r->told && r->conn->state != CONN_CLOSED)
+		conn_send_result(r->conn, PROTO_SAVE_DURABLE, r->token, 0, how);
 }
 
 /* ---- failure ---------------------------------------------------------------- */
@@ -236,6 +247,10 @@ void save_fail(struct save *s, int err, const char *fmt, ...)
 		r->wt.no_crc = true;
 		if (r->wt.held && r->conn->writer_ok)
 			writer_crc_due(&r->conn->w);
+		/* An upload in flight stops soon (then the cleanup can run). */
+		if (r->state == RANK_UPLOADING && r->job_busy && r->shard &&
+		    s->srv->store->shard_cancel)
+			s->srv->store->shard_cancel(r->shard);
 		rank_tell(r);
 	}
 	save_kick(s);
@@ -268,12 +283,27 @@ void rank_abort(struct rank *r, int err, const char *why)
 
 /* ---- jobs -------------------------------------------------------------------- */
 
-static void registry_note(struct sjob *j, bool add)
+/* A job acting as the daemon for a moment (the registry, the spill
+ * directory), then as its client again. */
+static int as_daemon(struct sjob *j)
 {
 	char err[PROTO_MSG_LEN];
 
+	return creds_apply(&j->daemon_creds, err, sizeof(err));
+}
+
+static void as_client(struct sjob *j)
+{
+	char err[PROTO_MSG_LEN];
+
+	if (j->w.creds)
+		creds_apply(j->w.creds, err, sizeof(err));
+}
+
+static void registry_note(struct sjob *j, bool add)
+{
 	/* The registry is the daemon's: switch to ourselves for it. */
-	if (creds_apply(&j->daemon_creds, err, sizeof(err)) < 0)
+	if (as_daemon(j) < 0)
 		return;
 	if (add) {
 		if (registry_add(j->reg, j->id, j->out_root[0] ? j->out_root : j->root,
@@ -282,8 +312,7 @@ static void registry_note(struct sjob *j, bool add)
 	} else {
 		registry_del(j->reg, j->id);
 	}
-	if (j->w.creds)
-		creds_apply(j->w.creds, err, sizeof(err));
+	as_client(j);
 }
 
 static void open_run(struct work *w)
@@ -311,6 +340,19 @@ static void open_run(struct work *w)
 			 j->root);
 		return;
 	}
+	if (s3 && store_spill_on()) {
+		/* The user's spill directory is made by the daemon. */
+		r = as_daemon(j);
+		if (r == 0) {
+			r = store_spill_prepare(j->w.creds->uid, j->w.creds->gid, w->err,
+						sizeof(w->err));
+			as_client(j);
+		}
+		if (r < 0) {
+			w->res = r;
+			return;
+		}
+	}
 	if (s3)
 		goto open;
 	r = fs_mkdir_p(j->root, 0777);
@@ -334,7 +376,10 @@ open:
 	registry_note(j, true);
 	r = j->store->attempt_open(canon, &j->key, j->id, &j->self, j->w.creds->uid, &j->out_att,
 				   &j->out_created, w->err, sizeof(w->err));
-	if (r < 0 || !j->out_created)
+	/* Kept when this daemon made the area, or (spill tier) has a local
+	 * area of its own for it: the sweep removes either after a crash. */
+	j->noted = r == 0 && (j->out_created || (s3 && store_spill_on()));
+	if (!j->noted)
 		registry_note(j, false);
 	w->res = r;
 }
@@ -354,6 +399,7 @@ static void open_done(struct work *w)
 	if (res == 0) {
 		s->att = j->out_att;
 		s->created = j->out_created;
+		s->noted = j->noted;
 		snprintf(s->root, sizeof(s->root), "%s", j->out_root);
 	}
 	snprintf(err, sizeof(err), "%s", w->err);
@@ -402,8 +448,11 @@ static void shard_done(struct work *w)
 	struct save *s = r->save;
 
 	r->job_busy = false;
-	if (j->out_shard)
+	if (j->out_shard) {
+		const struct store_ops *st = s->srv->store;
 		r->shard = j->out_shard;
+		r->spill = st->shard_spills && st->shard_spills(r->shard);
+	}
 	if (w->res == 0 && r->rank == 0)
 		memcpy(s->nonce, j->nonce, sizeof(s->nonce));
 	if (w->res < 0 && r->state == RANK_OPENING && !save_final(s)) {
@@ -463,13 +512,12 @@ static int publish(struct sjob *j, const struct rank *r, const char *to, char *e
 	return res;
 }
 
-static void finish_run(struct work *w)
+/* Publishes a durable rank's index: the last step of its finish (or, for
+ * a spilled shard, upload) job. */
+static void deliver(struct sjob *j)
 {
-	struct sjob *j = (struct sjob *)w;
+	struct work *w = &j->w;
 
-	w->res = j->store->shard_finish(j->shard, j->r->layout.file_size, w->err, sizeof(w->err));
-	if (w->res < 0)
-		return;
 	/* The coordinator addresses its own ranks to its claim; other daemons
 	 * to the claim they find (none yet: "", re-addressed when polling). */
 	if (!j->coordinator || !j->nonce[0]) {
@@ -483,6 +531,46 @@ static void finish_run(struct work *w)
 	w->res = publish(j, j->r, j->nonce, w->err, sizeof(w->err));
 }
 
+static void finish_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+
+	w->res = j->store->shard_finish(j->shard, j->r->layout.file_size, w->err, sizeof(w->err));
+	/* A spilled shard is durable on this node now; it is uploaded (and
+	 * its index published) by the next job. */
+	if (w->res == 0 && !j->spill)
+		deliver(j);
+}
+
+/* The spill tier's check of what the node's disk gives back: every CRC
+ * piece of the range against the checksum taken from the arena. */
+static int check_spilled(void *ud, const uint8_t *buf, uint64_t off, uint64_t len, char *err,
+			 size_t errlen)
+{
+	const struct rank *r = ud;
+	uint64_t bad;
+
+	if (writer_crc_verify(&r->layout, r->crcs, buf, off, len, &bad) == 0)
+		return 0;
+	snprintf(err, errlen, "the spilled copy of rank %u does not match its checksum in "
+			      "the CRC block at byte %llu (the node's disk changed it): not "
+			      "uploaded",
+		 r->rank, (unsigned long long)bad);
+	return -EIO;
+}
+
+static void upload_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+
+	/* The rank is read-only here (its layout and checksums are final),
+	 * but for `uploaded`, which the backend writes atomically. */
+	w->res = j->store->shard_forward(j->shard, check_spilled, j->r, &j->r->uploaded, w->err,
+					 sizeof(w->err));
+	if (w->res == 0)
+		deliver(j);
+}
+
 static void save_progress(struct save *s);
 
 static void finish_done(struct work *w)
@@ -494,9 +582,29 @@ static void finish_done(struct work *w)
 	r->job_busy = false;
 	if (j->addressed)
 		memcpy(r->to, j->nonce, sizeof(r->to));
-	if (w->res < 0)
+	if (w->res < 0) {
 		rank_fail(r, w->res, "%s", w->err);
-	else if (r->state == RANK_FINISHING) {
+	} else if (r->state == RANK_FINISHING && r->spill) {
+		struct sjob *u = save_final(s) ? NULL :
+						 sjob_new(s, r, upload_run, finish_done, &r->conn->creds);
+
+		r->state = RANK_UPLOADING;
+		rank_durable_tell(r, "on the node's disk (spill tier); uploading");
+		log_debug("save '%s/%s': rank %u spilled: staged after %.1f ms, written +%.1f ms, "
+			  "fsync +%.1f ms",
+			  s->root, s->key.name, r->rank, (double)(r->t_staged - r->t_begin) / 1000.0,
+			  (double)(r->t_written - r->t_staged) / 1000.0,
+			  (double)(now_us() - r->t_written) / 1000.0);
+		if (u) {
+			u->shard = r->shard;
+			r->job_busy = true;
+			workers_submit(&s->srv->uploads, &u->w);
+		} else if (!save_final(s)) {
+			rank_fail(r, -ENOMEM, "out of memory");
+		}
+	} else if (r->state == RANK_FINISHING || r->state == RANK_UPLOADING) {
+		if (r->state == RANK_FINISHING)
+			rank_durable_tell(r, "");
 		r->state = RANK_DURABLE;
 		s->srv->store->shard_close(r->shard);
 		r->shard = NULL;
@@ -528,6 +636,7 @@ static void rank_maybe_finish(struct rank *r)
 		return;
 	}
 	j->shard = r->shard;
+	j->spill = r->spill;
 	r->job_busy = true;
 	workers_submit(&r->save->srv->work, &j->w);
 }
@@ -602,7 +711,7 @@ static void commit_run(struct work *w)
 		return;
 	}
 	w->res = j->store->attempt_commit(j->att, &m, w->err, sizeof(w->err));
-	if (w->res == 0 && j->created)
+	if (w->res == 0 && j->noted)
 		registry_note(j, false);
 }
 
@@ -703,7 +812,7 @@ static void poll_run(struct work *w)
 		}
 	}
 	j->poll = j->store->attempt_poll(j->att, j->id, w->err, sizeof(w->err));
-	if (j->poll == 1 && j->created)
+	if (j->poll == 1 && j->noted)
 		registry_note(j, false);
 }
 
@@ -777,7 +886,9 @@ static void cleanup_run(struct work *w)
 	struct sjob *j = (struct sjob *)w;
 
 	j->store->attempt_fail(j->att, j->coordinator, j->delivered, j->ranks, j->n_ranks, j->msg);
-	if (j->created && (j->coordinator || !j->delivered))
+	/* An area this daemon made stays noted while another daemon may
+	 * still commit it; a spill area alone is gone now. */
+	if ((j->created && (j->coordinator || !j->delivered)) || (j->noted && !j->created))
 		registry_note(j, false);
 }
 
@@ -1030,10 +1141,14 @@ static void save_deadline(struct save *s)
 		return;
 	}
 	for (uint32_t r = s->n_present; r < s->key.world && shown < 8; r++) {
-		bool local = false;
+		bool local_done = false;
 		list_for_each(p, &s->ranks)
-			local |= list_entry(p, struct rank, slink)->rank == r;
-		if (local)
+		{
+			const struct rank *lr = list_entry(p, struct rank, slink);
+			local_done |= lr->rank == r && lr->state == RANK_DURABLE;
+		}
+		/* A local rank still uploading (spill tier) is late too. */
+		if (local_done)
 			continue;
 		n += (size_t)snprintf(missing + n, sizeof(missing) - n, "%s%u", shown ? ", " : "", r);
 		shown++;

@@ -13,9 +13,13 @@
  *   rank:  OPENING --shard job--> STAGING --every extent arrived--> WRITING
  *          --every extent written and checksummed--> FINISHING
  *          --fsync + index job--> DURABLE;   any non-final --fail--> FAILED
+ *          A shard that spills (store.h: the spill tier) goes FINISHING
+ *          --fsync job--> UPLOADING --upload + index job--> DURABLE.
  *
  * The ACK of a SAVE_BEGIN goes out when the rank leaves OPENING (accepted
- * or refused); SAVE_DONE when the save is COMMITTED or FAILED.  A save that
+ * or refused); SAVE_DURABLE when its bytes are durable at the first tier
+ * (UPLOADING, or DURABLE for a shard that does not spill); SAVE_DONE when
+ * the save is COMMITTED or FAILED.  A save that
  * fails tells every rank; a rank that fails (its client vanished before
  * staging, an I/O error) fails its save.  A save never fails while its
  * commit job is in flight: the job decides.
@@ -47,6 +51,7 @@ enum rank_state {
 	RANK_STAGING,
 	RANK_WRITING,
 	RANK_FINISHING,
+	RANK_UPLOADING,
 	RANK_DURABLE,
 	RANK_FAILED,
 };
@@ -66,6 +71,9 @@ struct rank {
 	int err;                   /* the rank's own failure, for its client */
 	bool told;                 /* SAVE_DONE sent (or the client is gone) */
 	bool job_busy;             /* job in flight */
+	bool spill;                /* its shard spills (store.h) */
+	uint64_t uploaded;         /* spilled: bytes the store acknowledged
+	                            * (written atomically by the upload job) */
 	struct work job;
 	char job_err[PROTO_MSG_LEN];
 	char to[STORE_ID_LEN + 1]; /* the claim its index is addressed to */
@@ -84,6 +92,8 @@ struct save {
 	struct creds creds;        /* of the connection that opened it */
 	struct store_attempt *att;
 	bool created;              /* this daemon made the work area */
+	bool noted;                /* it is in the registry (created, or with a
+	                            * spill area of this daemon's) */
 	bool coordinator;          /* rank 0 writes through this daemon */
 	bool delivered;            /* every local rank durable (indexes out) */
 	char nonce[STORE_ID_LEN + 1]; /* coordinator: its claim of the area */

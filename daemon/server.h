@@ -40,8 +40,9 @@ struct server {
 	struct workers work;        /* file-system jobs */
 	struct workers arenas;      /* making arenas (seconds each) */
 	struct workers crcs;        /* checksums of arena slots (writer.h) */
+	struct workers uploads;     /* uploads of spilled shards (spill tier) */
 	int epfd, lfd, sigfd, tfd;
-	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas, ev_crcs;
+	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas, ev_crcs, ev_uploads;
 	struct list conns, saves;
 	unsigned n_conns;
 	uint32_t next_id;

@@ -23,7 +23,8 @@ static json_t *seconds(int64_t ms)
 static json_t *save_json(const struct save *s, int64_t now)
 {
 	json_t *ranks = json_array();
-	uint64_t bytes = 0, staged = 0, written = 0;
+	uint64_t bytes = 0, staged = 0, written = 0, uploaded = 0;
+	bool spill = false, local_durable = true;
 	int64_t age_ms = now - s->started_ms;
 	const struct list *p;
 	json_t *o;
@@ -31,17 +32,29 @@ static json_t *save_json(const struct save *s, int64_t now)
 	list_for_each(p, &s->ranks)
 	{
 		const struct rank *r = list_entry(p, struct rank, slink);
+		uint64_t up = __atomic_load_n(&r->uploaded, __ATOMIC_RELAXED);
+		bool here = r->state == RANK_UPLOADING || r->state == RANK_DURABLE;
+		json_t *rj;
+
 		bytes += r->layout.file_size;
 		staged += r->bytes_in;
 		written += r->bytes_written;
-		json_array_append_new(
-			ranks, json_pack("{s:I, s:o, s:I, s:I, s:I, s:b}", "rank", (json_int_t)r->rank,
-					 "client", r->conn->state == CONN_CLOSED ?
-							   json_null() :
-							   json_integer(r->conn->id),
-					 "bytes", (json_int_t)r->layout.file_size, "staged",
-					 (json_int_t)r->bytes_in, "written", (json_int_t)r->bytes_written,
-					 "durable", r->state == RANK_DURABLE));
+		uploaded += up;
+		spill |= r->spill;
+		local_durable &= here;
+		rj = json_pack("{s:I, s:o, s:I, s:I, s:I, s:b}", "rank", (json_int_t)r->rank,
+			       "client", r->conn->state == CONN_CLOSED ? json_null() :
+									 json_integer(r->conn->id),
+			       "bytes", (json_int_t)r->layout.file_size, "staged",
+			       (json_int_t)r->bytes_in, "written", (json_int_t)r->bytes_written,
+			       "durable", r->state == RANK_DURABLE);
+		/* A spilled rank: durable on this node's disk ("spilled") once
+		 * written and fsynced, then uploaded from there. */
+		if (rj && r->spill) {
+			json_object_set_new(rj, "spilled", json_boolean(here));
+			json_object_set_new(rj, "uploaded", json_integer((json_int_t)up));
+		}
+		json_array_append_new(ranks, rj);
 	}
 	o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:I, s:I, s:I, s:o, s:f}", "job",
 			 s->key.job, "name", s->key.name, "root", s->root, "attempt", s->id, "step",
@@ -53,9 +66,15 @@ static json_t *save_json(const struct save *s, int64_t now)
 					      (double)(1ull << 30) :
 				      0.0);
 	/* The S3 backend calls an extent written when S3 acknowledged its
-	 * part (or its PUT): so, for such a root, what is uploaded. */
+	 * part (or its PUT): so, for such a root, what is uploaded; with the
+	 * spill tier, written is what the node's disk has, and the upload
+	 * comes after. */
 	if (o && s3_is_url(s->root))
-		json_object_set_new(o, "s3_uploaded", json_integer((json_int_t)written));
+		json_object_set_new(o, "s3_uploaded",
+				    json_integer((json_int_t)(spill ? uploaded : written)));
+	if (o && spill)
+		json_object_set_new(o, "local_durable",
+				    json_boolean(local_durable && !list_empty(&s->ranks)));
 	return o;
 }
 
@@ -88,6 +107,7 @@ static json_t *s3_json(struct server *srv, int64_t now)
 	const struct s3_conf *conf;
 	struct s3_stats st;
 	double rate = 0.0, window_ms = 0.0;
+	json_t *o;
 
 	if (!c)
 		return NULL;
@@ -100,7 +120,7 @@ static json_t *s3_json(struct server *srv, int64_t now)
 		if (window_ms > 0 && st.bytes_up >= w->bytes[oldest])
 			rate = (double)(st.bytes_up - w->bytes[oldest]) / (window_ms / 1000.0);
 	}
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+	o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
 			 "endpoint", conf->endpoint, "region", conf->region, "parts_in_flight_max",
 			 (json_int_t)conf->parts_in_flight, "requests", (json_int_t)st.requests,
 			 "retries", (json_int_t)st.retries, "failures", (json_int_t)st.failures,
@@ -109,6 +129,12 @@ static json_t *s3_json(struct server *srv, int64_t now)
 			 "in_flight", (json_int_t)st.in_flight, "queued", (json_int_t)st.queued,
 			 "up_bytes_per_s", (json_int_t)(rate + 0.5), "rate_window_s",
 			 seconds((int64_t)window_ms));
+	/* The spill tier's directory, or null: off. */
+	if (o)
+		json_object_set_new(o, "spill_dir", srv->cfg.s3_spill_dir ?
+							    json_string(srv->cfg.s3_spill_dir) :
+							    json_null());
+	return o;
 }
 
 int status_report(struct server *srv, uid_t uid, char **ret_json)

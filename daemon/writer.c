@@ -71,10 +71,13 @@ static void io_done(void *ud, int res)
 		slot_finish(s);
 }
 
-/* Checksums the pieces of t's items that lie in [off, off + len). */
-static void crc_extent(struct wtarget *t, const uint8_t *buf, uint64_t off, uint64_t len)
+/* Walks the CRC pieces of l's items that lie in [off, off + len) of the
+ * file, whose bytes are at buf: stores each piece's CRC into out, or (want
+ * given) compares it with want and stops at the first that differs,
+ * returning -EIO with the offset of its grid block in *bad. */
+static int crc_walk(const struct layout *l, uint32_t *out, const uint32_t *want,
+		    const uint8_t *buf, uint64_t off, uint64_t len, uint64_t *bad)
 {
-	const struct layout *l = t->layout;
 	uint64_t end = off + len;
 
 	for (size_t i = layout_find(l, off); i < l->n_items && l->items[i].begin < end; i++) {
@@ -86,10 +89,29 @@ static void crc_extent(struct wtarget *t, const uint8_t *buf, uint64_t off, uint
 			uint64_t pe = grid < e ? grid : e;
 			/* Piece index within the item: grid cells since its first. */
 			uint32_t k = (uint32_t)(b / LAYOUT_CRC_BLOCK - it->begin / LAYOUT_CRC_BLOCK);
-			t->crcs[it->crc0 + k] = crc32c(buf + (b - off), pe - b, 0);
+			uint32_t c = crc32c(buf + (b - off), pe - b, 0);
+			if (!want) {
+				out[it->crc0 + k] = c;
+			} else if (want[it->crc0 + k] != c) {
+				*bad = b / LAYOUT_CRC_BLOCK * LAYOUT_CRC_BLOCK;
+				return -EIO;
+			}
 			b = pe;
 		}
 	}
+	return 0;
+}
+
+/* Checksums the pieces of t's items that lie in [off, off + len). */
+static void crc_extent(struct wtarget *t, const uint8_t *buf, uint64_t off, uint64_t len)
+{
+	crc_walk(t->layout, t->crcs, NULL, buf, off, len, NULL);
+}
+
+int writer_crc_verify(const struct layout *l, const uint32_t *crcs, const uint8_t *buf,
+		      uint64_t off, uint64_t len, uint64_t *bad)
+{
+	return crc_walk(l, NULL, crcs, buf, off, len, bad);
 }
 
 /* Checksum thread: reads only the slot's bytes and the target's layout

@@ -93,4 +93,10 @@ static inline uint32_t writer_held(const struct writer *w)
 	return w->held;
 }
 
+/* Checks the CRC pieces of l's items in the file range [off, off + len),
+ * whose bytes are at buf, against crcs (as the checksum jobs stored them):
+ * 0, or -EIO with the grid block of the first mismatch in *bad. */
+int writer_crc_verify(const struct layout *l, const uint32_t *crcs, const uint8_t *buf,
+		      uint64_t off, uint64_t len, uint64_t *bad);
+
 #endif

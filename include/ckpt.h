@@ -412,6 +412,24 @@ CKPT_API int ckpt_save_set_cuda_stream(struct ckpt_save *save, void *stream);
 CKPT_API int ckpt_save_commit(struct ckpt_save *save, struct ckpt_future **ret_staged,
 			      struct ckpt_future **ret_committed);
 
+/*
+ * The save's third future, borrowed like the other two: it completes when
+ * this rank's bytes are durable at the first tier, before the checkpoint is
+ * committed.  What that is depends on the root:
+ *   a local root: the rank's shard is on disk (fsynced) and its index
+ *   written; the commit follows once every rank is;
+ *   an S3 root with the daemon's spill tier (s3_spill_dir): the shard is on
+ *   the node's disk, and the upload to S3 goes on from there;
+ *   an S3 root without it: the shard is in S3.
+ * It completes with 0 then, never before the staged future.  If the save
+ * fails before, it fails with the committed future's error and reason; once
+ * it completed it stays 0 even if the save fails later: durable says only
+ * that the rank's bytes reached that tier (a failed save removes them);
+ * the committed future alone says the checkpoint is whole and visible.
+ * Returns NULL (see ckpt_last_error()) if save is NULL or not committed yet.
+ */
+CKPT_API struct ckpt_future *ckpt_save_durable(struct ckpt_save *save);
+
 /* Releases the caller's reference.  A committed save goes on to completion in
  * the background; its futures must not be used afterwards.  Accepts NULL. */
 CKPT_API void ckpt_save_free(struct ckpt_save *save);

@@ -20,6 +20,7 @@ static const size_t proto_sizes[PROTO_TYPE_MAX + 1] = {
 	[PROTO_SAVE_ABORT] = sizeof(struct proto_save_abort),
 	[PROTO_STATUS_REQ] = sizeof(struct proto_status_req),
 	[PROTO_STATUS_REPLY] = sizeof(struct proto_status_reply),
+	[PROTO_SAVE_DURABLE] = sizeof(struct proto_save_result),
 };
 
 _Static_assert(sizeof(struct proto_error) <= PROTO_MSG_MAX, "message too large");
@@ -92,9 +93,11 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 		break;
 	}
 	case PROTO_SAVE_ACK:
-	case PROTO_SAVE_DONE: {
+	case PROTO_SAVE_DONE:
+	case PROTO_SAVE_DURABLE: {
 		const struct proto_save_result *m = buf;
-		if (!terminated(m->msg, sizeof(m->msg)) || m->err > 0)
+		if (!terminated(m->msg, sizeof(m->msg)) || m->err > 0 ||
+		    (h->type == PROTO_SAVE_DURABLE && m->err))
 			goto bad_field;
 		break;
 	}

@@ -19,6 +19,10 @@
  *                                             free again once this arrives
  *   C: EXTENT(token, file_off, arena_off, len) ...   one per slot filled
  *   D: RELEASE(arena_off) ...                 slot written, free again
+ *   D: SAVE_DURABLE(token, 0, where)          the rank's bytes are durable
+ *                                             at the first tier (at most
+ *                                             once, never after SAVE_DONE;
+ *                                             it may not come at all)
  *   D: SAVE_DONE(token, 0 | -errno + reason)  committed, or failed
  *   C: SAVE_ABORT(token)                      client gives up a save before
  *                                             all extents are sent
@@ -46,7 +50,7 @@
 #include "ckpt.h"
 
 #define PROTO_MAGIC   0x54504b43u /* "CKPT" in memory order */
-#define PROTO_VERSION 2u
+#define PROTO_VERSION 3u
 #define PROTO_MSG_MAX 1024        /* largest message, bytes */
 #define PROTO_MSG_LEN 512         /* reason strings, bytes incl. NUL */
 
@@ -62,7 +66,8 @@ enum proto_type {
 	PROTO_SAVE_ABORT = 9,
 	PROTO_STATUS_REQ = 10,
 	PROTO_STATUS_REPLY = 11,
-	PROTO_TYPE_MAX = 11,
+	PROTO_SAVE_DURABLE = 12,
+	PROTO_TYPE_MAX = 12,
 };
 
 enum proto_role {
@@ -119,7 +124,7 @@ struct proto_save_begin {
 	uint64_t desc_len; /* <= DESC_MAX_BYTES, range inside the arena */
 };
 
-/* SAVE_ACK and SAVE_DONE share this shape. */
+/* SAVE_ACK, SAVE_DONE and SAVE_DURABLE (err 0) share this shape. */
 struct proto_save_result {
 	struct proto_hdr h;
 	uint32_t token;

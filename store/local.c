@@ -44,6 +44,7 @@
 #include "format/index.h"
 #include "store/attempt.h"
 #include "store/fsutil.h"
+#include "store/store_local.h"
 
 #define FIXED_MAX (1ull << 30)
 #define FAILED_MARKER "failed"
@@ -812,6 +813,15 @@ static void local_attempt_fail(struct store_attempt *a, bool coordinator, bool d
 		index_shard_name(ranks[i], name, sizeof(name));
 		unlinkat(a->workfd, name, 0);
 	}
+}
+
+/* ---- for the spill tier (store_local.h) ------------------------------------ */
+
+void store_local_area(const struct store_attempt *a, int *rootfd, int *workfd, const char **work)
+{
+	*rootfd = a->rootfd;
+	*workfd = a->workfd;
+	*work = a->work;
 }
 
 /* ---- tools ----------------------------------------------------------------- */

@@ -22,6 +22,7 @@
 
 #include "store/s3_addr.h"
 #include "store/store_s3.h"
+#include "store/store_spill.h"
 
 const struct store_ops *store_for_root(const char *root)
 {
@@ -144,7 +145,9 @@ static int r_attempt_open(const char *root, const struct store_key *k, const cha
 
 	if (!rt)
 		return -ENOMEM;
-	rt->ops = store_for_root(root);
+	/* Attempts on S3 go through the node's disk when the spill tier is
+	 * on; tools (list, read, remove) use S3 itself either way. */
+	rt->ops = s3_is_url(root) && store_spill_on() ? &store_spill : store_for_root(root);
 	r = rt->ops->attempt_open(root, k, id, self, uid, &rt->a, ret_created, err, errlen);
 	if (r < 0) {
 		free(rt);
@@ -199,6 +202,31 @@ static const char *r_shard_error(const struct store_shard *x)
 	const struct store_ops *o = RS(x)->ops;
 
 	return o->shard_error ? o->shard_error(RS(x)->s) : NULL;
+}
+
+static bool r_shard_spills(const struct store_shard *x)
+{
+	const struct rshard *rs = (const struct rshard *)(const void *)x;
+
+	return rs->ops->shard_spills && rs->ops->shard_spills(rs->s);
+}
+
+static int r_shard_forward(struct store_shard *x, store_check_fn check, void *ud,
+			   uint64_t *progress, char *err, size_t errlen)
+{
+	const struct store_ops *o = RS(x)->ops;
+
+	if (!o->shard_forward) {
+		snprintf(err, errlen, "the %s backend has no second tier", o->name);
+		return -ENOTSUP;
+	}
+	return o->shard_forward(RS(x)->s, check, ud, progress, err, errlen);
+}
+
+static void r_shard_cancel(struct store_shard *x)
+{
+	if (RS(x)->ops->shard_cancel)
+		RS(x)->ops->shard_cancel(RS(x)->s);
 }
 
 static int r_shard_finish(struct store_shard *x, uint64_t size, char *err, size_t errlen)
@@ -293,6 +321,9 @@ const struct store_ops store_routed = {
 	.shard_write = r_shard_write,
 	.shard_finish = r_shard_finish,
 	.shard_error = r_shard_error,
+	.shard_spills = r_shard_spills,
+	.shard_forward = r_shard_forward,
+	.shard_cancel = r_shard_cancel,
 	.rank_publish = r_rank_publish,
 	.attempt_claim = r_attempt_claim,
 	.attempt_addressee = r_attempt_addressee,

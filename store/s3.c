@@ -912,8 +912,9 @@ fail:
 	return r;
 }
 
-static void s3_shard_write(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
-			   uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
+static void shard_write_crc(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+			    uint64_t file_off, uint64_t len, const uint32_t *crc, store_io_cb cb,
+			    void *ud)
 {
 	struct part *p;
 
@@ -934,6 +935,10 @@ static void s3_shard_write(struct store_shard *s, struct store_arena *a, uint64_
 	p->job.key = s->key;
 	p->job.buf = a->base + arena_off;
 	p->job.len = len;
+	if (crc) {
+		p->job.crc_given = true;
+		p->job.crc = *crc;
+	}
 	p->job.done = part_done;
 	if (!s->plan.single) {
 		p->number = s3_part_of(&s->plan, file_off) + 1;
@@ -941,6 +946,19 @@ static void s3_shard_write(struct store_shard *s, struct store_arena *a, uint64_
 	}
 	a->busy++;
 	s3_submit(g_s3, &p->job);
+}
+
+static void s3_shard_write(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+			   uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
+{
+	shard_write_crc(s, a, arena_off, file_off, len, NULL, cb, ud);
+}
+
+void store_s3_shard_write_crc(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+			      uint64_t file_off, uint64_t len, uint32_t crc, store_io_cb cb,
+			      void *ud)
+{
+	shard_write_crc(s, a, arena_off, file_off, len, &crc, cb, ud);
 }
 
 static void s3a_reap(struct store_arena *a)

@@ -580,7 +580,8 @@ static void *transport_main(void *arg)
 		for (struct s3_job *j = in, *nx; j; j = nx) {
 			nx = j->next;
 			j->next = NULL;
-			j->crc = crc32c(j->buf, j->len, 0);
+			if (!j->crc_given)
+				j->crc = crc32c(j->buf, j->len, 0);
 			j->seed = (uint64_t)(uintptr_t)j ^ ((uint64_t)mono_ms() << 20);
 			if (pend_tail)
 				pend_tail->next = j;

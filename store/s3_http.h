@@ -120,12 +120,15 @@ struct s3_job {
 	bool exclusive;              /* If-None-Match: * (a whole object) */
 	const uint8_t *buf;
 	uint64_t len;
+	bool crc_given;              /* crc below is the caller's, of the bytes
+	                              * it checked: S3 refuses what differs */
 	/* Runs on the transport thread once the job finished or failed: must
 	 * only hand the job on (a lock and an eventfd), never block. */
 	void (*done)(struct s3_job *j);
 	/* out */
 	int res;                     /* 0 or -errno */
-	uint32_t crc;                /* CRC32C of buf, sent as the part checksum */
+	uint32_t crc;                /* CRC32C of buf, sent as the part checksum
+	                              * (in with crc_given) */
 	char etag[132];
 	char err[384];
 	unsigned attempts;

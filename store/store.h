@@ -88,6 +88,11 @@ struct store_shard;
  * backend; only a write that cannot progress is an error). */
 typedef void (*store_io_cb)(void *ud, int res);
 
+/* Checks len bytes of a shard at file offset off as read back from a spill
+ * file: 0, or -errno with the reason in err. */
+typedef int (*store_check_fn)(void *ud, const uint8_t *buf, uint64_t off, uint64_t len,
+			      char *err, size_t errlen);
+
 /* What the committer merges: this daemon's own ranks, from memory. */
 struct store_merge {
 	const struct store_key *key;
@@ -148,8 +153,24 @@ struct store_ops {
 	/* [loop] Optional: what the first failed write of s said, beyond
 	 * its errno (an S3 part's code and message), or NULL. */
 	const char *(*shard_error)(const struct store_shard *s);
-	/* [worker] Makes the shard durable at its final size. */
+	/* [worker] Makes the shard durable at its final size (for a shard
+	 * that spills, on the node's disk: see shard_forward). */
 	int (*shard_finish)(struct store_shard *s, uint64_t size, char *err, size_t errlen);
+	/* [any] Optional (NULL: never): does s spill?  A spilled shard is
+	 * written to a file on the node's disk first (its arena slots are free
+	 * once the file has them), and after shard_finish it still has to be
+	 * moved to the store with shard_forward before its index may be
+	 * published. */
+	bool (*shard_spills)(const struct store_shard *s);
+	/* [worker] Moves a finished spilled shard to the store; may take long.
+	 * Every byte read back from the node's disk is handed to check()
+	 * before it is sent (a non-zero return stops the move with that
+	 * error); *progress (written atomically) counts the bytes the store
+	 * acknowledged.  Returns 0 or -errno; -ECANCELED after shard_cancel. */
+	int (*shard_forward)(struct store_shard *s, store_check_fn check, void *check_ud,
+			     uint64_t *progress, char *err, size_t errlen);
+	/* [loop] Optional: makes a shard_forward in flight stop soon. */
+	void (*shard_cancel)(struct store_shard *s);
 	/* [worker] Publishes (or replaces) rank's index in the work area. */
 	int (*rank_publish)(struct store_attempt *a, uint32_t rank, const char *index_text,
 			    char *err, size_t errlen);

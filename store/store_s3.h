@@ -58,4 +58,12 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 /* The running client, or NULL. */
 struct s3_client *store_s3_client(void);
 
+/* shard_write of store_s3 with the part's CRC32C given: the caller's
+ * checksum of the bytes it checked (the spill tier's), sent as the part's
+ * x-amz-checksum-crc32c, so S3 refuses the part if the bytes sent differ
+ * (len: the bytes to send, not padded). */
+void store_s3_shard_write_crc(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+			      uint64_t file_off, uint64_t len, uint32_t crc, store_io_cb cb,
+			      void *ud);
+
 #endif

@@ -22,6 +22,18 @@
  *              budget and fails on both ranks with the S3 code in the
  *              message, no manifest, and the upload's abort sent (seen in
  *              the proxy's log).  Then, faults off, the next save commits.
+ *   spill      The spill tier (s3_spill_dir on both daemons) while the proxy
+ *              holds every UploadPart: both ranks report staged and durable,
+ *              no commit yet, the shards whole in the spill directories,
+ *              `ckptctl status` says uploading / local_durable / no arena
+ *              slot held.  Released, the save commits, reads back from moto,
+ *              and each node's restore cache equals the S3 object byte for
+ *              byte, with no work area left.
+ *   spill_torn As spill, but once the first parts were checked and handed
+ *              to S3 a byte changes in each spilled file: S3 refuses the
+ *              parts (BadDigest: their CRC32C is of the bytes checked) or
+ *              the check finds it; the save fails, no manifest, no spill
+ *              area and nothing cached.
  *
  * It prints "campaign: faults=N ... commits_verified=C failures_clean=F";
  * s3_faults.sh then lists the bucket with boto3: one manifest per commit,
@@ -33,6 +45,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,6 +153,7 @@ struct rank_args {
 	const char *sock, *root, *name;
 	uint32_t rank;
 	uint64_t seed;
+	bool steps;  /* report "staged" and "durable" before "result" */
 };
 
 static void rank_shape(uint32_t rank, uint64_t g[2], uint64_t o[2], uint64_t sh[2])
@@ -195,11 +211,29 @@ static int rank_main(void *arg, int rep, int go)
 		td_report(rep, "result %d add: %s", rc, ckpt_last_error());
 		return 13;
 	}
+	if (a->steps) {
+		struct ckpt_future *fs = NULL, *fc = NULL, *fd;
+
+		rc = ckpt_save_commit(s, &fs, &fc);
+		if (rc < 0) {
+			td_report(rep, "result %d commit: %s", rc, ckpt_last_error());
+			goto out;
+		}
+		st = ckpt_future_wait(fs, 120000);
+		td_report(rep, "staged %d %s", st, ckpt_future_error(fs));
+		fd = ckpt_save_durable(s);
+		rc = fd ? ckpt_future_wait(fd, 120000) : -EFAULT;
+		td_report(rep, "durable %d %s", rc, fd ? ckpt_future_error(fd) : "no future");
+		cm = ckpt_future_wait(fc, 240000);
+		td_report(rep, "result %d %s", cm, ckpt_future_error(fc));
+		goto out;
+	}
 	rc = td_commit_wait(s, 240000, &st, &cm, msg, sizeof(msg));
 	if (rc < 0)
 		td_report(rep, "result %d commit: %s", rc, ckpt_last_error());
 	else
 		td_report(rep, "result %d %s", st < 0 ? st : cm, msg);
+out:
 	ckpt_save_free(s);
 	ckpt_disconnect(c);
 	free(w);
@@ -438,12 +472,331 @@ START_TEST(test_budget)
 }
 END_TEST
 
+
+/* ---- the spill tier ---- */
+
+/* The one entry of directory `dir` whose name starts with `prefix` into
+ * out (dir/name); false if there is none. */
+static bool one_entry(const char *dir, const char *prefix, char *out, size_t len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' && (!e->d_name[1] || !strcmp(e->d_name, "..")))
+			continue;
+		if (!strncmp(e->d_name, prefix, strlen(prefix))) {
+			snprintf(out, len, "%s/%s", dir, e->d_name);
+			found = true;
+			break;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/* Entries of dir but . and .. (-1 if it cannot be read). */
+static int entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
+}
+
+static void spill_dir(const struct testd *t, int idx, const char *sub, char *out, size_t len)
+{
+	snprintf(out, len, "%s/spill%d/%u%s%s", t->dir, idx, (unsigned)getuid(), sub[0] ? "/" : "",
+		 sub);
+}
+
+/* Two daemons with a spill directory each; a long stall limit, since the
+ * proxy holds parts on purpose. */
+static void start_spill_daemons(struct testd *t, const char *root)
+{
+	char conf[2048];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(conf, sizeof(conf),
+			 "arena_max = 64M\ncommit_deadline = 240s\nroot = %s\ns3_endpoint = %s\n"
+			 "s3_retries = 3\ns3_backoff_base = 10ms\ns3_backoff_cap = 100ms\n"
+			 "s3_stall_timeout = 120s\ns3_parts_in_flight = 4\n"
+			 "s3_spill_dir = %s/spill%d\n",
+			 root, getenv("CKPT_TEST_S3_PROXY"), t->dir, i);
+		ck_assert_int_eq(td_daemon_start(t, i, conf), 0);
+	}
+}
+
+/* GET of an object from moto itself (signed as S3 wants), whole. */
+static struct body s3_get(const char *bucket_key)
+{
+	const char *ep = getenv("S3_ENDPOINT"), *ak = getenv("AWS_ACCESS_KEY_ID");
+	const char *sk = getenv("AWS_SECRET_ACCESS_KEY"), *reg = getenv("AWS_REGION");
+	char url[2048], sig[128], up[512];
+	struct body b = { 0 };
+	long status = 0;
+	CURL *h = curl_easy_init();
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert_msg(ep && ak && sk, "no S3 endpoint or credentials in the environment");
+	ck_assert(strlen(ep) + strlen(bucket_key) + 2 <= sizeof(url));
+	snprintf(url, sizeof(url), "%s/%s", ep, bucket_key);
+	snprintf(sig, sizeof(sig), "aws:amz:%s:s3", reg && reg[0] ? reg : "us-east-1");
+	snprintf(up, sizeof(up), "%s:%s", ak, sk);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sig);
+	curl_easy_setopt(h, CURLOPT_USERPWD, up);
+	/* curl 7.88 does not add it; S3 wants it (shared notes). */
+	struct curl_slist *hd = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	CURLcode cc = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(h);
+	curl_slist_free_all(hd);
+	ck_assert_msg(cc == CURLE_OK && status == 200, "GET %s: curl %d, HTTP %ld", url, (int)cc,
+		      status);
+	return b;
+}
+
+static bool file_equals(const char *path, const struct body *b)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char *buf;
+	bool same;
+
+	if (fd < 0 || fstat(fd, &st) < 0 || (size_t)st.st_size != b->len) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	buf = malloc(b->len ? b->len : 1);
+	same = buf && read(fd, buf, b->len) == (ssize_t)b->len && !memcmp(buf, b->p, b->len);
+	free(buf);
+	close(fd);
+	return same;
+}
+
+/* Starts both ranks of a save that reports its steps. */
+static void spill_start(struct testd *t, struct td_child ch[2], struct rank_args a[2],
+			const char *root, const char *name, uint64_t seed)
+{
+	for (uint32_t r = 0; r < 2; r++) {
+		a[r] = (struct rank_args){ .sock = td_sock(t, (int)r), .root = root, .name = name,
+					   .rank = r, .seed = seed, .steps = true };
+		ck_assert_int_eq(td_child_start(&ch[r], rank_main, &a[r]), 0);
+	}
+}
+
+static int spill_expect(struct td_child *c, const char *what, uint32_t rank, char *line,
+			size_t len)
+{
+	int rc = td_child_expect(c, what, 180000, line, len);
+
+	ck_assert_msg(rc == 0, "rank %u: no '%s' report (%d); it said:\n%s", rank, what, rc,
+		      c->out);
+	return atoi(line);
+}
+
+static void spill_reap(struct td_child ch[2])
+{
+	for (uint32_t r = 0; r < 2; r++) {
+		int st = td_child_wait(&ch[r], 30000);
+		ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u: %s:\n%s",
+			      r, td_status_str(st), ch[r].out);
+	}
+}
+
+static uint64_t held_now(void)
+{
+	json_t *st = proxy_call("/__proxy/stats", NULL);
+	uint64_t n = jnum(st, "held_now");
+
+	json_decref(st);
+	return n;
+}
+
+START_TEST(test_spill)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT");
+	char root[1024], line[1024], path[4096], dir[4096], cache[4096];
+	struct td_child ch[2];
+	struct rank_args a[2];
+	struct testd t;
+	char *out = NULL;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_spill");
+	snprintf(root, sizeof(root), "%s/spill", base);
+	start_spill_daemons(&t, root);
+	/* No part reaches S3 until the test says so. */
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"fault_methods\": "
+		     "\"all\", \"fault_kinds\": \"part\", \"hold\": true}");
+	spill_start(&t, ch, a, root, "held", SEED_BASE + 10);
+	for (uint32_t r = 0; r < 2; r++) {
+		rc = spill_expect(&ch[r], "staged", r, line, sizeof(line));
+		ck_assert_msg(rc == 0, "rank %u: staged failed: %s", r, line);
+		/* Durable on the node while S3 has none of its parts: the
+		 * staging memory no longer waits for the store. */
+		rc = spill_expect(&ch[r], "durable", r, line, sizeof(line));
+		ck_assert_msg(rc == 0, "rank %u: durable failed: %s", r, line);
+	}
+	for (int i = 0; i < 200 && held_now() < 1; i++)
+		usleep(50000);
+	ck_assert_msg(held_now() >= 1, "no part was waiting at the proxy");
+	ck_assert_msg(!strstr(ch[0].out, "result") && !strstr(ch[1].out, "result"),
+		      "a rank reported its commit while every part was held:\n%s\n%s", ch[0].out,
+		      ch[1].out);
+	verify_no_commit(root, "held");
+	/* The spilled shards are on the nodes' disks, whole. */
+	for (int i = 0; i < 2; i++) {
+		struct stat st;
+		char name[64];
+
+		spill_dir(&t, i, "work", dir, sizeof(dir));
+		ck_assert_msg(one_entry(dir, ".ckpt-work-", path, sizeof(path)),
+			      "no spill work area in %s", dir);
+		snprintf(name, sizeof(name), "/rank-%05d.safetensors", i);
+		strncat(path, name, sizeof(path) - strlen(path) - 1);
+		ck_assert_msg(stat(path, &st) == 0 && (uint64_t)st.st_size > ROWS * COLS * 4,
+			      "spilled shard %s missing or short", path);
+	}
+	/* ckptctl status says so: uploading, durable on the node. */
+	ck_assert_int_eq(td_ckptctl(&out, "-s", td_sock(&t, 0), "status", "--json", NULL), 0);
+	ck_assert_msg(out && strstr(out, "\"local_durable\":true") &&
+			      strstr(out, "\"state\":\"uploading\"") &&
+			      strstr(out, "\"spilled\":true") && strstr(out, "\"spill_dir\":\"/"),
+		      "status does not show the spilled save:\n%s", out ? out : "");
+	/* The trainer's staging memory is all free while S3 has nothing. */
+	ck_assert_msg(strstr(out, "\"slots_in_use\":0"), "arena slots still held:\n%s", out);
+	free(out);
+
+	proxy_config("{\"hold\": false, \"fault_kinds\": \"all\"}");
+	for (uint32_t r = 0; r < 2; r++) {
+		rc = spill_expect(&ch[r], "result", r, line, sizeof(line));
+		ck_assert_msg(rc == 0, "rank %u: the save failed once released: %s", r, line);
+	}
+	spill_reap(ch);
+	verify_commit(root, "held", SEED_BASE + 10);
+
+	/* Each node keeps its ranks' shards as a restore cache, byte for byte
+	 * the objects in S3, and no work area. */
+	for (int i = 0; i < 2; i++) {
+		char prefix[32], key[2048];
+		struct body b;
+
+		spill_dir(&t, i, "work", dir, sizeof(dir));
+		ck_assert_msg(entries(dir) == 0, "%s still holds a work area", dir);
+		spill_dir(&t, i, "cache", dir, sizeof(dir));
+		ck_assert_msg(one_entry(dir, "", cache, sizeof(cache)), "no cache in %s", dir);
+		strncat(cache, "/held", sizeof(cache) - strlen(cache) - 1);
+		snprintf(prefix, sizeof(prefix), "rank-%05d.", i);
+		ck_assert_msg(one_entry(cache, prefix, path, sizeof(path)),
+			      "no cached shard of rank %d in %s", i, cache);
+		ck_assert_msg(entries(cache) == 2, "%s: expected the shard and source.json", cache);
+		snprintf(key, sizeof(key), "%s/held/%s", root + strlen("s3://"),
+			 strrchr(path, '/') + 1);
+		b = s3_get(key);
+		ck_assert_msg(file_equals(path, &b), "%s differs from s3://%s", path, key);
+		free(b.p);
+	}
+	td_fini(&t);
+}
+END_TEST
+
+START_TEST(test_spill_torn)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT");
+	char root[1024], line[1024], path[4096], dir[4096];
+	struct td_child ch[2];
+	struct rank_args a[2];
+	struct testd t;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_spill_torn");
+	snprintf(root, sizeof(root), "%s/spilltorn", base);
+	start_spill_daemons(&t, root);
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"fault_methods\": "
+		     "\"all\", \"fault_kinds\": \"part\", \"hold\": true}");
+	spill_start(&t, ch, a, root, "torn", SEED_BASE + 20);
+	for (uint32_t r = 0; r < 2; r++) {
+		rc = spill_expect(&ch[r], "durable", r, line, sizeof(line));
+		ck_assert_msg(rc == 0, "rank %u: durable failed: %s", r, line);
+	}
+	/* Both ranks' first parts were checked and handed to S3 (and wait at
+	 * the proxy): the bytes now change on the node's disk under them. */
+	for (int i = 0; i < 200 && held_now() < 2; i++)
+		usleep(50000);
+	ck_assert_msg(held_now() >= 2, "the first parts never reached the proxy");
+	for (int i = 0; i < 2; i++) {
+		char name[64];
+		uint8_t byte;
+		int fd;
+
+		spill_dir(&t, i, "work", dir, sizeof(dir));
+		ck_assert_msg(one_entry(dir, ".ckpt-work-", path, sizeof(path)), "no work area");
+		snprintf(name, sizeof(name), "/rank-%05d.safetensors", i);
+		strncat(path, name, sizeof(path) - strlen(path) - 1);
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+		ck_assert_int_eq(pread(fd, &byte, 1, 1 << 20), 1);
+		byte ^= 0x20;
+		ck_assert_int_eq(pwrite(fd, &byte, 1, 1 << 20), 1);
+		close(fd);
+	}
+	proxy_config("{\"hold\": false, \"fault_kinds\": \"all\"}");
+	for (uint32_t r = 0; r < 2; r++) {
+		rc = spill_expect(&ch[r], "result", r, line, sizeof(line));
+		ck_assert_msg(rc < 0, "rank %u: a save whose spilled bytes changed committed", r);
+	}
+	ck_assert_msg(strstr(ch[0].out, "BadDigest") || strstr(ch[1].out, "BadDigest") ||
+			      strstr(ch[0].out, "checksum") || strstr(ch[1].out, "checksum"),
+		      "the failure does not say the bytes changed:\n%s\n%s", ch[0].out, ch[1].out);
+	printf("spill_torn: %s", strstr(ch[0].out, "result"));
+	spill_reap(ch);
+	verify_no_commit(root, "torn");
+	/* The failed attempt's spill areas are gone, nothing was cached. */
+	for (int i = 0; i < 2; i++) {
+		spill_dir(&t, i, "work", dir, sizeof(dir));
+		for (int k = 0; k < 100 && entries(dir) > 0; k++)
+			usleep(50000);
+		ck_assert_msg(entries(dir) == 0, "%s still holds a work area", dir);
+		spill_dir(&t, i, "cache", dir, sizeof(dir));
+		ck_assert_msg(entries(dir) <= 0, "%s caches a failed save", dir);
+	}
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("integration_s3_faults");
 
 	td_case(s, "campaign", test_campaign, 1800, 0, 1);
 	td_case(s, "budget", test_budget, 300, 0, 1);
+	td_case(s, "spill", test_spill, 300, 0, 1);
+	td_case(s, "spill_torn", test_spill_torn, 300, 0, 1);
 	return s;
 }
 

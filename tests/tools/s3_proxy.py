@@ -53,10 +53,13 @@ Control API on the same port (never forwarded), JSON:
   POST /__proxy/config  {"rate": R, "faults": [..] | "a,b" | "all", "seed": N,
                          "fault_methods": [..] | "PUT,POST",
                          "fault_kinds": [..] | "part,complete", "stall_s": S,
-                         "fail_all": bool, "reset": true}: all or nothing
+                         "fail_all": bool, "hold": bool,
+                         "reset": true}: all or nothing
                         (400 {"error"}); answers the settings.  fail_all:
                         each request of fault_methods and fault_kinds
-                        gets 503 SlowDown;
+                        gets 503 SlowDown; hold: each such request
+                        waits, its body unread, until hold is cleared
+                        (stats "held_now" counts them);
                         reset: zero counters, log and draw history
   GET  /__proxy/log     last 1000 requests, in arrival order: {"method",
                         "path" (with query), "status" (null: not sent, yet or
@@ -101,6 +104,7 @@ MAX_BODY = 5 << 30           # S3's own limit for one PUT
 MAX_CONNECTIONS = 1024
 MAX_UPLOADS = 100000         # CRC32C uploads remembered (oldest forgotten)
 MAX_DRAW_KEYS = 1 << 20      # draw history entries before it starts over
+HOLD_MAX_S = 600             # a held request goes on after this anyway
 LOG_KEEP = 1000
 COPY_BUF = 1 << 20
 KEEP_BODY_BUF = 64 << 20     # a connection keeps a body buffer up to this
@@ -160,7 +164,7 @@ v_kinds = functools.partial(_names, allowed=KINDS, what="fault kinds", fold=str.
 
 def v_bool(value):
     if not isinstance(value, bool):
-        raise Bad("fail_all: true or false")
+        raise Bad("true or false")
     return value
 
 
@@ -170,7 +174,7 @@ CONFIG_KEYS = {
     "fault_methods": ("fault_methods", v_methods), "fault-methods": ("fault_methods", v_methods),
     "fault_kinds": ("fault_kinds", v_kinds), "fault-kinds": ("fault_kinds", v_kinds),
     "stall_s": ("stall_s", v_stall), "stall-s": ("stall_s", v_stall),
-    "fail_all": ("fail_all", v_bool),
+    "fail_all": ("fail_all", v_bool), "hold": ("hold", v_bool),
 }
 
 
@@ -410,8 +414,9 @@ class Proxy:
         self.creds = (args.access_key, args.secret_key) if args.access_key else None
         self.cfg = {"rate": args.rate, "faults": args.faults, "seed": args.seed,
                     "fault_methods": args.fault_methods, "fault_kinds": args.fault_kinds,
-                    "stall_s": args.stall_s, "fail_all": False}
+                    "stall_s": args.stall_s, "fail_all": False, "hold": False}
         self.lock = threading.Lock()
+        self.unheld = threading.Condition(self.lock)
         self.crc_uploads = {}            # uploadId -> None, oldest first
         self.logfile = open(args.log_file, "a", buffering=1) if args.log_file else None
         self.reset()
@@ -421,7 +426,7 @@ class Proxy:
             self.stats = {"requests": 0, "forwarded": 0,
                           "faults": dict.fromkeys(FAULTS + ("fail_all",), 0),
                           "baddigest": 0, "invalid": 0, "flip_caught": 0, "flip_missed": 0,
-                          "bytes_in": 0, "upstream_errors": 0}
+                          "bytes_in": 0, "upstream_errors": 0, "held_now": 0}
             self.log = collections.deque(maxlen=LOG_KEEP)
             self.seen = {}
 
@@ -447,7 +452,22 @@ class Proxy:
             if "seed" in new:
                 self.seen = {}          # a new seed replays from the first try
             self.cfg.update(new)
+            self.unheld.notify_all()
             return dict(self.cfg)
+
+    def hold(self, req):
+        """While "hold" is set, a request of fault_methods and fault_kinds
+        waits here (its body unread) until it is cleared."""
+        with self.lock:
+            def held():
+                c = self.cfg
+                return c["hold"] and req.method in c["fault_methods"] \
+                    and req.kind in c["fault_kinds"]
+            if not held():
+                return
+            self.stats["held_now"] += 1
+            self.unheld.wait_for(lambda: not held(), timeout=HOLD_MAX_S)
+            self.stats["held_now"] -= 1
 
     def draw(self, req):
         """(fault or None, the request's own RNG, the settings it runs under,
@@ -557,6 +577,7 @@ class Connection:
         if req.path.startswith("/__proxy/"):
             return self.control(req)
         fault, rng, cfg, entry = self.p.draw(req)
+        self.p.hold(req)
         try:
             return self.handle(req, fault, rng, cfg, entry)
         finally:

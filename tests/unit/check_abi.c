@@ -257,6 +257,8 @@ START_TEST(test_symbols)
 	/* Added in 0.3, in its own node. */
 	ck_assert_msg(dlvsym(h, "ckpt_save_set_cuda_stream", "LIBCKPT_0.3") != NULL,
 		      "ckpt_save_set_cuda_stream@LIBCKPT_0.3: %s", dlerror());
+	ck_assert_msg(dlvsym(h, "ckpt_save_durable", "LIBCKPT_0.4") != NULL,
+		      "ckpt_save_durable@LIBCKPT_0.4: %s", dlerror());
 	/* Internal functions stay hidden. */
 	ck_assert_ptr_null(dlsym(h, "abi_copy_in"));
 	ck_assert_ptr_null(dlsym(h, "cli_set_error"));

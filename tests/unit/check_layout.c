@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include "daemon/writer.h"
+#include "format/crc32c.h"
 #include "format/dtype.h"
 #include "format/layout.h"
 #include "format/safetensors.h"
@@ -393,6 +395,73 @@ END_TEST
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+
+/* The spill tier's check (writer_crc_verify): the pieces of every item in a
+ * range against CRCs computed here on the grid, independently; a changed
+ * byte is found in its grid block, in any range that holds it. */
+START_TEST(test_crc_verify)
+{
+	struct layout l;
+	char err[256];
+	uint64_t s1[1] = { 3u << 19 }, s2[1] = { 5000 }, bad = 0;
+	uint8_t *buf;
+	uint32_t *crcs;
+
+	ck_assert_int_eq(layout_init(&l, "/r", "c", 1), 0);
+	ck_assert_int_eq(layout_add(&l, ITEM_TENSOR, "a", CKPT_F32, 1, s1, NULL, NULL, err,
+				    sizeof(err)), 0);
+	ck_assert_int_eq(layout_add(&l, ITEM_BLOB, "b", CKPT_U8, 1, s2, NULL, NULL, err,
+				    sizeof(err)), 0);
+	ck_assert_int_eq(layout_pack(&l), 0);
+	ck_assert_int_eq(layout_place(&l, 100), 0);
+	buf = malloc(l.file_size);
+	crcs = calloc(l.n_crcs, sizeof(*crcs));
+	ck_assert(buf && crcs);
+	for (uint64_t i = 0; i < l.file_size; i++)
+		buf[i] = (uint8_t)(i * 131 + (i >> 9));
+	for (size_t k = 0; k < l.n_items; k++) {
+		const struct layout_item *it = &l.items[k];
+		uint32_t n = 0;
+		for (uint64_t b = it->begin; b < it->end; n++) {
+			uint64_t e = (b / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
+			if (e > it->end)
+				e = it->end;
+			crcs[it->crc0 + n] = crc32c(buf + b, e - b, 0);
+			b = e;
+		}
+	}
+	ck_assert_int_eq(writer_crc_verify(&l, crcs, buf, 0, l.file_size, &bad), 0);
+	/* In parts of one grid block each, as the spill tier's 1 MiB-multiple
+	 * parts are. */
+	for (uint64_t off = 0; off < l.file_size; off += LAYOUT_CRC_BLOCK) {
+		uint64_t len = l.file_size - off < LAYOUT_CRC_BLOCK ? l.file_size - off :
+								       LAYOUT_CRC_BLOCK;
+		ck_assert_int_eq(writer_crc_verify(&l, crcs, buf + off, off, len, &bad), 0);
+	}
+	/* A byte of item a in its second block, then of the blob. */
+	uint64_t at[2] = { l.items[0].begin + LAYOUT_CRC_BLOCK + 7, l.items[1].end - 1 };
+	for (int k = 0; k < 2; k++) {
+		uint64_t blk = at[k] / LAYOUT_CRC_BLOCK * LAYOUT_CRC_BLOCK;
+		buf[at[k]] ^= 0x40;
+		ck_assert_int_eq(writer_crc_verify(&l, crcs, buf, 0, l.file_size, &bad), -EIO);
+		ck_assert_uint_eq(bad, blk);
+		ck_assert_int_eq(writer_crc_verify(&l, crcs, buf + blk, blk,
+						   l.file_size - blk < LAYOUT_CRC_BLOCK ?
+							   l.file_size - blk :
+							   LAYOUT_CRC_BLOCK,
+						   &bad),
+				 -EIO);
+		buf[at[k]] ^= 0x40;
+	}
+	/* The header is not covered by the pieces. */
+	buf[3] ^= 1;
+	ck_assert_int_eq(writer_crc_verify(&l, crcs, buf, 0, l.file_size, &bad), 0);
+	free(buf);
+	free(crcs);
+	layout_free(&l);
+}
+END_TEST
+
 static Suite *layout_suite(void)
 {
 	Suite *s = suite_create("layout");
@@ -403,6 +472,7 @@ static Suite *layout_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("crc_count");
 	tcase_add_test(tc, test_crc_count);
+	tcase_add_test(tc, test_crc_verify);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pack_place");
 	tcase_add_test(tc, test_pack_place);

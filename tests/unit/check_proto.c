@@ -36,6 +36,7 @@ static const struct {
 	{ PROTO_SAVE_ABORT, sizeof(struct proto_save_abort), "SAVE_ABORT" },
 	{ PROTO_STATUS_REQ, sizeof(struct proto_status_req), "STATUS_REQ" },
 	{ PROTO_STATUS_REPLY, sizeof(struct proto_status_reply), "STATUS_REPLY" },
+	{ PROTO_SAVE_DURABLE, sizeof(struct proto_save_result), "SAVE_DURABLE" },
 };
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -206,6 +207,8 @@ static const struct {
 	  "SAVE_ACK.msg" },
 	{ PROTO_SAVE_DONE, F_STRING, offsetof(struct proto_save_result, msg), PROTO_MSG_LEN,
 	  "SAVE_DONE.msg" },
+	{ PROTO_SAVE_DURABLE, F_STRING, offsetof(struct proto_save_result, msg), PROTO_MSG_LEN,
+	  "SAVE_DURABLE.msg" },
 	{ PROTO_EXTENT, F_RESERVED, offsetof(struct proto_extent, reserved), 4,
 	  "EXTENT.reserved" },
 	{ PROTO_SAVE_ABORT, F_RESERVED, offsetof(struct proto_save_abort, reserved), 4,
@@ -291,14 +294,18 @@ static const struct {
 
 START_TEST(test_result_err)
 {
-	for (int k = 0; k < 2; k++) {
-		unsigned type = k ? PROTO_SAVE_DONE : PROTO_SAVE_ACK;
+	static const unsigned kinds[] = { PROTO_SAVE_ACK, PROTO_SAVE_DONE, PROTO_SAVE_DURABLE };
+
+	for (int k = 0; k < 3; k++) {
+		unsigned type = kinds[k];
 		struct proto_save_result *m = (struct proto_save_result *)buf;
 		char err[256];
 		size_t len = make(type_index(type));
+		/* SAVE_DURABLE only ever says 0. */
+		bool ok = results[_i].ok && (type != PROTO_SAVE_DURABLE || results[_i].err == 0);
 
 		m->err = results[_i].err;
-		ck_assert_msg(check(len, err, sizeof(err)) == (results[_i].ok ? (int)type : -EBADMSG),
+		ck_assert_msg(check(len, err, sizeof(err)) == (ok ? (int)type : -EBADMSG),
 			      "type %u err %d: '%s'", type, results[_i].err, err);
 	}
 }

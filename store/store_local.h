@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store_local.h - what the spill tier (spill.c) needs of the local backend
+ * beyond its ops table.
+ */
+#ifndef CKPT_STORE_STORE_LOCAL_H
+#define CKPT_STORE_STORE_LOCAL_H
+
+#include "store/store.h"
+
+/* The work area of a local attempt: the root's fd, the area's fd and its
+ * name in the root (owned by the attempt). */
+void store_local_area(const struct store_attempt *a, int *rootfd, int *workfd, const char **work);
+
+#endif
