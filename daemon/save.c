@@ -466,7 +466,11 @@ static void shard_done(struct work *w)
 			save_fail(s, -ECANCELED, "rank %u: %s", r->rank, w->err);
 	} else if (r->state == RANK_OPENING && !save_final(s)) {
 		r->state = RANK_STAGING;
+		const struct store_ops *st = s->srv->store;
+
 		r->wt = (struct wtarget){ .shard = r->shard, .layout = &r->layout, .crcs = r->crcs,
+					  .crc_first = st->shard_wants_crc &&
+						       st->shard_wants_crc(r->shard),
 					  .extent_done = extent_done };
 		conn_send_result(r->conn, PROTO_SAVE_ACK, r->token, 0, "");
 		log_info("save '%s/%s' (job '%s'): rank %u/%u began, %llu bytes, %zu items", s->root,

@@ -74,22 +74,32 @@ static void io_done(void *ud, int res)
 /* Walks the CRC pieces of l's items that lie in [off, off + len) of the
  * file, whose bytes are at buf: stores each piece's CRC into out, or (want
  * given) compares it with want and stops at the first that differs,
- * returning -EIO with the offset of its grid block in *bad. */
+ * returning -EIO with the offset of its grid block in *bad.  With whole,
+ * also the CRC32C of the entire range: the pieces combined in file order
+ * with the bytes outside them (the header, padding between items). */
 static int crc_walk(const struct layout *l, uint32_t *out, const uint32_t *want,
-		    const uint8_t *buf, uint64_t off, uint64_t len, uint64_t *bad)
+		    const uint8_t *buf, uint64_t off, uint64_t len, uint64_t *bad,
+		    uint32_t *whole)
 {
-	uint64_t end = off + len;
+	uint64_t end = off + len, pos = off;
+	uint32_t acc = 0;
 
 	for (size_t i = layout_find(l, off); i < l->n_items && l->items[i].begin < end; i++) {
 		const struct layout_item *it = &l->items[i];
 		uint64_t b = it->begin > off ? it->begin : off;
 		uint64_t e = it->end < end ? it->end : end;
+		if (whole && b > pos)
+			acc = crc32c(buf + (pos - off), b - pos, acc);
+		if (e > pos)
+			pos = e;
 		while (b < e) {
 			uint64_t grid = (b / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
 			uint64_t pe = grid < e ? grid : e;
 			/* Piece index within the item: grid cells since its first. */
 			uint32_t k = (uint32_t)(b / LAYOUT_CRC_BLOCK - it->begin / LAYOUT_CRC_BLOCK);
 			uint32_t c = crc32c(buf + (b - off), pe - b, 0);
+			if (whole)
+				acc = crc32c_combine(acc, c, pe - b);
 			if (!want) {
 				out[it->crc0 + k] = c;
 			} else if (want[it->crc0 + k] != c) {
@@ -99,19 +109,27 @@ static int crc_walk(const struct layout *l, uint32_t *out, const uint32_t *want,
 			b = pe;
 		}
 	}
+	if (whole) {
+		if (pos < end)
+			acc = crc32c(buf + (pos - off), end - pos, acc);
+		*whole = acc;
+	}
 	return 0;
 }
 
-/* Checksums the pieces of t's items that lie in [off, off + len). */
-static void crc_extent(struct wtarget *t, const uint8_t *buf, uint64_t off, uint64_t len)
+uint32_t writer_crc_extent(const struct layout *l, uint32_t *crcs, const uint8_t *buf,
+			   uint64_t off, uint64_t len)
 {
-	crc_walk(t->layout, t->crcs, NULL, buf, off, len, NULL);
+	uint32_t whole = 0;
+
+	crc_walk(l, crcs, NULL, buf, off, len, NULL, &whole);
+	return whole;
 }
 
 int writer_crc_verify(const struct layout *l, const uint32_t *crcs, const uint8_t *buf,
 		      uint64_t off, uint64_t len, uint64_t *bad)
 {
-	return crc_walk(l, NULL, crcs, buf, off, len, bad);
+	return crc_walk(l, NULL, crcs, buf, off, len, bad, NULL);
 }
 
 /* Checksum thread: reads only the slot's bytes and the target's layout
@@ -122,14 +140,45 @@ static void crc_run(struct work *job)
 	struct wslot *s = (struct wslot *)((char *)job - offsetof(struct wslot, crc_job));
 	struct writer *w = s->w;
 
-	crc_extent(s->t, w->base + (uint64_t)(s - w->slots) * w->slot_bytes, s->file_off, s->len);
+	const uint8_t *buf = w->base + (uint64_t)(s - w->slots) * w->slot_bytes;
+
+	if (s->write_held)
+		s->ext_crc = writer_crc_extent(s->t->layout, s->t->crcs, buf, s->file_off, s->len);
+	else
+		crc_walk(s->t->layout, s->t->crcs, NULL, buf, s->file_off, s->len, NULL, NULL);
+}
+
+static uint64_t padded_len(uint64_t len)
+{
+	return (len + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
+}
+
+/* A held write that will not run (its save failed): the slot is done. */
+static void held_drop(struct wslot *s)
+{
+	s->write_held = false;
+	s->writing = false;
+	s->res = -ECANCELED;
 }
 
 static void crc_done(struct work *job)
 {
 	struct wslot *s = (struct wslot *)((char *)job - offsetof(struct wslot, crc_job));
+	struct writer *w = s->w;
 
 	s->crc_pending = false;
+	if (s->write_held) {
+		if (s->t->no_crc) {
+			held_drop(s);
+		} else {
+			s->write_held = false;
+			w->store->shard_write_crc(s->t->shard, w->io,
+						  (uint64_t)(s - w->slots) * w->slot_bytes,
+						  s->file_off, padded_len(s->len), s->ext_crc,
+						  io_done, s);
+			return;
+		}
+	}
 	if (!s->writing)
 		slot_finish(s);
 }
@@ -144,6 +193,8 @@ void writer_crc_due(struct writer *w)
 		list_del(&s->clink);
 		if (s->t->no_crc) {
 			s->crc_pending = false;
+			if (s->write_held)
+				held_drop(s);
 			if (!s->writing)
 				slot_finish(s);
 			continue;
@@ -159,7 +210,6 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
 		   uint64_t len)
 {
 	struct wslot *s = &w->slots[slot];
-	uint64_t padded = (len + LAYOUT_ALIGN - 1) / LAYOUT_ALIGN * LAYOUT_ALIGN;
 
 	s->t = t;
 	s->file_off = file_off;
@@ -167,16 +217,19 @@ void writer_extent(struct writer *w, uint32_t slot, struct wtarget *t, uint64_t 
 	s->res = 0;
 	s->writing = true;
 	s->crc_pending = true;
+	s->write_held = t->crc_first;
 	list_add_tail(&w->crc_q, &s->clink);
 	t->held++;
 	w->held++;
 	w->last_extent_ms = now_ms();
 
-	/* The write goes first; the checksum waits unless it is due.  Both
-	 * only read the slot, and it is released after both (a slot is never
-	 * rewritten while held: the client has no right to it until RELEASE). */
-	w->store->shard_write(t->shard, w->io, (uint64_t)slot * w->slot_bytes, file_off, padded,
-			      io_done, s);
+	/* The write goes first (unless it waits for the checksum: crc_first);
+	 * the checksum waits unless it is due.  Both only read the slot, and
+	 * it is released after both (a slot is never rewritten while held:
+	 * the client has no right to it until RELEASE). */
+	if (!s->write_held)
+		w->store->shard_write(t->shard, w->io, (uint64_t)slot * w->slot_bytes, file_off,
+				      padded_len(len), io_done, s);
 	if (t->crc_now || t->no_crc || w->n_slots - w->held <= 1)
 		writer_crc_due(w);
 	else

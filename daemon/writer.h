@@ -17,6 +17,16 @@
  * machine they would take CPU from its copy threads); they become due when
  * the rank is staged, the client goes away or stalls, or it runs short of
  * free slots.
+ *
+ * A store that checks each extent's CRC32C on receipt (S3:
+ * shard_wants_crc) gets the extent only after its checksum: the same pass
+ * that takes the CRC pieces for the index gives the extent's whole CRC
+ * (combined from the pieces and the bytes between items), so the checksum
+ * S3 verifies and the ones the manifest records come from one read of the
+ * bytes, and a slot changed after that read fails its upload instead of
+ * committing bytes the manifest does not describe.  It also keeps the
+ * upload's CPU (sending, and the sink's on this machine) off a client
+ * that is still copying, as the checksums are.
  */
 #ifndef CKPTD_WRITER_H
 #define CKPTD_WRITER_H
@@ -38,6 +48,8 @@ struct wtarget {
 	uint32_t *crcs;          /* layout->n_crcs */
 	bool no_crc;             /* failed: checksums are no longer needed */
 	bool crc_now;            /* every extent arrived: checksum without delay */
+	bool crc_first;          /* the store wants each extent's CRC32C with it:
+				  * write after the checksum (shard_write_crc) */
 	unsigned held;           /* slots the writer holds for this target */
 	/* An extent of `bytes` file bytes is written and checksummed (res 0),
 	 * or its write failed (res < 0).  Its slot is free again already. */
@@ -50,6 +62,8 @@ struct wslot {
 	uint64_t file_off;       /* extent's offset in the file */
 	uint64_t len;            /* file bytes of the extent */
 	bool writing, crc_pending;
+	bool write_held;         /* the write waits for the checksum (crc_first) */
+	uint32_t ext_crc;        /* CRC32C of the extent's len bytes (crc_first) */
 	int res;
 	struct list clink;       /* in writer.crc_q while its checksum waits */
 	struct work crc_job;     /* the checksum, once it is due */
@@ -96,6 +110,13 @@ static inline uint32_t writer_held(const struct writer *w)
 /* Checks the CRC pieces of l's items in the file range [off, off + len),
  * whose bytes are at buf, against crcs (as the checksum jobs stored them):
  * 0, or -EIO with the grid block of the first mismatch in *bad. */
+/* Computes the CRC pieces of l's items in the file range [off, off + len)
+ * from its bytes at buf into crcs (their entries only), and returns the
+ * CRC32C of all len bytes, built from those pieces and the bytes between
+ * items (crc32c_combine): one pass over the bytes. */
+uint32_t writer_crc_extent(const struct layout *l, uint32_t *crcs, const uint8_t *buf,
+			   uint64_t off, uint64_t len);
+
 int writer_crc_verify(const struct layout *l, const uint32_t *crcs, const uint8_t *buf,
 		      uint64_t off, uint64_t len, uint64_t *bad);
 

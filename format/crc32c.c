@@ -29,3 +29,41 @@ uint32_t crc32c(const void *buf, size_t len, uint32_t prev)
 	}
 	return reg ^ 0xFFFFFFFFu;
 }
+
+/*
+ * Combining works in GF(2)[x] modulo CRC32C's polynomial, with each value
+ * held bit-reversed as the register holds it: bit 31 is x^0, bit 0 is x^31.
+ * Appending n bytes to A multiplies A's CRC by x^(8n); the inversions at
+ * both ends cancel out (they are the same for any A), so
+ * CRC(A || B) = CRC(A) * x^(8 |B|) + CRC(B).
+ */
+#define CRC32C_POLY_REV 0x82F63B78u
+
+/* a * b mod the polynomial. */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+	uint32_t prod = 0;
+
+	/* For each power x^i in a (from x^0 up), add b * x^i; b is multiplied
+	 * by x as i grows, folding x^32 back in through the polynomial. */
+	for (uint32_t bit = 0x80000000u; bit; bit >>= 1) {
+		if (a & bit)
+			prod ^= b;
+		b = (b & 1) ? (b >> 1) ^ CRC32C_POLY_REV : b >> 1;
+	}
+	return prod;
+}
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+	uint32_t shift = 0x80000000u; /* x^0 */
+	uint32_t sq = 0x00800000u;    /* x^8: one byte */
+
+	/* x^(8 len_b) by squaring: sq runs through x^(8 * 2^k). */
+	for (; len_b; len_b >>= 1) {
+		if (len_b & 1)
+			shift = gf2_mulmod(shift, sq);
+		sq = gf2_mulmod(sq, sq);
+	}
+	return gf2_mulmod(shift, crc_a) ^ crc_b;
+}

@@ -14,4 +14,11 @@
  */
 uint32_t crc32c(const void *buf, size_t len, uint32_t prev);
 
+/*
+ * The CRC32C of A followed by B, from crc_a = CRC32C(A), crc_b = CRC32C(B)
+ * and B's length alone, without B's bytes: a part's checksum can be built
+ * from the checksums of its pieces.  Costs O(log len_b) small steps.
+ */
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 #endif

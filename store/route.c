@@ -197,6 +197,28 @@ static void r_shard_write(struct store_shard *x, struct store_arena *ax, uint64_
 	rs->ops->shard_write(rs->s, a, arena_off, file_off, len, cb, ud);
 }
 
+static bool r_shard_wants_crc(const struct store_shard *x)
+{
+	const struct rshard *rs = (const struct rshard *)(const void *)x;
+
+	return rs->ops->shard_wants_crc && rs->ops->shard_wants_crc(rs->s);
+}
+
+static void r_shard_write_crc(struct store_shard *x, struct store_arena *ax, uint64_t arena_off,
+			      uint64_t file_off, uint64_t len, uint32_t crc, store_io_cb cb,
+			      void *ud)
+{
+	struct rshard *rs = RS(x);
+	struct rarena *ra = RA(ax);
+	struct store_arena *a = rs->ops == &store_s3 ? ra->s3 : ra->local;
+
+	if (!a || !rs->ops->shard_write_crc) {
+		cb(ud, -ENOTSUP);
+		return;
+	}
+	rs->ops->shard_write_crc(rs->s, a, arena_off, file_off, len, crc, cb, ud);
+}
+
 static const char *r_shard_error(const struct store_shard *x)
 {
 	const struct store_ops *o = RS(x)->ops;
@@ -319,6 +341,8 @@ const struct store_ops store_routed = {
 	.shard_create = r_shard_create,
 	.attempt_tag = r_attempt_tag,
 	.shard_write = r_shard_write,
+	.shard_wants_crc = r_shard_wants_crc,
+	.shard_write_crc = r_shard_write_crc,
 	.shard_finish = r_shard_finish,
 	.shard_error = r_shard_error,
 	.shard_spills = r_shard_spills,

@@ -961,6 +961,13 @@ void store_s3_shard_write_crc(struct store_shard *s, struct store_arena *a, uint
 	shard_write_crc(s, a, arena_off, file_off, len, &crc, cb, ud);
 }
 
+/* S3 verifies each part's x-amz-checksum-crc32c: the writer gives it. */
+static bool s3_shard_wants_crc(const struct store_shard *s)
+{
+	(void)s;
+	return true;
+}
+
 static void s3a_reap(struct store_arena *a)
 {
 	struct part *list;
@@ -1528,6 +1535,8 @@ const struct store_ops store_s3 = {
 	.shard_create = s3_shard_create,
 	.attempt_tag = s3_attempt_tag,
 	.shard_write = s3_shard_write,
+	.shard_wants_crc = s3_shard_wants_crc,
+	.shard_write_crc = store_s3_shard_write_crc,
 	.shard_finish = s3_shard_finish,
 	.shard_error = s3_shard_error,
 	.rank_publish = s3_rank_publish,

@@ -150,6 +150,18 @@ struct store_ops {
 	 * until cb runs).  cb runs from arena_reap, exactly once. */
 	void (*shard_write)(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
 			    uint64_t file_off, uint64_t len, store_io_cb cb, void *ud);
+	/* [any] Optional (NULL: never): does s want each extent's CRC32C
+	 * with its write (shard_write_crc instead of shard_write)?  The store
+	 * has the bytes checked against it on receipt (S3 verifies
+	 * x-amz-checksum-crc32c), and the writer computes it in the pass that
+	 * takes the index's CRC pieces, before the write starts. */
+	bool (*shard_wants_crc)(const struct store_shard *s);
+	/* [loop] As shard_write, with crc the CRC32C of the extent's file
+	 * bytes (len up to the shard's size: not the padding).  Required
+	 * where shard_wants_crc can say true. */
+	void (*shard_write_crc)(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+				uint64_t file_off, uint64_t len, uint32_t crc, store_io_cb cb,
+				void *ud);
 	/* [loop] Optional: what the first failed write of s said, beyond
 	 * its errno (an S3 part's code and message), or NULL. */
 	const char *(*shard_error)(const struct store_shard *s);

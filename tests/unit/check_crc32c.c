@@ -86,6 +86,52 @@ START_TEST(test_chaining)
 }
 END_TEST
 
+/* crc32c_combine against the CRC of the joined bytes, at every cut of a
+ * buffer, for empty pieces, and for a B longer than 4 GiB (zeros: its CRC
+ * by chaining the zero page). */
+START_TEST(test_combine)
+{
+	enum { N = 3000 };
+	unsigned char *buf = malloc(N);
+	uint32_t whole;
+
+	ck_assert_ptr_nonnull(buf);
+	srand(7);
+	for (int i = 0; i < N; i++)
+		buf[i] = (unsigned char)rand();
+	whole = crc32c(buf, N, 0);
+	for (size_t cut = 0; cut <= N; cut++) {
+		uint32_t a = crc32c(buf, cut, 0), b = crc32c(buf + cut, N - cut, 0);
+
+		ck_assert_uint_eq(crc32c_combine(a, b, N - cut), whole);
+	}
+	/* Three pieces folded left to right. */
+	ck_assert_uint_eq(crc32c_combine(crc32c_combine(crc32c(buf, 10, 0), crc32c(buf + 10, 1000, 0),
+							1000),
+					 crc32c(buf + 1010, N - 1010, 0), N - 1010),
+			  whole);
+	/* An empty B leaves A's CRC. */
+	ck_assert_uint_eq(crc32c_combine(whole, 0, 0), whole);
+	free(buf);
+
+	/* B = 4 GiB + 3 zero bytes: 1 MiB of zeros chained. */
+	unsigned char *z = calloc(1, 1 << 20);
+	uint64_t blen = ((uint64_t)4 << 30) + 3;
+	uint32_t head = crc32c("head", 4, 0), chained = head, zb = 0;
+
+	ck_assert_ptr_nonnull(z);
+	for (uint64_t done = 0; done < blen;) {
+		size_t n = blen - done < (1u << 20) ? (size_t)(blen - done) : (1u << 20);
+
+		chained = crc32c(z, n, chained);
+		zb = crc32c(z, n, zb);
+		done += n;
+	}
+	ck_assert_uint_eq(crc32c_combine(head, zb, blen), chained);
+	free(z);
+}
+END_TEST
+
 /*
  * More than INT_MAX bytes in one call.  The buffer is an untouched private
  * anonymous mapping: every page reads as the shared zero page, so this needs
@@ -127,6 +173,10 @@ static Suite *crc32c_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("chaining");
 	tcase_add_test(tc, test_chaining);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("combine");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_combine);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("large");
 	tcase_set_timeout(tc, 60);
