@@ -2083,8 +2083,9 @@ def s3_bound(r, server, sink, ratio_key):
         verdict = ("the %d cores shared by client and sink: the proxy (Python) reads every part, checks its "
                    "CRC32C and SigV4 (and the payload's SHA-256 where the client signed it: awscli over http "
                    "does, ckptd sends UNSIGNED-PAYLOAD), while the client computes its checksums and sends; "
-                   "the sink's CPU is also taken from staging, which overlaps the first parts' upload "
-                   "(a remote S3 would not take it)" % n)
+                   "parts go up once their checksum pass ran, which waits until the rank is staged "
+                   "unless the arena runs short of slots, so the sink's CPU (which a remote S3 would "
+                   "not take) mostly follows staging rather than competing with it" % n)
     return "%s (%s; %s)" % (verdict, what, figs)
 
 

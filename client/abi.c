@@ -23,6 +23,9 @@
 _Static_assert(sizeof(struct ckpt_connect_opts) == 4 * 4 + 2 * 8 + 3 * 8 + 2 * 4, "padding");
 _Static_assert(sizeof(struct ckpt_save_opts) == 2 * 4 + 2 * 8 + 8, "padding");
 _Static_assert(sizeof(struct ckpt_tensor) == 2 * 4 + 5 * 8 + 4 * 4 + 8, "padding");
+_Static_assert(sizeof(struct ckpt_load_dst) == 4 * 4 + 4 * 8, "padding");
+_Static_assert(sizeof(struct ckpt_load_tensor) == 2 * 4 + 2 * 8 + 2 * 4 + 8, "padding");
+_Static_assert(sizeof(struct ckpt_load_stats) == 2 * 4 + 3 * 8, "padding");
 #endif
 _Static_assert(sizeof(enum ckpt_dtype) == 4 && sizeof(enum ckpt_device) == 4 &&
 	       sizeof(enum ckpt_cuda_pin) == 4,
@@ -39,6 +42,15 @@ const struct abi_struct abi_save_opts = {
 const struct abi_struct abi_tensor = {
 	"struct ckpt_tensor", "CKPT_TENSOR_INIT", sizeof(struct ckpt_tensor),
 	CKPT_TENSOR_SIZE_VER0,
+};
+
+const struct abi_struct abi_load_dst = {
+	"struct ckpt_load_dst", "CKPT_LOAD_DST_INIT", sizeof(struct ckpt_load_dst),
+	sizeof(struct ckpt_load_dst),
+};
+const struct abi_struct abi_load_tensor = {
+	"struct ckpt_load_tensor", "CKPT_LOAD_TENSOR_INIT", sizeof(struct ckpt_load_tensor),
+	sizeof(struct ckpt_load_tensor),
 };
 
 int abi_copy_in(const struct abi_struct *t, void *dst, const void *src, const char *fn)

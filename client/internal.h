@@ -77,7 +77,8 @@ struct abi_struct {
 	size_t min_size;        /* its first version's size */
 };
 
-extern const struct abi_struct abi_connect_opts, abi_save_opts, abi_tensor;
+extern const struct abi_struct abi_connect_opts, abi_save_opts, abi_tensor, abi_load_dst,
+	abi_load_tensor;
 
 /*
  * Copies the caller's struct `src` (as long as its size field says) into
@@ -448,6 +449,26 @@ void cli_conn_dead_locked(struct ckpt_client *c, const char *detail);
 /* Returns how many saves of checkpoint `name` this client began before, and
  * counts this one.  Caller holds c->lock. */
 uint32_t cli_attempt_locked(struct ckpt_client *c, const char *name);
+
+/* ---- readers (reader.c) and loads (load.c) ---- */
+
+#include "format/index.h"
+
+/* A reader is used by one thread at a time (ckpt.h); a running load only
+ * reads `m`, `path`, `s3` and the descriptors it opened through
+ * cli_reader_fd() on the caller's thread before it started. */
+struct ckpt_reader {
+	int dirfd;
+	char *path;
+	struct manifest m;
+	int *fds;   /* per manifest file, -1 until first used */
+	bool s3;    /* path is s3://...: ranged GETs instead of files */
+	void *plan_ix; /* struct plan_index, made by the first load */
+};
+
+/* The descriptor of manifest file `file`, opened on first use.  Returns it
+ * or -errno with a message naming the file in err. */
+int cli_reader_fd(struct ckpt_reader *rd, uint32_t file, char *err, size_t errlen);
 
 /* ---- helpers ---- */
 

@@ -18,19 +18,14 @@
 #include "client/internal.h"
 #include "format/crc32c.h"
 #include "format/index.h"
+#include "format/plan.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
+#include "store/store_route.h"
 #include "store/store_s3.h"
 
 #define READER_MAX_MANIFEST (1ull << 30)
 
-struct ckpt_reader {
-	int dirfd;
-	char *path;
-	struct manifest m;
-	int *fds; /* per manifest file, -1 until first used */
-	bool s3;  /* path is s3://...: ranged GETs instead of files */
-};
 
 /* ---- N-d box copy ---- */
 
@@ -108,6 +103,7 @@ void ckpt_reader_close(struct ckpt_reader *reader)
 			if (reader->fds[i] >= 0)
 				close(reader->fds[i]);
 	free(reader->fds);
+	plan_index_free(reader->plan_ix);
 	manifest_free(&reader->m);
 	if (reader->dirfd >= 0)
 		close(reader->dirfd);
@@ -289,19 +285,29 @@ int64_t ckpt_reader_blob_size(const struct ckpt_reader *reader, const char *key)
 
 /* ---- reading ---- */
 
-static int file_fd(struct ckpt_reader *rd, uint32_t file, const char *fn, const char *name)
+int cli_reader_fd(struct ckpt_reader *rd, uint32_t file, char *err, size_t errlen)
 {
 	if (rd->fds[file] < 0) {
 		int fd = openat(rd->dirfd, rd->m.files[file].path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			int r = -errno;
-			cli_set_error("%s: '%s': opening %s/%s: %s", fn, name, rd->path,
-				      rd->m.files[file].path, strerror(-r));
+			snprintf(err, errlen, "opening %s/%s: %s", rd->path, rd->m.files[file].path,
+				 strerror(-r));
 			return r;
 		}
 		rd->fds[file] = fd;
 	}
 	return rd->fds[file];
+}
+
+static int file_fd(struct ckpt_reader *rd, uint32_t file, const char *fn, const char *name)
+{
+	char err[512];
+	int fd = cli_reader_fd(rd, file, err, sizeof(err));
+
+	if (fd < 0)
+		cli_set_error("%s: '%s': %s", fn, name, err);
+	return fd;
 }
 
 /*
@@ -469,4 +475,105 @@ int ckpt_reader_read_tensor(struct ckpt_reader *reader, const char *name, void *
 int ckpt_reader_read_blob(struct ckpt_reader *reader, const char *key, void *buf, size_t len)
 {
 	return read_item(reader, ITEM_BLOB, key, buf, len, "ckpt_reader_read_blob");
+}
+
+/* ---- the newest committed checkpoint of a root ---- */
+
+struct latest {
+	const char *root;
+	char *best;          /* name of the best so far */
+	uint64_t best_step;
+	char best_time[40];
+	unsigned skipped;    /* checkpoints whose manifest could not be read */
+	int err;
+};
+
+/* A committed checkpoint under the root: read its manifest's step and
+ * time; keep the greatest (step, time, name). */
+static int latest_add(void *ud, const char *name, enum store_entry kind)
+{
+	struct latest *L = ud;
+	struct ckpt_reader *rd;
+	char *path;
+	int r;
+
+	if (kind != STORE_ENTRY_CHECKPOINT)
+		return 0;
+	if (asprintf(&path, "%s/%s", L->root, name) < 0) {
+		L->err = -ENOMEM;
+		return -ENOMEM;
+	}
+	r = ckpt_reader_open(path, &rd);
+	free(path);
+	if (r == -ENOMEM) {
+		L->err = r;
+		return r;
+	}
+	if (r < 0) {
+		L->skipped++;
+		cli_log(CKPT_LOG_WARNING, "ckpt_reader_open_latest: skipping '%s/%s': %s", L->root,
+			name, ckpt_last_error());
+		return 0;
+	}
+	int cmp = !L->best ? 1 : rd->m.step != L->best_step ? (rd->m.step > L->best_step ? 1 : -1) :
+		  strcmp(rd->m.time, L->best_time) ? strcmp(rd->m.time, L->best_time) :
+						     strcmp(name, L->best);
+	if (cmp > 0) {
+		char *n = strdup(name);
+		if (!n) {
+			ckpt_reader_close(rd);
+			L->err = -ENOMEM;
+			return -ENOMEM;
+		}
+		free(L->best);
+		L->best = n;
+		L->best_step = rd->m.step;
+		snprintf(L->best_time, sizeof(L->best_time), "%s", rd->m.time);
+	}
+	ckpt_reader_close(rd);
+	return 0;
+}
+
+int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
+{
+	struct latest L = { .root = root };
+	char *path;
+	int r;
+
+	if (!root || !ret_reader) {
+		cli_set_error("ckpt_reader_open_latest: NULL argument");
+		return -EINVAL;
+	}
+	if (s3_is_url(root)) {
+		struct store_s3_settings set = { 0 };
+		char err[512];
+		r = store_s3_start_settings(&set, err, sizeof(err));
+		if (r < 0) {
+			cli_set_error("ckpt_reader_open_latest: '%s': %s", root, err);
+			return r;
+		}
+	}
+	r = store_routed.list(root, "", latest_add, &L);
+	if (r < 0 || L.err) {
+		r = L.err ? L.err : r;
+		free(L.best);
+		cli_set_error("ckpt_reader_open_latest: listing '%s': %s", root, strerror(-r));
+		return r;
+	}
+	if (!L.best) {
+		cli_set_error("ckpt_reader_open_latest: no committed checkpoint under '%s'%s", root,
+			      L.skipped ? " (some could not be read: see the log)" : "");
+		return -ENOENT;
+	}
+	r = asprintf(&path, "%s/%s", root, L.best);
+	free(L.best);
+	if (r < 0) {
+		cli_set_error("ckpt_reader_open_latest: out of memory");
+		return -ENOMEM;
+	}
+	/* Opened again: a checkpoint removed in between fails here, never
+	 * silently falls back to an older one. */
+	r = ckpt_reader_open(path, ret_reader);
+	free(path);
+	return r;
 }

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "format/boxcheck.h"
 #include "format/dtype.h"
 #include "format/errmsg.h"
 #include "format/grow.h"
@@ -664,111 +665,52 @@ static int group(struct merge *m, char *err, size_t errlen)
 	return ret;
 }
 
-/* Sort key context for the sweep (qsort_r). */
-struct sweep {
-	const struct merge *m;
-	unsigned dim;
-};
-
-static int by_offset(const void *a, const void *b, void *ctx)
-{
-	const struct sweep *s = ctx;
-	const struct chunk *ca = &s->m->chunks[*(const uint32_t *)a];
-	const struct chunk *cb = &s->m->chunks[*(const uint32_t *)b];
-	uint64_t oa = s->m->dims[ca->dims + 2u * ca->ndim + s->dim];
-	uint64_t ob = s->m->dims[cb->dims + 2u * cb->ndim + s->dim];
-
-	return (oa > ob) - (oa < ob);
-}
-
-static bool boxes_meet(const struct merge *m, const struct chunk *a, const struct chunk *b)
-{
-	const uint64_t *sa = m->dims + a->dims, *oa = sa + 2u * a->ndim;
-	const uint64_t *sb = m->dims + b->dims, *ob = sb + 2u * b->ndim;
-
-	for (unsigned d = 0; d < a->ndim; d++)
-		if (oa[d] >= ob[d] + sb[d] || ob[d] >= oa[d] + sa[d])
-			return false;
-	return true;
-}
-
-static uint64_t volume(const uint64_t *shape, unsigned ndim)
-{
-	uint64_t v = 1;
-
-	for (unsigned d = 0; d < ndim; d++)
-		v *= shape[d];
-	return v;
-}
-
 /*
  * Checks that a tensor's chunks tile its global shape: no two overlap and
- * their volumes add up to the whole (with no overlap, that means they cover
- * every element, as each lies inside the global shape).
- *
- * Overlaps are found by a sweep along the dimension in which chunks are
- * thinnest relative to the tensor (so a tensor split by columns sweeps the
- * columns): after sorting by offset there, a chunk is only compared with the
- * following chunks that start before it ends in that dimension.
+ * their volumes add up to the whole (boxcheck.h, which manifest_parse also
+ * asks, so that a manifest the merge writes is one readers accept).  tmp
+ * holds the chunks' indexes in the order given to bc, to name their ranks.
  */
-static int check_cover(struct merge *m, const struct entry *en, uint32_t *tmp, char *err,
-		       size_t errlen)
+static int check_cover(struct merge *m, const struct entry *en, struct boxcheck *bc,
+		       uint32_t *tmp, char *err, size_t errlen)
 {
 	const struct chunk *f = &m->chunks[en->first];
 	const uint64_t *gshape = m->dims + f->dims + f->ndim;
 	unsigned ndim = f->ndim;
-	uint64_t gvol = volume(gshape, ndim);
-	unsigned __int128 sum = 0;
+	struct boxcheck_result res;
 	size_t n = 0;
 	char b1[128], b2[128];
+	int ret;
 
+	/* add_chunk refused a global volume past 2^64, in bytes even. */
+	ret = boxcheck_start(bc, ndim, gshape);
+	if (ret)
+		return bad("tensor '%s': size overflows", f->name);
 	for (uint32_t i = en->first; i != NONE; i = m->chunks[i].next) {
-		uint64_t v = volume(m->dims + m->chunks[i].dims, ndim);
+		const struct chunk *c = &m->chunks[i];
 
-		sum += v;
-		if (v)
-			tmp[n++] = i;
+		ret = boxcheck_add(bc, m->dims + c->dims + 2u * ndim, m->dims + c->dims);
+		if (ret)
+			return ret;
+		tmp[n++] = i;
 	}
-	if (n > 1) {
-		struct sweep s = { m, 0 };
-		double best = -1;
+	switch (boxcheck_verdict(bc, &res)) {
+	case BOXCHECK_OVERLAP: {
+		const struct chunk *ca = &m->chunks[tmp[res.first]];
+		const struct chunk *cb = &m->chunks[tmp[res.second]];
 
-		for (unsigned d = 0; d < ndim; d++) {
-			double span = 0;
-
-			for (size_t k = 0; k < n; k++)
-				span += (double)m->dims[m->chunks[tmp[k]].dims + d];
-			span /= (double)gshape[d];
-			if (best < 0 || span < best) {
-				best = span;
-				s.dim = d;
-			}
-		}
-		if (ndim)
-			qsort_r(tmp, n, sizeof(*tmp), by_offset, &s);
-		for (size_t a = 0; a < n; a++) {
-			const struct chunk *ca = &m->chunks[tmp[a]];
-			uint64_t end_a = ndim ? m->dims[ca->dims + 2u * ndim + s.dim] +
-							m->dims[ca->dims + s.dim] : 0;
-
-			for (size_t b = a + 1; b < n; b++) {
-				const struct chunk *cb = &m->chunks[tmp[b]];
-
-				if (ndim && m->dims[cb->dims + 2u * ndim + s.dim] >= end_a)
-					break;
-				if (!boxes_meet(m, ca, cb))
-					continue;
-				return bad("tensor '%s': the chunk of rank %u at %s and the chunk of rank %u at %s overlap",
-					   f->name, ca->rank,
-					   errmsg_dims(m->dims + ca->dims + 2u * ndim, ndim, b1, sizeof(b1)),
-					   cb->rank,
-					   errmsg_dims(m->dims + cb->dims + 2u * ndim, ndim, b2, sizeof(b2)));
-			}
-		}
+		return bad("tensor '%s': the chunk of rank %u at %s and the chunk of rank %u at %s overlap",
+			   f->name, ca->rank,
+			   errmsg_dims(m->dims + ca->dims + 2u * ndim, ndim, b1, sizeof(b1)),
+			   cb->rank,
+			   errmsg_dims(m->dims + cb->dims + 2u * ndim, ndim, b2, sizeof(b2)));
 	}
-	if (sum != gvol)
+	case BOXCHECK_HOLE:
 		return bad("tensor '%s': chunks cover %llu of %llu elements", f->name,
-			   (unsigned long long)sum, (unsigned long long)gvol);
+			   (unsigned long long)res.covered, (unsigned long long)res.total);
+	case BOXCHECK_TILES:
+		break;
+	}
 	return 0;
 }
 
@@ -929,6 +871,7 @@ int index_merge_fetch(int dirfd, index_fetch_fn fetch, void *fetch_ud, const cha
 	struct merge m = { .dirfd = dirfd, .fetch = fetch, .fetch_ud = fetch_ud, .job = job,
 			   .name = name, .world = world, .origin = origin, .local = local,
 			   .n_local = n_local };
+	struct boxcheck bc = BOXCHECK_INIT;
 	uint32_t *tmp = NULL;
 	int ret = 0;
 
@@ -963,12 +906,13 @@ int index_merge_fetch(int dirfd, index_fetch_fn fetch, void *fetch_ud, const cha
 	for (size_t e = 0; e < m.n_entries; e++) {
 		if (m.chunks[m.entries[e].first].kind != ITEM_TENSOR)
 			continue;
-		ret = check_cover(&m, &m.entries[e], tmp, err, errlen);
+		ret = check_cover(&m, &m.entries[e], &bc, tmp, err, errlen);
 		if (ret)
 			goto out;
 	}
 	ret = emit(&m, time_utc, ret_text, err, errlen);
 out:
+	boxcheck_free(&bc);
 	free(tmp);
 	for (uint32_t r = 0; r < world; r++) {
 		struct part *p = &m.parts[r];

@@ -167,8 +167,10 @@ struct manifest {
 /*
  * Parses and validates manifest text (as index_merge makes it): every
  * chunk's range lies inside its file's size, its byte count matches its
- * shape and dtype, its CRC count matches.  Returns 0, -EBADMSG (reason in
- * err), -ENOMEM.  *m must be zeroed; on failure it is left freed.
+ * shape and dtype, its CRC count matches, and the chunks of each tensor
+ * tile it (no overlap, no hole: format/boxcheck.h).  Returns 0, -EBADMSG
+ * (reason in err), -EPROTONOSUPPORT (format "ckpt-N" newer than this
+ * reader's), -ENOMEM.  *m must be zeroed; on failure it is left freed.
  */
 int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, size_t errlen);
 void manifest_free(struct manifest *m);

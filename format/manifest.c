@@ -4,9 +4,16 @@
  *
  * Everything a reader will trust later is checked here once: chunk ranges
  * inside their files, byte counts against shapes, CRC counts against the
- * grid, chunk boxes inside the global shape, and that chunk volumes add up.
+ * grid, chunk boxes inside the global shape, and that each tensor's chunks
+ * tile it (no two overlap, none missing: boxcheck.h, as the merge checks).
+ * A reader copies each chunk into its box and nothing else, so a manifest
+ * that passed here never leaves an element unwritten or written twice.
  * The parsed form lives in a few pooled blocks, not one allocation per
  * chunk, so a manifest of 10,000+ tensors is cheap to open and free.
+ *
+ * The manifest is untrusted input (hand-written, or whatever a bucket
+ * holds): every count it states is checked against what it holds, and what
+ * it makes us allocate is proportional to its text.
  */
 #include <errno.h>
 #include <stdalign.h>
@@ -15,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "format/boxcheck.h"
 #include "format/dtype.h"
 #include "format/errmsg.h"
 #include "format/index.h"
@@ -200,12 +208,30 @@ static int parse_range(struct manifest *m, const char *what, const char *name, s
 	return 0;
 }
 
+/* Reports why a tensor's chunks do not tile it (boxcheck_verdict()). */
+static int tiling_error(const char *name, const struct manifest_tensor *t,
+			enum boxcheck_verdict v, const struct boxcheck_result *res, char *err,
+			size_t errlen)
+{
+	char b1[128], b2[128];
+
+	if (v == BOXCHECK_OVERLAP)
+		return bad("tensor '%s': chunks %zu and %zu overlap (at %s and %s)", name,
+			   res->first, res->second,
+			   errmsg_dims(t->chunks[res->first].offsets, t->ndim, b1, sizeof(b1)),
+			   errmsg_dims(t->chunks[res->second].offsets, t->ndim, b2, sizeof(b2)));
+	return bad("tensor '%s': chunks cover %llu of %llu elements", name,
+		   (unsigned long long)res->covered, (unsigned long long)res->total);
+}
+
+/* bc is the parse's scratch for the tiling check, reused tensor to tensor. */
 static int parse_tensor(struct manifest *m, const char *name, json_t *jt,
-			struct manifest_tensor *t, char *err, size_t errlen)
+			struct manifest_tensor *t, struct boxcheck *bc, char *err, size_t errlen)
 {
 	json_t *shape = json_object_get(jt, "shape"), *chunks = json_object_get(jt, "chunks");
+	struct boxcheck_result res;
+	enum boxcheck_verdict v;
 	uint64_t esize, gvol = 1;
-	unsigned __int128 sum = 0;
 	int dtype;
 	size_t nd;
 
@@ -226,6 +252,8 @@ static int parse_tensor(struct manifest *m, const char *name, json_t *jt,
 		return bad("tensor '%s': size overflows", name);
 	if (!json_is_array(chunks) || json_array_size(chunks) == 0)
 		return bad("tensor '%s': chunks is not a non-empty array", name);
+	if (boxcheck_start(bc, (unsigned)nd, t->shape))
+		return bad("tensor '%s': size overflows", name); /* refused above */
 
 	t->kind = ITEM_TENSOR;
 	t->dtype = (uint8_t)dtype;
@@ -257,14 +285,17 @@ static int parse_tensor(struct manifest *m, const char *name, json_t *jt,
 					   (unsigned long long)t->shape[d]);
 			vol *= c->shape[d]; /* <= gvol: no overflow */
 		}
-		sum += vol;
 		ret = parse_range(m, "tensor", name, k, jc, vol * esize, c, err, errlen);
 		if (ret)
 			return ret;
+		/* Inside the global shape (checked above), as boxcheck needs. */
+		ret = boxcheck_add(bc, c->offsets, c->shape);
+		if (ret)
+			return ret;
 	}
-	if (sum != gvol)
-		return bad("tensor '%s': chunks cover %llu of %llu elements", name,
-			   (unsigned long long)sum, (unsigned long long)gvol);
+	v = boxcheck_verdict(bc, &res);
+	if (v != BOXCHECK_TILES)
+		return tiling_error(name, t, v, &res, err, errlen);
 	return 0;
 }
 
@@ -298,8 +329,8 @@ static int by_name(const void *a, const void *b)
 		      ((const struct manifest_tensor *)b)->name);
 }
 
-static int parse_items(struct manifest *m, json_t *tensors, json_t *blobs, char *err,
-		       size_t errlen)
+static int parse_items(struct manifest *m, json_t *tensors, json_t *blobs, struct boxcheck *bc,
+		       char *err, size_t errlen)
 {
 	const char *key;
 	json_t *val;
@@ -321,7 +352,7 @@ static int parse_items(struct manifest *m, json_t *tensors, json_t *blobs, char 
 		m->items[i].name = pool_strdup(m, key);
 		if (!m->items[i].name)
 			return -ENOMEM;
-		ret = parse_tensor(m, key, val, &m->items[i], err, errlen);
+		ret = parse_tensor(m, key, val, &m->items[i], bc, err, errlen);
 		if (ret)
 			return ret;
 		i++;
@@ -354,9 +385,45 @@ static int parse_items(struct manifest *m, json_t *tensors, json_t *blobs, char 
 	return 0;
 }
 
+/* The N of a format "ckpt-N" (decimal, no sign, no leading zero), or NULL. */
+static const char *format_version(const char *s)
+{
+	static const char prefix[] = "ckpt-";
+	const char *v;
+
+	if (strncmp(s, prefix, sizeof(prefix) - 1) != 0)
+		return NULL;
+	v = s + sizeof(prefix) - 1;
+	if (*v < '1' || *v > '9')
+		return NULL;
+	for (const char *p = v; *p; p++)
+		if (*p < '0' || *p > '9')
+			return NULL;
+	return v;
+}
+
+/*
+ * True if s is "ckpt-N" for an N above this reader's: a manifest of a later
+ * format (which may mean anything by its fields), not a corrupt one, and
+ * worth telling apart.  The numbers are compared as digit strings, so no N
+ * is too long to compare.
+ */
+static bool format_is_newer(const char *s)
+{
+	const char *v = format_version(s), *mine = format_version(MANIFEST_FORMAT);
+	size_t lv, lm;
+
+	if (!v || !mine)
+		return false;
+	lv = strlen(v);
+	lm = strlen(mine);
+	return lv > lm || (lv == lm && strcmp(v, mine) > 0);
+}
+
 int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, size_t errlen)
 {
 	char sub[256], sb[ERRMSG_SAFE_LEN];
+	struct boxcheck bc = BOXCHECK_INIT;
 	json_error_t jerr;
 	const char *s, *name, *job, *tm;
 	uint64_t v;
@@ -377,6 +444,13 @@ int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, 
 		goto fail;
 	}
 	s = json_string_value(json_object_get(root, "format"));
+	if (s && format_is_newer(s)) {
+		ret = errmsg_set(err, errlen, -EPROTONOSUPPORT,
+				 "manifest format '%s' is newer than this reader knows (it reads %s): "
+				 "read it with a newer libckpt and ckptctl",
+				 errmsg_safe(s, sb), MANIFEST_FORMAT);
+		goto fail;
+	}
 	if (!s || strcmp(s, MANIFEST_FORMAT) != 0) {
 		ret = bad("manifest format is '%s', expected '%s'", s ? errmsg_safe(s, sb) : "",
 			  MANIFEST_FORMAT);
@@ -422,8 +496,9 @@ int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, 
 	ret = parse_files(m, json_object_get(root, "files"), err, errlen);
 	if (ret)
 		goto fail;
-	ret = parse_items(m, json_object_get(root, "tensors"), json_object_get(root, "blobs"), err,
-			  errlen);
+	ret = parse_items(m, json_object_get(root, "tensors"), json_object_get(root, "blobs"), &bc,
+			  err, errlen);
+	boxcheck_free(&bc);
 	if (ret)
 		goto fail;
 	/* Everything else now lives in the pool: keep only what m->json is

@@ -451,11 +451,25 @@ CKPT_API const char *ckpt_future_error(const struct ckpt_future *future);
 /* ---- reading a checkpoint ------------------------------------------------ */
 
 /*
- * Opens the committed checkpoint in directory `path` (<root>/<name>).  Reads
- * and checks manifest.json.  Returns 0, -ENOENT (no such checkpoint, or not
- * committed), -EBADMSG (corrupt manifest), -ENOMEM.
+ * Opens the committed checkpoint `path` (<root>/<name>: a directory, or
+ * s3://bucket/prefix/name).  Reads manifest.json and checks all of it once:
+ * every chunk inside its file and its tensor, and the chunks of each tensor
+ * tiling it (no overlap, no hole).  Returns 0, -ENOENT (no such checkpoint,
+ * or not committed), -EBADMSG (corrupt manifest), -EPROTONOSUPPORT (a
+ * manifest of a newer format than this library reads), -ENOMEM.
  */
 CKPT_API int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader);
+/*
+ * Opens the newest committed checkpoint directly under `root` (a directory
+ * or s3://bucket/prefix): the one with the greatest step, then the latest
+ * commit time, then the greatest name.  Only checkpoints with a manifest
+ * are considered (a save in progress or one that failed has none); one
+ * whose manifest cannot be read is skipped, with a warning to the log
+ * callback.  Returns as ckpt_reader_open(), and -ENOENT if the root holds
+ * no committed checkpoint.  (LIBCKPT_0.5)
+ */
+CKPT_API int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader);
+
 /* Closes the reader and frees it; names it returned become invalid.  Accepts
  * NULL. */
 CKPT_API void ckpt_reader_close(struct ckpt_reader *reader);
@@ -505,6 +519,133 @@ CKPT_API int64_t ckpt_reader_blob_size(const struct ckpt_reader *reader, const c
  * ckpt_reader_read_tensor(). */
 CKPT_API int ckpt_reader_read_blob(struct ckpt_reader *reader, const char *key, void *buf,
 				   size_t len);
+
+/* ---- loading into any layout (libckpt 0.5) ------------------------------- */
+
+/*
+ * A load fills destination boxes of the caller's memory from a checkpoint
+ * opened with a reader, in whatever layout the caller now has: the
+ * checkpoint may have been saved by N ranks with one sharding and be loaded
+ * by M ranks with another.  Per tensor the caller names the dtype and
+ * global shape it expects and one or more boxes of the global tensor it
+ * holds (global offsets and sizes) with where they go (a pointer and
+ * element strides).  Only the byte ranges those boxes need are read,
+ * widened to the checkpoint's CRC blocks (every block read is verified
+ * before any of its bytes are used) and merged into large reads, several
+ * in flight; the bytes are then copied into place.
+ *
+ *     struct ckpt_load *ld;
+ *     struct ckpt_future *done;
+ *     uint64_t gshape[2] = { 4096, 1024 }, offs[2] = { 0, 512 }, box[2] = { 4096, 512 };
+ *     struct ckpt_load_dst dst = { CKPT_LOAD_DST_INIT, .offsets = offs,
+ *                                  .shape = box, .data = my_half };
+ *     struct ckpt_load_tensor t = { CKPT_LOAD_TENSOR_INIT, .name = "w",
+ *                                   .dtype = CKPT_F32, .ndim = 2,
+ *                                   .global_shape = gshape, .dsts = &dst,
+ *                                   .n_dsts = 1 };
+ *     ckpt_load_begin(reader, 0, &ld);
+ *     ckpt_load_add_tensor(ld, &t);
+ *     ckpt_load_start(ld, &done);
+ *     ckpt_future_wait(done, -1);
+ *     ckpt_load_free(ld);
+ *
+ * Like a save, a load is whole or refused: the first add_* call that fails
+ * makes ckpt_load_start() refuse the load with that call's errno and
+ * message.  Strict by default: a tensor or blob the checkpoint lacks, a
+ * dtype, rank or global-shape mismatch, or a box outside the global shape
+ * fails with a message naming the tensor.  CKPT_LOAD_PARTIAL lets tensors
+ * and blobs the checkpoint lacks be skipped instead (counted in
+ * ckpt_load_stats.missing); every mismatch still fails.
+ *
+ * Lifetimes: the reader must stay open until the load is freed; strings
+ * and arrays of the add_* arguments are copied; destination memory must
+ * stay valid until the done future completes.  If a load fails after it
+ * started (an I/O error, a CRC mismatch), destination memory may have been
+ * partly written: the future's error says so, and names the file, the
+ * tensor and the offset of a bad block.
+ */
+struct ckpt_load;
+
+#define CKPT_LOAD_PARTIAL 0x1u /* skip tensors and blobs the checkpoint lacks */
+
+/* One destination box of a tensor. */
+struct ckpt_load_dst {
+	uint32_t size;            /* set by CKPT_LOAD_DST_INIT */
+	enum ckpt_device device;  /* CKPT_DEVICE_HOST only in this release */
+	int32_t device_index;
+	uint32_t reserved;        /* must be 0 */
+	const uint64_t *offsets;  /* ndim: where the box starts in the global
+	                           * tensor; NULL: at the origin */
+	const uint64_t *shape;    /* ndim: the box's extent; NULL: the whole
+	                           * global shape (offsets must be NULL too) */
+	const int64_t *strides;   /* ndim element strides of data, >= 0; NULL:
+	                           * row-major and contiguous in `shape` */
+	void *data;               /* element [0,..,0] of the box */
+};
+
+#define CKPT_LOAD_DST_INIT .size = sizeof(struct ckpt_load_dst)
+
+struct ckpt_load_tensor {
+	uint32_t size;                /* set by CKPT_LOAD_TENSOR_INIT */
+	enum ckpt_dtype dtype;        /* expected dtype */
+	const char *name;
+	const uint64_t *global_shape; /* ndim: expected global shape */
+	uint32_t ndim;
+	uint32_t n_dsts;              /* 1 .. CKPT_LOAD_MAX_DSTS boxes */
+	const struct ckpt_load_dst *dsts;
+};
+
+#define CKPT_LOAD_TENSOR_INIT .size = sizeof(struct ckpt_load_tensor)
+#define CKPT_LOAD_MAX_DSTS 65536
+
+/* What a load read and skipped.  Filled by ckpt_load_stats(). */
+struct ckpt_load_stats {
+	uint32_t size;           /* set by CKPT_LOAD_STATS_INIT */
+	uint32_t missing;        /* tensors and blobs skipped (CKPT_LOAD_PARTIAL) */
+	uint64_t bytes_wanted;   /* bytes of the destinations */
+	uint64_t bytes_read;     /* bytes read from storage (>= wanted: CRC
+	                          * blocks are read whole, small gaps with them) */
+	uint64_t reads;          /* read requests */
+};
+
+#define CKPT_LOAD_STATS_INIT .size = sizeof(struct ckpt_load_stats)
+
+/*
+ * Starts describing a load from `reader`.  flags: 0 or CKPT_LOAD_PARTIAL.
+ * Returns 0 and *ret_load (free with ckpt_load_free()), or -EINVAL (NULL
+ * argument, unknown flags), -ENOMEM.
+ */
+CKPT_API int ckpt_load_begin(struct ckpt_reader *reader, uint32_t flags,
+			     struct ckpt_load **ret_load);
+
+/*
+ * Adds a tensor and its destination boxes.  Returns 0, or -EINVAL (bad
+ * arguments, a dtype/ndim/global-shape mismatch, a box outside the global
+ * shape, bad strides), -ENOENT (the checkpoint has no such tensor; 0 with
+ * CKPT_LOAD_PARTIAL, the tensor skipped), -EEXIST (tensor already added),
+ * -EOPNOTSUPP (a device destination), -E2BIG, -EBUSY (started), -ENOMEM.
+ */
+CKPT_API int ckpt_load_add_tensor(struct ckpt_load *load, const struct ckpt_load_tensor *tensor);
+
+/* Adds blob `key`, read into buf (len must equal its size).  Errors as for
+ * ckpt_load_add_tensor(). */
+CKPT_API int ckpt_load_add_blob(struct ckpt_load *load, const char *key, void *buf, size_t len);
+
+/*
+ * Plans the load and starts it on library threads; returns at once with
+ * *ret_done (borrowed: lives as long as the load), which completes when
+ * every destination is filled and verified, or fails with the reason.
+ * Returns 0, or the errno of the first failed add_* call (the load is
+ * refused, see above), -EBUSY (started twice), -ENOMEM.
+ */
+CKPT_API int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done);
+
+/* The load's figures; complete once the done future has.  Returns 0 or
+ * -EINVAL (NULL, or a size the library does not know, see the ABI rules). */
+CKPT_API int ckpt_load_stats(const struct ckpt_load *load, struct ckpt_load_stats *ret_stats);
+
+/* Waits for a started load to finish, then frees it.  Accepts NULL. */
+CKPT_API void ckpt_load_free(struct ckpt_load *load);
 
 #ifdef __cplusplus
 }
