@@ -647,6 +647,77 @@ CKPT_API int ckpt_load_stats(const struct ckpt_load *load, struct ckpt_load_stat
 /* Waits for a started load to finish, then frees it.  Accepts NULL. */
 CKPT_API void ckpt_load_free(struct ckpt_load *load);
 
+/* ---- data-loader state that reshards (libckpt 0.5) ------------------------ */
+
+/*
+ * A data loader's position travels as one int64 tensor, the "table", of
+ * global shape [n_shards, k]: one row per logical data shard (a file, a
+ * piece of a data set) and k columns (CKPT_DL_MIN_COLS .. CKPT_DL_MAX_COLS):
+ *
+ *   CKPT_DL_COL_ID      shard id, >= 0, unique
+ *   CKPT_DL_COL_CURSOR  samples of the shard the training loop has CONSUMED
+ *                       in the current epoch (not what workers prefetched)
+ *   CKPT_DL_COL_DONE    1 once the shard is finished for this epoch, else 0
+ *   3 .. k-1            the caller's own columns (epoch, length, seed...),
+ *                       carried along with the row
+ *
+ * Each data-parallel (DP) rank holds a contiguous block of rows and saves
+ * it with ckpt_save_add_dl_table() at the row0 it was given (by
+ * ckpt_dl_first() on the first run, by ckpt_dl_restore() after a restore).
+ * Every DP rank saves its block, even an empty one; of the TP/PP ranks of
+ * one DP group (which hold the same rows) one writes (replica 0).
+ *
+ * Restoring with the same DP world gives every rank back exactly its rows;
+ * with another DP world the rows are dealt out again, unfinished and
+ * finished shards each spread evenly (counts differ by at most 1; no
+ * divisibility needed), the same way on every rank and every TP/PP peer, so
+ * that every shard has exactly one owner.  The guarantee: within an epoch
+ * no shard is visited twice and none is skipped.  Seen again are only the
+ * samples prefetched but not consumed at the save (at most prefetch depth x
+ * batch size x loader workers per DP rank), and those consumed after the
+ * last committed save (the usual rollback).  Per-rank state that is not in
+ * the table (worker snapshots, RNG) is saved as blobs per DP rank and is
+ * only valid when ckpt_dl_restore() reports the same topology.
+ */
+#define CKPT_DL_COL_ID     0
+#define CKPT_DL_COL_CURSOR 1
+#define CKPT_DL_COL_DONE   2
+#define CKPT_DL_MIN_COLS   3
+#define CKPT_DL_MAX_COLS   64
+
+/*
+ * First run: the shards 0 .. n_shards-1 dealt to dp_world ranks.  Returns 0
+ * with *ret_ids (the shard ids of rank dp_rank, malloc'd: free() it),
+ * *ret_n and *ret_row0 (where its block starts in the table), or -EINVAL,
+ * -E2BIG (more than 2^28 shards), -ENOMEM.
+ */
+CKPT_API int ckpt_dl_first(uint64_t n_shards, uint32_t dp_world, uint32_t dp_rank,
+			   int64_t **ret_ids, uint64_t *ret_n, uint64_t *ret_row0);
+
+/*
+ * Adds this DP rank's block of the table `name`: n rows of k columns
+ * (row-major, rows[n * k]) at rows [row0, row0 + n) of a table of n_shards
+ * rows.  replica: 0 for the one rank of the DP group that writes, its
+ * index among the group's TP/PP ranks otherwise.  As ckpt_save_add_tensor.
+ */
+CKPT_API int ckpt_save_add_dl_table(struct ckpt_save *save, const char *name,
+				    const int64_t *rows, uint64_t n, uint32_t k, uint64_t row0,
+				    uint64_t n_shards, uint32_t replica);
+
+/*
+ * Reads table `name` from the checkpoint and gives DP rank dp_rank of
+ * dp_world its rows: *ret_rows (n x k int64, row-major, malloc'd: free()
+ * it), *ret_n, *ret_k, *ret_row0, and *ret_same_topology (true when the
+ * checkpoint was saved by dp_world DP ranks: per-rank blobs then still
+ * match).  Every byte read is CRC-checked.  Returns 0, -ENOENT (no such
+ * tensor), -EBADMSG (not an int64 [n, k] table, blocks that do not tile
+ * it, a duplicate shard id, a bad cursor or done value: the message says
+ * which row), -EINVAL, -ENOMEM, or a read error.
+ */
+CKPT_API int ckpt_dl_restore(struct ckpt_reader *reader, const char *name, uint32_t dp_world,
+			     uint32_t dp_rank, int64_t **ret_rows, uint64_t *ret_n,
+			     uint32_t *ret_k, uint64_t *ret_row0, bool *ret_same_topology);
+
 #ifdef __cplusplus
 }
 #endif
