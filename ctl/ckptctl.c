@@ -658,13 +658,16 @@ static int cmd_status(const char *opt_socket, const char *opt_config, bool json)
 #define LEGACY_PREFIX     ".partial-"
 #define ATTEMPT_FILE      "attempt.json"
 
-enum entry_state { ENT_COMMITTED, ENT_IN_PROGRESS, ENT_INCOMPLETE, ENT_CORRUPT };
+/* ENT_NEWER: a manifest of a later format than this ckptctl reads: most
+ * likely a good checkpoint that a newer ckptd wrote, so never "corrupt". */
+enum entry_state { ENT_COMMITTED, ENT_IN_PROGRESS, ENT_INCOMPLETE, ENT_CORRUPT, ENT_NEWER };
 
 static const char *const state_names[] = {
 	[ENT_COMMITTED] = "committed",
 	[ENT_IN_PROGRESS] = "in_progress",
 	[ENT_INCOMPLETE] = "incomplete",
 	[ENT_CORRUPT] = "corrupt",
+	[ENT_NEWER] = "newer_format",
 };
 
 struct entry {
@@ -870,6 +873,8 @@ static int add_checkpoint(struct listing *L, const char *rel, int r, char *text,
 	if (ret == -ENOMEM)
 		return ret;
 	if (ret < 0) {
+		if (ret == -EPROTONOSUPPORT)
+			e->state = ENT_NEWER;
 		e->error = strdup(err[0] ? err : strerror(-ret));
 		return e->error ? 0 : -ENOMEM;
 	}
@@ -1022,6 +1027,7 @@ static json_t *entry_json(const struct entry *e)
 						      1000.0));
 		break;
 	case ENT_CORRUPT:
+	case ENT_NEWER:
 		json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
 		break;
 	case ENT_INCOMPLETE:
@@ -1064,6 +1070,9 @@ static void list_print(const struct listing *L)
 			break;
 		case ENT_CORRUPT:
 			printf("corrupt: %s\n", e->error ? e->error : "?");
+			break;
+		case ENT_NEWER:
+			printf("newer format: %s\n", e->error ? e->error : "?");
 			break;
 		}
 	}
@@ -1597,8 +1606,8 @@ static int show_text(const char *path, char *text, size_t len, bool json, bool v
 	memset(&m, 0, sizeof(m));
 	ret = manifest_parse(text, len, &m, err, sizeof(err));
 	if (ret < 0) {
-		errmsg("'%s/%s' is corrupt: %s", path, MANIFEST_FILE,
-		       err[0] ? err : strerror(-ret));
+		errmsg(ret == -EPROTONOSUPPORT ? "'%s/%s': %s" : "'%s/%s' is corrupt: %s", path,
+		       MANIFEST_FILE, err[0] ? err : strerror(-ret));
 		free(text);
 		return 1;
 	}

@@ -156,6 +156,11 @@ os.makedirs(os.path.join(root, "wrong-total"))
 man = json.load(open(os.path.join(root, "step-000100", "manifest.json")))
 man["total_bytes"] += 1
 json.dump(man, open(os.path.join(root, "wrong-total", "manifest.json"), "w"))
+# a manifest of a later format: listed as such, never as corrupt
+os.makedirs(os.path.join(root, "from-future"))
+man["total_bytes"] -= 1
+man["format"] = "ckpt-2"
+json.dump(man, open(os.path.join(root, "from-future", "manifest.json"), "w"))
 os.makedirs(os.path.join(root, ".hidden", "step-000001"))
 open(os.path.join(root, ".hidden", "step-000001", "manifest.json"), "w").write("{}")
 open(os.path.join(root, "README"), "w").write("not a checkpoint\n")
@@ -203,7 +208,7 @@ echo "$out"
 # by directory; in one, committed by step (20 before 100), then the rest by name
 order=$(awk 'NR > 1 { print $1 }' <<<"$out" | tr '\n' ' ')
 want="step-000020 step-000100 .ckpt-work-ffffffffffffffffffffffffffffffff"
-want="$want .partial-step-000300-7f3a broken half-done wrong-total d1/d2/d3/d4/d5/d6/d7/ck8"
+want="$want .partial-step-000300-7f3a broken from-future half-done wrong-total d1/d2/d3/d4/d5/d6/d7/ck8"
 want="$want llm-7b/step-000050 llm-7b/.ckpt-work-0123456789abcdef0123456789abcdef "
 [ "$order" = "$want" ] || fail "list order: '$order'"
 grep -Eq '^step-000100 +100 +[0-9.]+ KiB +2026-11-23T03:09:36Z +2 +committed$' <<<"$out" ||
@@ -219,6 +224,8 @@ grep -Eq '^\.ckpt-work-f{32} +- +- +- +- +in progress \([0-9.]+(ms|s) old\)$' <<
 grep -Eq '^half-done .* incomplete \(shards but no manifest.json\)$' <<<"$out" || fail "incomplete"
 grep -Eq '^broken .* corrupt: manifest is not valid JSON' <<<"$out" || fail "corrupt JSON"
 grep -Eq '^wrong-total .* corrupt: .*total_bytes' <<<"$out" || fail "corrupt total"
+grep -Eq "^from-future .* newer format: manifest format 'ckpt-2' is newer" <<<"$out" ||
+	fail "newer format"
 if grep -Eq 'README|hidden|inner|empty-job|latest|loop|ck9|ckpt-work-1234|ckpt-work-g' <<<"$out"; then
 	fail "list shows a file, a hidden dir, a container, a symlink or what lies too deep"
 fi
@@ -254,8 +261,9 @@ assert b["state"] == "in_progress" and "name" not in b and "job" not in b, b
 assert by["half-done"]["state"] == "incomplete"
 assert by["broken"]["state"] == "corrupt" and "JSON" in by["broken"]["error"]
 assert by["wrong-total"]["state"] == "corrupt"
+assert by["from-future"]["state"] == "newer_format" and "ckpt-2" in by["from-future"]["error"]
 assert by["d1/d2/d3/d4/d5/d6/d7/ck8"]["step"] == 8
-assert len(ents) == 10, sorted(by)
+assert len(ents) == 11, sorted(by)
 EOF
 
 mkdir "$tmp/empty"
@@ -291,6 +299,7 @@ expect_out 0 \
 expect_out 1 "is not a committed checkpoint \(no manifest.json\)" -- "$ctl" show "$root/half-done"
 expect_out 0 "^checkpoint step-000050 " -- "$ctl" show "$root/llm-7b/step-000050"
 expect_out 1 "manifest.json' is corrupt: manifest is not valid JSON" -- "$ctl" show "$root/broken"
+expect_out 1 "manifest.json': manifest format 'ckpt-2' is newer" -- "$ctl" show "$root/from-future"
 expect_out 1 "cannot open checkpoint '$root/absent'" -- "$ctl" show "$root/absent"
 
 # ---- usage ----
