@@ -2,7 +2,8 @@
 /*
  * cuda.c - the client's side of the CUDA copy engine (cuda/cuxfer.h does the
  * CUDA work): one struct cuxfer per client, the check of a device tensor at
- * add time, the start events recorded at commit, and the copy threads' calls.
+ * add time, the start events recorded at commit, and the copy threads' calls;
+ * and a client-less struct cuxfer per load with device destinations (load.c).
  * A build without CUDA keeps these entry points and refuses device tensors.
  */
 #include <errno.h>
@@ -48,19 +49,28 @@ void cli_cuda_close(struct ckpt_client *c)
 	c->cuda = NULL;
 }
 
+/* cuxfer_check, logging `pinned` when it pinned x's arena (the first check
+ * pins under AUTO), or `unpinned` and why it could not (once). */
+static int check_logged(struct cuxfer *x, const char *pinned, const char *unpinned,
+			const void *data, uint64_t bytes, int device, char *err, size_t errlen)
+{
+	bool was = cuxfer_pinned(x);
+	int r = cuxfer_check(x, data, bytes, device, err, errlen);
+	char why[512];
+
+	if (r == 0 && !was && cuxfer_pinned(x))
+		cli_log(CKPT_LOG_DEBUG, "%s", pinned);
+	if (cuxfer_pin_failure(x, why, sizeof(why)))
+		cli_log(CKPT_LOG_WARNING, "%s: %s", unpinned, why);
+	return r;
+}
+
 int cli_cuda_check(struct ckpt_client *c, const void *data, uint64_t bytes, int device, char *err,
 		   size_t errlen)
 {
-	bool was = cuxfer_pinned(c->cuda);
-	int r = cuxfer_check(c->cuda, data, bytes, device, err, errlen);
-
-	char why[512];
-
-	if (r == 0 && !was && cuxfer_pinned(c->cuda))
-		cli_log(CKPT_LOG_DEBUG, "arena pinned for CUDA copies (first device tensor)");
-	if (cuxfer_pin_failure(c->cuda, why, sizeof(why)))
-		cli_log(CKPT_LOG_WARNING, "device copies go to unpinned memory (slower): %s", why);
-	return r;
+	return check_logged(c->cuda, "arena pinned for CUDA copies (first device tensor)",
+			    "device copies go to unpinned memory (slower)", data, bytes, device, err,
+			    errlen);
 }
 
 int cli_cuda_commit(struct ckpt_client *c, struct ckpt_save *s, char *err, size_t errlen)
@@ -133,7 +143,64 @@ int cli_cuda_h2d(struct ckpt_client *c, int device, void *dst, const void *src, 
 	return r < 0 ? r : cuxfer_h2d(c->cuda, device, dst, src, len, stream, err, errlen);
 }
 
+int cli_cuda_load_open(void *arena, uint64_t len, struct cuxfer **ret, char *err, size_t errlen)
+{
+	return cuxfer_open(arena ? CUXFER_PIN_AUTO : CUXFER_PIN_OFF, arena, arena ? len : 0, ret,
+			   err, errlen);
+}
+
+void cli_cuda_load_close(struct cuxfer *x)
+{
+	cuxfer_close(x);
+}
+
+int cli_cuda_load_check(struct cuxfer *x, const void *data, uint64_t len, int device, char *err,
+			size_t errlen)
+{
+	return check_logged(x, "load: bounce buffers pinned for CUDA copies",
+			    "load: device copies go from unpinned memory (slower)", data, len, device,
+			    err, errlen);
+}
+
+int cli_cuda_load_h2d(struct cuxfer *x, int device, void *dst, const void *src, size_t len,
+		      char *err, size_t errlen)
+{
+	/* A load names no stream: the caller owns the destinations until the
+	 * load is done (ckpt.h), so the legacy default stream, which
+	 * cuxfer_h2d waits for, is the only ordering there is to keep. */
+	return cuxfer_h2d(x, device, dst, src, len, NULL, err, errlen);
+}
+
 #else /* !CKPT_HAVE_CUDA */
+
+int cli_cuda_load_open(void *arena, uint64_t len, struct cuxfer **ret, char *err, size_t errlen)
+{
+	(void)arena, (void)len, (void)ret;
+	snprintf(err, errlen, "loads into CUDA device memory need the CUDA copy engine, which this "
+		 "build does not include (built with CUDA=0 or without the toolkit's headers)");
+	return -EOPNOTSUPP;
+}
+
+void cli_cuda_load_close(struct cuxfer *x)
+{
+	(void)x;
+}
+
+int cli_cuda_load_check(struct cuxfer *x, const void *data, uint64_t len, int device, char *err,
+			size_t errlen)
+{
+	(void)x, (void)data, (void)len, (void)device;
+	snprintf(err, errlen, "internal error: no CUDA engine in this build");
+	return -EOPNOTSUPP;
+}
+
+int cli_cuda_load_h2d(struct cuxfer *x, int device, void *dst, const void *src, size_t len,
+		      char *err, size_t errlen)
+{
+	(void)x, (void)device, (void)dst, (void)src, (void)len;
+	snprintf(err, errlen, "internal error: no CUDA engine in this build");
+	return -EOPNOTSUPP;
+}
 
 int cli_cuda_h2d(struct ckpt_client *c, int device, void *dst, const void *src, size_t len,
 		 void *stream, char *err, size_t errlen)

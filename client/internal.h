@@ -279,6 +279,33 @@ int cli_cuda_h2d(struct ckpt_client *c, int device, void *dst, const void *src, 
  * cli_cuda_copy instead of ->copy). */
 extern const struct copy_engine copy_engine_cuda;
 
+/*
+ * Loads (load.c) have no client, so a load with device destinations has a
+ * CUDA context of its own: a struct cuxfer whose "arena" is the load's
+ * bounce buffers.  Thread-safe (cuxfer locks inside).  In a build without
+ * CUDA, open fails with -EOPNOTSUPP and a message saying so.
+ */
+struct cuxfer;
+/* Opens one over [arena, arena + len), pinned at the first
+ * cli_cuda_load_check(); arena NULL: never pinned (checks only).  Returns
+ * 0 and *ret, or -errno with err. */
+int cli_cuda_load_open(void *arena, uint64_t len, struct cuxfer **ret, char *err, size_t errlen);
+/* Unpins (before the caller frees the arena) and frees streams and events;
+ * every copy must have returned.  Accepts NULL. */
+void cli_cuda_load_close(struct cuxfer *x);
+/* Checks that [data, data + len) is memory of CUDA device `device`; pins the
+ * arena first if not tried yet (a failure to pin is logged, not returned).
+ * len 0 only pins and checks the device exists.  0 or -errno with err:
+ * -ENODEV (no runtime or no such device), -EINVAL (not that device's
+ * memory). */
+int cli_cuda_load_check(struct cuxfer *x, const void *data, uint64_t len, int device, char *err,
+			size_t errlen);
+/* Copies len bytes of host memory src to device memory dst of `device`
+ * and waits for it (cuxfer_h2d, after the work queued on the legacy default
+ * stream).  0 or -errno with err. */
+int cli_cuda_load_h2d(struct cuxfer *x, int device, void *dst, const void *src, size_t len,
+		      char *err, size_t errlen);
+
 struct ckpt_save {
 	struct ckpt_client *client;
 	atomic_int refs;        /* caller + pipeline stage + pending list */

@@ -12,13 +12,34 @@
  *            (a chunk loaded as it was saved): preadv straight into the
  *            destinations, then the CRC spans are checked there;
  *   bounce   otherwise: the read goes into the thread's buffer, is checked
- *            there, and each copy is scattered into place (N-d, strided).
+ *            there, and each copy is scattered into place (N-d, strided):
+ *            memcpy into host memory, H2D copies into CUDA device memory.
  *
- * Threads [lock: load.lock]: the next read to take, the first failure, and
- * the count of running threads.  The last thread to stop completes the
- * future; ckpt_load_free() joins them.  The reader is only read by the
- * threads (its manifest, and the descriptors opened at start on the
- * caller's thread).
+ * CUDA device destinations (client/cuda.c, cuda/cuxfer.h).  A load has no
+ * client, so it has a CUDA context of its own (a struct cuxfer).  At add
+ * time one without memory to pin checks each device box: its first and last
+ * byte are memory of the device named.  At start, when reads are planned and
+ * the largest is known, one arena is mapped with a slot per thread (its
+ * bounce buffer, then its stage) and a second cuxfer, whose arena it is,
+ * replaces the first and pins it once (a failure to pin is logged and the
+ * copies go from pageable memory).  A read that serves a device box always
+ * bounces (the bytes are verified in host memory before any reaches the
+ * device).  Each copy to a device goes in runs contiguous in its
+ * destination: a contiguous destination box is one H2D of its bytes; a
+ * strided one is one H2D per contiguous run (the runtime wrapper has no
+ * cudaMemcpy2D/3D).  When a run is not contiguous in the bounce buffer too
+ * (a column band of a saved chunk), the copy is first packed into the
+ * stage.  Every H2D is waited for (cuxfer_h2d), so a thread's bounce buffer
+ * and stage are free again when its copies return.  The threads share the
+ * cuxfer, which is thread-safe: one copy stream per device, so device
+ * copies are serialised per device while reads and CRC checks overlap.
+ *
+ * Threads [lock: load.lock]: the next read to take, the first failure, the
+ * count of running threads and the next arena slot.  The last thread to
+ * stop completes the future; ckpt_load_free() joins them, then closes the
+ * cuxfer (which unpins) before it unmaps the arena.  load.lock is never
+ * held across a CUDA call.  The reader is only read by the threads (its
+ * manifest, and the descriptors opened at start on the caller's thread).
  */
 #include <errno.h>
 #include <limits.h>
@@ -28,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -39,14 +61,16 @@
 
 #define LOAD_THREADS  4
 #define LOAD_MAX_DIMS (1u << 26) /* dims entries the boxes may take */
+#define LOAD_ALIGN    4096u      /* arena slots and stages start on a page */
 
 enum load_state { LOAD_BUILDING, LOAD_RUNNING, LOAD_DONE };
 
 /* One destination box: the plan_want of the same index. */
 struct ldst {
 	uint32_t item;
+	int32_t device; /* CUDA device ordinal, or -1: host memory */
 	char *data;
-	size_t dims;  /* offsets, shape, byte strides: 3 * ndim entries */
+	size_t dims;    /* offsets, shape, byte strides: 3 * ndim entries */
 };
 
 struct ckpt_load {
@@ -64,6 +88,17 @@ struct ckpt_load {
 	size_t n_dims, cap_dims;
 	uint32_t missing;
 
+	/* CUDA (see the top): the add-time checker until start, then the
+	 * context whose arena holds the threads' slots.  Only the caller's
+	 * thread changes these; the threads use them after pthread_create. */
+	struct cuxfer *cuda;
+	size_t n_device_dsts;
+	long first_device_dst;        /* -1: none */
+	char *arena;                  /* NULL: host-only, buffers malloc'd */
+	size_t arena_len, slot_bytes;
+	size_t bounce_bytes;          /* a slot's bounce buffer: the largest read */
+	size_t stage_bytes;           /* a slot's stage: the largest packed copy */
+
 	struct plan *plan;
 	int *fds;                     /* per manifest file; -1 unused */
 	struct ckpt_future done;
@@ -73,8 +108,18 @@ struct ckpt_load {
 	int err;                      /* [lock] first failure */
 	char errmsg[1024];            /* [lock] */
 	unsigned running;             /* [lock] */
+	unsigned next_slot;           /* [lock] arena slots handed out */
 	pthread_t threads[LOAD_THREADS];
 	unsigned n_threads;
+};
+
+/* A load thread's buffers. */
+struct lthread {
+	char *buf;          /* bounce buffer */
+	size_t cap;
+	bool owned;         /* malloc'd, grown on demand; else an arena slot */
+	char *stage;        /* arena slot: device copies packed for H2D */
+	struct iovec *iov;  /* IOV_MAX entries, for the direct path */
 };
 
 /* ---- building ---- */
@@ -124,6 +169,7 @@ int ckpt_load_begin(struct ckpt_reader *reader, uint32_t flags, struct ckpt_load
 	pthread_mutex_init(&ld->lock, NULL);
 	ld->rd = reader;
 	ld->flags = flags;
+	ld->first_device_dst = -1;
 	*ret_load = ld;
 	return 0;
 nomem:
@@ -173,11 +219,34 @@ static int find_item(struct ckpt_load *ld, enum item_kind kind, const char *name
 	return 0;
 }
 
-/* Adds one destination box of item `item`: offsets/shape NULL mean the
- * whole item; strides (elements) NULL mean row-major in shape. */
-static int add_box(struct ckpt_load *ld, uint32_t item, const uint64_t *offsets,
-		   const uint64_t *shape, const int64_t *strides, void *data, const char *fn)
+/* Checks that a box of `bytes` from data is memory of CUDA device
+ * `device`, opening the load's checking context first. */
+static int check_device_box(struct ckpt_load *ld, const char *name, uint32_t box, int32_t device,
+			    const void *data, uint64_t bytes, const char *fn)
 {
+	char err[512];
+	int r;
+
+	if (!ld->cuda) {
+		r = cli_cuda_load_open(NULL, 0, &ld->cuda, err, sizeof(err));
+		if (r < 0)
+			return poison(ld, r, "%s: '%.200s': box %u: %s", fn, name, box, err);
+	}
+	r = cli_cuda_load_check(ld->cuda, data, bytes, device, err, sizeof(err));
+	if (r < 0)
+		return poison(ld, r, "%s: '%.200s': box %u on CUDA device %d: %s", fn, name, box,
+			      (int)device, err);
+	return 0;
+}
+
+/* Adds destination box `box` of item `item`: offsets/shape NULL mean the
+ * whole item; strides (elements) NULL mean row-major in shape.  device: a
+ * CUDA device ordinal, or -1 for host memory. */
+static int add_box(struct ckpt_load *ld, uint32_t item, uint32_t box, const uint64_t *offsets,
+		   const uint64_t *shape, const int64_t *strides, void *data, int32_t device,
+		   const char *fn)
+{
+	unsigned __int128 far = 0;  /* bytes from data to the box's end */
 	const struct manifest_tensor *t = &ld->rd->m.items[item];
 	size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
 	unsigned n = t->ndim;
@@ -216,7 +285,7 @@ static int add_box(struct ckpt_load *ld, uint32_t item, const uint64_t *offsets,
 		}
 	}
 	if (vol) {
-		unsigned __int128 far = esize;
+		far = esize;
 		for (unsigned d = 0; d < n; d++)
 			far += (unsigned __int128)(s[d] - 1) * st[d];
 		if (far > SIZE_MAX)
@@ -226,7 +295,15 @@ static int add_box(struct ckpt_load *ld, uint32_t item, const uint64_t *offsets,
 			return poison(ld, -EINVAL, "%s: '%s': destination data is NULL", fn,
 				      t->name);
 	}
-	ld->dsts[ld->n_dsts] = (struct ldst){ .item = item, .data = data, .dims = ld->n_dims };
+	/* Now, not at start: the caller learns which box is wrong, and a
+	 * box that runs past its allocation never reaches a copy. */
+	if (device >= 0) {
+		int r = check_device_box(ld, t->name, box, device, data, (uint64_t)far, fn);
+		if (r)
+			return r;
+	}
+	ld->dsts[ld->n_dsts] = (struct ldst){ .item = item, .device = device, .data = data,
+					      .dims = ld->n_dims };
 	ld->n_dims += 3u * n;
 	ld->n_dsts++;
 	return 0;
@@ -292,18 +369,30 @@ int ckpt_load_add_tensor(struct ckpt_load *load, const struct ckpt_load_tensor *
 		if (d.reserved)
 			return poison(load, -EINVAL, "%s: '%.200s': box %u: reserved is not 0", fn,
 				      t.name, k);
-		if (d.device != CKPT_DEVICE_HOST)
-			return poison(load, -EOPNOTSUPP, "%s: '%.200s': box %u: only host memory "
-				      "destinations are supported by this libckpt", fn, t.name, k);
+		if (d.device != CKPT_DEVICE_HOST && d.device != CKPT_DEVICE_CUDA)
+			return poison(load, -EINVAL, "%s: '%.200s': box %u: unknown device %d", fn,
+				      t.name, k, (int)d.device);
+		if (d.device == CKPT_DEVICE_CUDA && d.device_index < 0)
+			return poison(load, -ENODEV, "%s: '%.200s': box %u: CUDA device %d does "
+				      "not exist (device_index is negative)", fn, t.name, k,
+				      (int)d.device_index);
 		if (!d.shape && d.offsets)
 			return poison(load, -EINVAL, "%s: '%.200s': box %u has offsets but no shape",
 				      fn, t.name, k);
-		r = add_box(load, (uint32_t)item, d.offsets, d.shape, d.strides, d.data, fn);
+		r = add_box(load, (uint32_t)item, k, d.offsets, d.shape, d.strides, d.data,
+			    d.device == CKPT_DEVICE_CUDA ? d.device_index : -1, fn);
 		if (r) {
 			load->n_dsts = before;
 			load->n_dims = before_dims;
 			return r;
 		}
+	}
+	for (size_t i = before; i < load->n_dsts; i++) {
+		if (load->dsts[i].device < 0)
+			continue;
+		if (load->first_device_dst < 0)
+			load->first_device_dst = (long)i;
+		load->n_device_dsts++;
 	}
 	load->added[item] = 1;
 	return 0;
@@ -331,7 +420,7 @@ int ckpt_load_add_blob(struct ckpt_load *load, const char *key, void *buf, size_
 		return poison(load, -EINVAL, "%s: blob '%.200s' holds %llu bytes, the buffer %zu", fn,
 			      key, (unsigned long long)mt->shape[0], len);
 	before_dims = load->n_dims;
-	r = add_box(load, (uint32_t)item, NULL, NULL, NULL, buf, fn);
+	r = add_box(load, (uint32_t)item, 0, NULL, NULL, NULL, buf, -1, fn);
 	if (r) {
 		load->n_dims = before_dims;
 		return r;
@@ -375,6 +464,27 @@ static bool region_contiguous(const uint64_t *ext, const uint64_t *strides, unsi
 	return true;
 }
 
+/* A box of extents ext with destination and source byte strides ds, ss,
+ * without its dimensions of extent 1: their number (extents e, strides a
+ * and b), or -1 if an extent is 0 (nothing to copy). */
+static int squeeze(const uint64_t *ext, const uint64_t *ds, const uint64_t *ss, unsigned n,
+		   uint64_t *e, uint64_t *a, uint64_t *b)
+{
+	int m = 0;
+
+	for (unsigned d = 0; d < n; d++) {
+		if (ext[d] == 0)
+			return -1;
+		if (ext[d] == 1)
+			continue;
+		e[m] = ext[d];
+		a[m] = ds[d];
+		b[m] = ss[d];
+		m++;
+	}
+	return m;
+}
+
 /* Copies a box of extents ext from src (byte strides ss) to dst (byte
  * strides ds): the innermost dimensions contiguous in both become one
  * memcpy. */
@@ -383,19 +493,12 @@ static void box_copy(char *dst, const uint64_t *ds, const char *src, const uint6
 {
 	uint64_t e[CKPT_MAX_NDIM], a[CKPT_MAX_NDIM], b[CKPT_MAX_NDIM], idx[CKPT_MAX_NDIM];
 	uint64_t run = esize;
-	unsigned m = 0;
+	int sq = squeeze(ext, ds, ss, n, e, a, b);
+	unsigned m;
 
-	/* Drop dimensions of extent 1; a zero extent means nothing to copy. */
-	for (unsigned d = 0; d < n; d++) {
-		if (ext[d] == 0)
-			return;
-		if (ext[d] == 1)
-			continue;
-		e[m] = ext[d];
-		a[m] = ds[d];
-		b[m] = ss[d];
-		m++;
-	}
+	if (sq < 0)
+		return;
+	m = (unsigned)sq;
 	while (m > 0 && a[m - 1] == run && b[m - 1] == run) {
 		run *= e[m - 1];
 		m--;
@@ -438,6 +541,116 @@ static char *copy_dst(const struct ckpt_load *ld, const struct plan_copy *cp, un
 static const char *item_name(const struct ckpt_load *ld, uint32_t item)
 {
 	return ld->rd->m.items[item].name;
+}
+
+/* ---- copies into CUDA device memory ---- */
+
+/*
+ * The runs of a squeezed box (m dimensions: extents e, destination strides
+ * a, source strides b) that are contiguous in the destination: the
+ * innermost dimensions whose strides make one run there.  Sets *ret_k (the
+ * outer dimensions, one run per index of them) and *ret_run (bytes).
+ * Returns whether each run is contiguous in the source too (else the copy
+ * must be packed first).
+ */
+static bool dst_runs(const uint64_t *e, const uint64_t *a, const uint64_t *b, unsigned m,
+		     size_t esize, unsigned *ret_k, uint64_t *ret_run)
+{
+	uint64_t run = esize;
+	unsigned k = m;
+	bool src_too = true;
+
+	while (k > 0 && a[k - 1] == run) {
+		if (b[k - 1] != run)
+			src_too = false;
+		run *= e[k - 1];
+		k--;
+	}
+	*ret_k = k;
+	*ret_run = run;
+	return src_too;
+}
+
+/* Whether copy cp (to a device box) must be packed into a stage before its
+ * H2D copies: some run contiguous in the destination is not in the chunk. */
+static bool device_copy_packs(const struct ckpt_load *ld, const struct plan_copy *cp)
+{
+	const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
+	size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
+	const uint64_t *ds = ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim;
+	uint64_t ss[CKPT_MAX_NDIM], e[CKPT_MAX_NDIM], a[CKPT_MAX_NDIM], b[CKPT_MAX_NDIM], run;
+	unsigned k;
+	int m;
+
+	plan_chunk_strides(t, &t->chunks[cp->chunk], esize, ss);
+	m = squeeze(cp->shape, ds, ss, t->ndim, e, a, b);
+	return m > 0 && !dst_runs(e, a, b, (unsigned)m, esize, &k, &run);
+}
+
+/*
+ * Copies cp from src (its first element in the bounce buffer, byte strides
+ * ss) into its device box: one waited-for H2D per run contiguous in the
+ * destination (one in all for a contiguous box), from the bounce buffer,
+ * or from the thread's stage when the runs are not contiguous there.
+ * 0, or -errno with the load failed, naming the tensor and the device.
+ */
+static int device_copy(struct ckpt_load *ld, struct lthread *th, const struct plan_copy *cp,
+		       const char *src, const uint64_t *ss)
+{
+	const struct ldst *d = &ld->dsts[cp->want];
+	const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
+	size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
+	unsigned n = t->ndim, k;
+	const uint64_t *ds = ld->dims + d->dims + 2u * n;
+	uint64_t e[CKPT_MAX_NDIM], a[CKPT_MAX_NDIM], b[CKPT_MAX_NDIM], idx[CKPT_MAX_NDIM] = { 0 };
+	uint64_t ps[CKPT_MAX_NDIM], run;
+	char *dst = copy_dst(ld, cp, n), err[512];
+	int m = squeeze(cp->shape, ds, ss, n, e, a, b), r;
+
+	if (m < 0)
+		return 0;
+	if (!dst_runs(e, a, b, (unsigned)m, esize, &k, &run)) {
+		/* Row-major in the copy's own shape, every suffix of the
+		 * dimensions is contiguous: so is every destination run. */
+		if (!th->stage || cp->bytes > ld->stage_bytes) {
+			fail(ld, -EIO, "internal error: tensor '%s': a %llu-byte copy exceeds the "
+			     "%zu-byte stage", t->name, (unsigned long long)cp->bytes,
+			     ld->stage_bytes);
+			return -EIO;
+		}
+		for (unsigned j = n; j-- > 0;)
+			ps[j] = j + 1 < n ? ps[j + 1] * cp->shape[j + 1] : esize;
+		box_copy(th->stage, ps, src, ss, cp->shape, n, esize);
+		src = th->stage;
+		m = squeeze(cp->shape, ds, ps, n, e, a, b);
+		(void)dst_runs(e, a, b, (unsigned)m, esize, &k, &run);
+	}
+	for (;;) {
+		uint64_t doff = 0, soff = 0;
+
+		for (unsigned j = 0; j < k; j++) {
+			doff += idx[j] * a[j];
+			soff += idx[j] * b[j];
+		}
+		r = cli_cuda_load_h2d(ld->cuda, d->device, dst + doff, src + soff, (size_t)run, err,
+				      sizeof(err));
+		if (r < 0) {
+			fail(ld, r, "copying tensor '%s' into CUDA device %d: %s; the destination "
+			     "may be partly written", t->name, (int)d->device, err);
+			return r;
+		}
+		unsigned j = k;
+		while (j > 0) {
+			j--;
+			if (++idx[j] < e[j])
+				break;
+			idx[j] = 0;
+			if (j == 0)
+				return 0;
+		}
+		if (k == 0)
+			return 0;
+	}
 }
 
 /* Reads file bytes [off, off + len) into buf: pread until done, or one
@@ -497,7 +710,8 @@ static int check_spans(struct ckpt_load *ld, const struct plan_read *rd, const c
 }
 
 /* The direct path: rd's copies, in file order, are contiguous on both
- * sides and tile the read exactly.  Returns true and fills iov if so. */
+ * sides, tile the read exactly and go to host memory.  Returns true and
+ * fills iov if so. */
 static bool direct_iov(struct ckpt_load *ld, const struct plan_read *rd, struct iovec *iov)
 {
 	const struct plan *p = ld->plan;
@@ -513,7 +727,7 @@ static bool direct_iov(struct ckpt_load *ld, const struct plan_read *rd, struct 
 		const uint64_t *ds = ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim;
 		size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
 
-		if (cp->src != pos)
+		if (cp->src != pos || ld->dsts[cp->want].device >= 0)
 			return false;
 		plan_chunk_strides(t, c, esize, ss);
 		if (!region_contiguous(cp->shape, ss, t->ndim, esize) ||
@@ -613,37 +827,52 @@ static int do_direct(struct ckpt_load *ld, const struct plan_read *rd, struct io
 	return check_direct(ld, rd, iov);
 }
 
-static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, char **buf, size_t *cap)
+/* The bounce path: read, verify, then copy into place (device copies
+ * return when done, so the buffer is free again when this returns). */
+static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lthread *th)
 {
 	const struct plan *p = ld->plan;
 	uint64_t len = rd->end - rd->begin;
 	int r;
 
-	if (len > *cap) {
-		free(*buf);
-		*buf = malloc((size_t)len);
-		*cap = *buf ? (size_t)len : 0;
-		if (!*buf) {
+	if (len > th->cap) {
+		if (!th->owned) {
+			/* The slot holds the plan's largest read. */
+			fail(ld, -EIO, "internal error: a %llu-byte read exceeds the %zu-byte "
+			     "bounce buffer", (unsigned long long)len, th->cap);
+			return -EIO;
+		}
+		free(th->buf);
+		th->buf = malloc((size_t)len);
+		th->cap = th->buf ? (size_t)len : 0;
+		if (!th->buf) {
 			fail(ld, -ENOMEM, "out of memory for a %llu-byte read buffer",
 			     (unsigned long long)len);
 			return -ENOMEM;
 		}
 	}
-	r = read_bytes(ld, rd, rd->begin, len, *buf);
+	r = read_bytes(ld, rd, rd->begin, len, th->buf);
 	if (r == 0)
-		r = check_spans(ld, rd, *buf, rd->begin, false);
+		r = check_spans(ld, rd, th->buf, rd->begin, false);
 	if (r)
 		return r;
 	for (size_t i = rd->copy0; i < rd->copy0 + rd->n_copies; i++) {
 		const struct plan_copy *cp = &p->copies[i];
 		const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
 		size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
+		const char *src = th->buf + (cp->src - rd->begin);
 		uint64_t ss[CKPT_MAX_NDIM];
 
 		plan_chunk_strides(t, &t->chunks[cp->chunk], esize, ss);
+		if (ld->dsts[cp->want].device >= 0) {
+			r = device_copy(ld, th, cp, src, ss);
+			if (r)
+				return r;
+			continue;
+		}
 		box_copy(copy_dst(ld, cp, t->ndim),
-			 ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim,
-			 *buf + (cp->src - rd->begin), ss, cp->shape, t->ndim, esize);
+			 ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim, src, ss, cp->shape,
+			 t->ndim, esize);
 	}
 	return 0;
 }
@@ -652,13 +881,22 @@ static void *load_thread(void *arg)
 {
 	struct ckpt_load *ld = arg;
 	const struct plan *p = ld->plan;
-	struct iovec *iov = NULL;
-	char *buf = NULL;
-	size_t cap = 0;
+	struct lthread th = { .owned = true };
 	bool last;
 
-	iov = malloc(IOV_MAX * sizeof(*iov));
-	if (!iov)
+	if (ld->arena) {
+		unsigned slot;
+
+		pthread_mutex_lock(&ld->lock);
+		slot = ld->next_slot++;
+		pthread_mutex_unlock(&ld->lock);
+		th.buf = ld->arena + (size_t)slot * ld->slot_bytes;
+		th.cap = ld->bounce_bytes;
+		th.stage = ld->stage_bytes ? th.buf + ld->bounce_bytes : NULL;
+		th.owned = false;
+	}
+	th.iov = malloc(IOV_MAX * sizeof(*th.iov));
+	if (!th.iov)
 		fail(ld, -ENOMEM, "out of memory");
 	for (;;) {
 		size_t i;
@@ -670,15 +908,16 @@ static void *load_thread(void *arg)
 		}
 		i = ld->next_read++;
 		pthread_mutex_unlock(&ld->lock);
-		if (direct_iov(ld, &p->reads[i], iov)) {
-			if (do_direct(ld, &p->reads[i], iov))
+		if (direct_iov(ld, &p->reads[i], th.iov)) {
+			if (do_direct(ld, &p->reads[i], th.iov))
 				break;
-		} else if (do_bounce(ld, &p->reads[i], &buf, &cap)) {
+		} else if (do_bounce(ld, &p->reads[i], &th)) {
 			break;
 		}
 	}
-	free(buf);
-	free(iov);
+	if (th.owned)
+		free(th.buf);
+	free(th.iov);
 	pthread_mutex_lock(&ld->lock);
 	last = --ld->running == 0;
 	pthread_mutex_unlock(&ld->lock);
@@ -689,12 +928,70 @@ static void *load_thread(void *arg)
 	return NULL;
 }
 
+static size_t align_up(size_t v)
+{
+	return (v + LOAD_ALIGN - 1) / LOAD_ALIGN * LOAD_ALIGN;
+}
+
+/*
+ * On the caller's thread, before the threads start: maps the arena of
+ * n_threads slots (each the largest read, then the largest copy that must
+ * be packed) and opens the copy context over it in place of the add-time
+ * checker, pinned with the first device box's device current.  Sizes are
+ * bounded by the plan (a read is at most max_read, PLAN_DEFAULT_MAX_READ,
+ * or one CRC piece).  0, or -errno with err.
+ */
+static int cuda_start(struct ckpt_load *ld, unsigned n_threads, char *err, size_t errlen)
+{
+	const struct plan *p = ld->plan;
+	const struct ldst *first = &ld->dsts[ld->first_device_dst];
+	struct cuxfer *x;
+	uint64_t stage = 0;
+	size_t len;
+	void *arena;
+	int r;
+
+	for (size_t i = 0; i < p->n_copies; i++) {
+		const struct plan_copy *cp = &p->copies[i];
+
+		if (ld->dsts[cp->want].device >= 0 && cp->bytes > stage &&
+		    device_copy_packs(ld, cp))
+			stage = cp->bytes;
+	}
+	ld->bounce_bytes = align_up((size_t)p->max_read);
+	ld->stage_bytes = align_up((size_t)stage);
+	ld->slot_bytes = ld->bounce_bytes + ld->stage_bytes;
+	len = ld->slot_bytes * n_threads;
+	arena = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (arena == MAP_FAILED) {
+		r = -errno;
+		snprintf(err, errlen, "mapping %zu bytes of load buffers: %s", len, strerror(-r));
+		return r;
+	}
+	r = cli_cuda_load_open(arena, len, &x, err, errlen);
+	if (r == 0) {
+		r = cli_cuda_load_check(x, first->data, 0, first->device, err, errlen);
+		if (r < 0)
+			cli_cuda_load_close(x);
+	}
+	if (r < 0) {
+		munmap(arena, len);
+		return r;
+	}
+	cli_cuda_load_close(ld->cuda);
+	ld->cuda = x;
+	ld->arena = arena;
+	ld->arena_len = len;
+	return 0;
+}
+
 int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 {
 	static const char fn[] = "ckpt_load_start";
 	struct ckpt_reader *rd;
 	struct plan_want *wants = NULL;
 	char err[512] = "";
+	unsigned n_threads;
 	int r;
 
 	if (!load || !ret_done) {
@@ -734,8 +1031,11 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	/* Open the files on this thread: the reader is not shared with the
 	 * load's threads beyond these descriptors. */
 	load->fds = malloc((rd->m.n_files ? rd->m.n_files : 1) * sizeof(int));
-	if (!load->fds)
-		goto nomem;
+	if (!load->fds) {
+		r = -ENOMEM;
+		snprintf(err, sizeof(err), "out of memory");
+		goto out_unplan;
+	}
 	for (size_t i = 0; i < rd->m.n_files; i++)
 		load->fds[i] = -1;
 	if (!rd->s3) {
@@ -744,12 +1044,17 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 			if (load->fds[f] >= 0)
 				continue;
 			r = cli_reader_fd(rd, f, err, sizeof(err));
-			if (r < 0) {
-				cli_set_error("%s: %s", fn, err);
-				return r;
-			}
+			if (r < 0)
+				goto out_unplan;
 			load->fds[f] = r;
 		}
+	}
+	n_threads = load->plan->n_reads < LOAD_THREADS ? (unsigned)load->plan->n_reads :
+							 LOAD_THREADS;
+	if (load->n_device_dsts && n_threads) {
+		r = cuda_start(load, n_threads, err, sizeof(err));
+		if (r < 0)
+			goto out_unplan;
 	}
 	load->state = LOAD_RUNNING;
 	*ret_done = &load->done;
@@ -758,7 +1063,7 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 		return 0;
 	}
 	load->running = 0;
-	for (unsigned i = 0; i < LOAD_THREADS && i < load->plan->n_reads; i++) {
+	for (unsigned i = 0; i < n_threads; i++) {
 		pthread_mutex_lock(&load->lock);
 		load->running++;
 		pthread_mutex_unlock(&load->lock);
@@ -778,6 +1083,14 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 		load->n_threads++;
 	}
 	return 0;
+out_unplan:
+	/* Still BUILDING: a later start plans again. */
+	cli_set_error("%s: %s", fn, err);
+	free(load->fds);
+	load->fds = NULL;
+	plan_free(load->plan);
+	load->plan = NULL;
+	return r;
 nomem:
 	cli_set_error("%s: out of memory", fn);
 	return -ENOMEM;
@@ -808,6 +1121,10 @@ void ckpt_load_free(struct ckpt_load *load)
 		return;
 	for (unsigned i = 0; i < load->n_threads; i++)
 		pthread_join(load->threads[i], NULL);
+	/* Unpins the arena, so before it is unmapped. */
+	cli_cuda_load_close(load->cuda);
+	if (load->arena)
+		munmap(load->arena, load->arena_len);
 	plan_free(load->plan);
 	free(load->fds);
 	free(load->dims);

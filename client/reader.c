@@ -479,6 +479,23 @@ int ckpt_reader_read_blob(struct ckpt_reader *reader, const char *key, void *buf
 
 /* ---- the newest committed checkpoint of a root ---- */
 
+/*
+ * <root>/<name>, malloc'd (NULL: out of memory).  A root may end with '/'
+ * (s3_url_parse takes one, as people write prefixes that way): no second
+ * one is added, since "a//b" in an S3 prefix is an empty segment that the
+ * URL parser refuses, which would make every checkpoint under such a root
+ * unreadable.
+ */
+static char *child_path(const char *root, const char *name)
+{
+	size_t n = strlen(root);
+	char *path;
+
+	if (asprintf(&path, "%s%s%s", root, n && root[n - 1] == '/' ? "" : "/", name) < 0)
+		return NULL;
+	return path;
+}
+
 struct latest {
 	const char *root;
 	char *best;          /* name of the best so far */
@@ -499,22 +516,29 @@ static int latest_add(void *ud, const char *name, enum store_entry kind)
 
 	if (kind != STORE_ENTRY_CHECKPOINT)
 		return 0;
-	if (asprintf(&path, "%s/%s", L->root, name) < 0) {
+	path = child_path(L->root, name);
+	if (!path) {
 		L->err = -ENOMEM;
 		return -ENOMEM;
 	}
 	r = ckpt_reader_open(path, &rd);
-	free(path);
-	if (r == -ENOMEM) {
-		L->err = r;
-		return r;
-	}
-	if (r < 0) {
+	/* Skipped: a manifest that is corrupt, of a newer format, or gone
+	 * since the listing.  Any other failure (I/O, S3 unreachable) stops
+	 * the search: skipping it could pick an older checkpoint than the
+	 * newest committed one. */
+	if (r == -EBADMSG || r == -EPROTONOSUPPORT || r == -ENOENT) {
 		L->skipped++;
-		cli_log(CKPT_LOG_WARNING, "ckpt_reader_open_latest: skipping '%s/%s': %s", L->root,
-			name, ckpt_last_error());
-		return 0;
+		cli_log(CKPT_LOG_WARNING, "ckpt_reader_open_latest: skipping '%s': %s", path,
+			ckpt_last_error());
+	} else if (r < 0) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "%s", ckpt_last_error());
+		cli_set_error("ckpt_reader_open_latest: '%s': %s", path, msg);
+		L->err = r;
 	}
+	free(path);
+	if (r < 0)
+		return L->err;
 	int cmp = !L->best ? 1 : rd->m.step != L->best_step ? (rd->m.step > L->best_step ? 1 : -1) :
 		  strcmp(rd->m.time, L->best_time) ? strcmp(rd->m.time, L->best_time) :
 						     strcmp(name, L->best);
@@ -537,6 +561,8 @@ static int latest_add(void *ud, const char *name, enum store_entry kind)
 int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 {
 	struct latest L = { .root = root };
+	struct s3_loc loc;
+	bool s3 = false;
 	char *path;
 	int r;
 
@@ -547,17 +573,33 @@ int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 	if (s3_is_url(root)) {
 		struct store_s3_settings set = { 0 };
 		char err[512];
-		r = store_s3_start_settings(&set, err, sizeof(err));
+		/* Parsed here for its message: the listing returns an errno
+		 * only. */
+		r = s3_url_parse(root, &loc, err, sizeof(err));
+		if (r == 0)
+			r = store_s3_start_settings(&set, err, sizeof(err));
 		if (r < 0) {
 			cli_set_error("ckpt_reader_open_latest: '%s': %s", root, err);
 			return r;
 		}
+		s3 = true;
 	}
 	r = store_routed.list(root, "", latest_add, &L);
+	if (L.err && L.err != -ENOMEM) {
+		free(L.best);
+		return L.err; /* latest_add's message stands */
+	}
 	if (r < 0 || L.err) {
 		r = L.err ? L.err : r;
 		free(L.best);
-		cli_set_error("ckpt_reader_open_latest: listing '%s': %s", root, strerror(-r));
+		/* A prefix that holds nothing lists as empty: on S3 -ENOENT
+		 * is the bucket's answer (NoSuchBucket). */
+		if (s3 && r == -ENOENT)
+			cli_set_error("ckpt_reader_open_latest: listing '%s': the bucket '%s' "
+				      "does not exist", root, loc.bucket);
+		else
+			cli_set_error("ckpt_reader_open_latest: listing '%s': %s", root,
+				      strerror(-r));
 		return r;
 	}
 	if (!L.best) {
@@ -565,9 +607,9 @@ int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 			      L.skipped ? " (some could not be read: see the log)" : "");
 		return -ENOENT;
 	}
-	r = asprintf(&path, "%s/%s", root, L.best);
+	path = child_path(root, L.best);
 	free(L.best);
-	if (r < 0) {
+	if (!path) {
 		cli_set_error("ckpt_reader_open_latest: out of memory");
 		return -ENOMEM;
 	}

@@ -464,9 +464,11 @@ CKPT_API int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
  * or s3://bucket/prefix): the one with the greatest step, then the latest
  * commit time, then the greatest name.  Only checkpoints with a manifest
  * are considered (a save in progress or one that failed has none); one
- * whose manifest cannot be read is skipped, with a warning to the log
- * callback.  Returns as ckpt_reader_open(), and -ENOENT if the root holds
- * no committed checkpoint.  (LIBCKPT_0.5)
+ * whose manifest is corrupt or of a newer format is skipped, with a warning
+ * to the log callback.  Any other failure to read a manifest (I/O, S3
+ * unreachable) fails the call rather than risk taking an older checkpoint
+ * for the newest.  Returns as ckpt_reader_open(), and -ENOENT if the root
+ * holds no committed checkpoint.  (LIBCKPT_0.5)
  */
 CKPT_API int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader);
 
@@ -563,6 +565,11 @@ CKPT_API int ckpt_reader_read_blob(struct ckpt_reader *reader, const char *key, 
  * started (an I/O error, a CRC mismatch), destination memory may have been
  * partly written: the future's error says so, and names the file, the
  * tensor and the offset of a bad block.
+ *
+ * A load with device boxes makes its own CUDA context, with its read
+ * buffers pinned until ckpt_load_free().  Its copies run after the work
+ * already queued on the legacy default stream; work on other streams must
+ * not use the destinations before the done future completes.
  */
 struct ckpt_load;
 
@@ -571,7 +578,13 @@ struct ckpt_load;
 /* One destination box of a tensor. */
 struct ckpt_load_dst {
 	uint32_t size;            /* set by CKPT_LOAD_DST_INIT */
-	enum ckpt_device device;  /* CKPT_DEVICE_HOST only in this release */
+	enum ckpt_device device;  /* CKPT_DEVICE_HOST, or CKPT_DEVICE_CUDA:
+	                           * memory of CUDA device device_index (a
+	                           * CUDA build).  Bytes reach a device only
+	                           * after their CRC blocks were verified in
+	                           * host memory; each contiguous run of a
+	                           * strided device box is one copy, so prefer
+	                           * contiguous device boxes */
 	int32_t device_index;
 	uint32_t reserved;        /* must be 0 */
 	const uint64_t *offsets;  /* ndim: where the box starts in the global
@@ -621,9 +634,12 @@ CKPT_API int ckpt_load_begin(struct ckpt_reader *reader, uint32_t flags,
 /*
  * Adds a tensor and its destination boxes.  Returns 0, or -EINVAL (bad
  * arguments, a dtype/ndim/global-shape mismatch, a box outside the global
- * shape, bad strides), -ENOENT (the checkpoint has no such tensor; 0 with
- * CKPT_LOAD_PARTIAL, the tensor skipped), -EEXIST (tensor already added),
- * -EOPNOTSUPP (a device destination), -E2BIG, -EBUSY (started), -ENOMEM.
+ * shape, bad strides, a device box whose first or last byte is not memory
+ * of that device, an unknown device), -ENOENT (the checkpoint has no such
+ * tensor; 0 with CKPT_LOAD_PARTIAL, the tensor skipped), -EEXIST (tensor
+ * already added), -ENODEV (no CUDA runtime or driver, or no device
+ * device_index), -EOPNOTSUPP (a device box in a build without CUDA),
+ * -E2BIG, -EBUSY (started), -ENOMEM.
  */
 CKPT_API int ckpt_load_add_tensor(struct ckpt_load *load, const struct ckpt_load_tensor *tensor);
 

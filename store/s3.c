@@ -839,7 +839,10 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 	s->extent = extent;
 	/* Parts are whole extents straight from the arena: one extent each. */
 	r = s3_part_plan(size, extent, extent, &s->plan, err, errlen);
-	if (r == 0 && !s->plan.single && s->plan.part_bytes != extent) {
+	/* One PUT takes the whole object from one extent; several extents of
+	 * a single-part object would each PUT the same key. */
+	if (r == 0 && ((!s->plan.single && s->plan.part_bytes != extent) ||
+		       (s->plan.single && size > extent))) {
 		snprintf(err, errlen, "the shard of rank %u (%llu bytes) needs S3 parts of %llu "
 				      "bytes, but the client's arena slots are %llu bytes: give the "
 				      "client an arena of at least 64 MiB (CKPT_ARENA_SIZE)",
@@ -1356,9 +1359,17 @@ static int list_one(void *ud, const char *name, bool is_prefix)
 		} else {
 			snprintf(rel, sizeof(rel), "%s%s%s/%s", l->dir, l->dir[0] ? "/" : "", name,
 				 MANIFEST_FILE);
-			if (key_of(l->loc, rel, key, sizeof(key), err, sizeof(err)) == 0 &&
-			    head_object(l->loc->bucket, key, NULL) == 0)
+			/* A name too long to hold a manifest key is no checkpoint. */
+			int r = key_of(l->loc, rel, key, sizeof(key), err, sizeof(err)) < 0 ?
+					-ENOENT : head_object(l->loc->bucket, key, NULL);
+			if (r == 0)
 				kind = STORE_ENTRY_CHECKPOINT;
+			/* Only "no manifest" makes it something else: a HEAD that
+			 * failed otherwise must not make a committed checkpoint look
+			 * absent (a reader looking for the newest one would take an
+			 * older one). */
+			else if (r != -ENOENT)
+				return r;
 		}
 	}
 	return l->fn(l->ud, name, kind);
@@ -1409,8 +1420,8 @@ static int s3_read_range(const char *ckpt, const char *file, uint64_t off, uint6
 	r = s3_call(g_s3, &q, err, sizeof(err));
 	if (r == 0 && q.resp_len != len)
 		r = -EBADMSG;
-	if (r == -EINVAL && q.status == 416)
-		r = -EBADMSG; /* the range starts past the end */
+	if (q.status == 416)
+		r = -EBADMSG; /* the range starts past the end (InvalidRange) */
 	s3_req_free(&q);
 	return r;
 }

@@ -7,9 +7,11 @@
  * daemon) with other shardings, into contiguous and strided destinations;
  * every byte is compared with the global pattern, and padding around
  * strided destinations must stay untouched.  Then the failures: strict
- * checks, corrupt and missing files, `latest`.
+ * checks, corrupt and missing files, `latest`.  The case "s3" does the
+ * same through S3 (ranged GETs), run by tests/integration/s3.sh.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,9 @@
 #include <check.h>
 
 #include "ckpt.h"
+#include "format/layout.h"
+#include "store/s3_http.h"
+#include "store/store_s3.h"
 #include "tests/lib/testd.h"
 
 #define MiB (1024ull * 1024ull)
@@ -116,6 +121,19 @@ static void random_state(struct state *s, uint32_t world, unsigned seed, struct 
 		s->blob_len[r] = 1 + below(5000);
 }
 
+/*
+ * The arena of a saving rank.  ckptd sends an S3 shard in whole arena slots
+ * (an eighth of the arena): one PUT if the shard fits one S3 part, else one
+ * part per slot, and S3's parts are at least 5 MiB.  64 MiB (8 MiB slots)
+ * takes any shard; with less, a shard larger than a slot but within one
+ * part fails its save ("not whole (2 of 1 parts uploaded)": each slot went
+ * up as the whole object).
+ */
+static uint64_t arena_for(const char *root)
+{
+	return strncmp(root, "s3://", 5) ? 16 * MiB : 64 * MiB;
+}
+
 struct rank_args {
 	const char *sock, *root, *name;
 	const struct state *s;
@@ -136,7 +154,7 @@ static int save_rank(void *arg, int rep, int go)
 	int rc, st, cm;
 
 	(void)go;
-	rc = td_connect_rc(a->sock, "loadjob", a->rank, s->world, 16 * MiB, &c);
+	rc = td_connect_rc(a->sock, "loadjob", a->rank, s->world, arena_for(a->root), &c);
 	if (rc < 0) {
 		td_report(rep, "committed %d connect: %s", rc, ckpt_last_error());
 		return 11;
@@ -194,14 +212,16 @@ static int save_rank(void *arg, int rep, int go)
 	return st == 0 && cm == 0 ? 0 : 1;
 }
 
-static void save_state(struct testd *t, const struct state *s, const struct cut *cuts,
-		       const char *name)
+/* N rank processes save s under `root` (t->root, or an S3 root the daemon
+ * allows) as checkpoint `name`. */
+static void save_state(struct testd *t, const char *root, const struct state *s,
+		       const struct cut *cuts, const char *name)
 {
 	struct td_child ch[MAX_R];
 	struct rank_args a[MAX_R];
 
 	for (uint32_t r = 0; r < s->world; r++) {
-		a[r] = (struct rank_args){ .sock = td_sock(t, 0), .root = t->root, .name = name,
+		a[r] = (struct rank_args){ .sock = td_sock(t, 0), .root = root, .name = name,
 					   .s = s, .cuts = cuts, .rank = r };
 		ck_assert_int_eq(td_child_start(&ch[r], save_rank, &a[r]), 0);
 	}
@@ -372,7 +392,7 @@ START_TEST(test_reshard)
 	td_init(&t, name);
 	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 32M\ncommit_deadline = 60s\n"), 0);
 	random_state(&s, N, (unsigned)_i, cuts);
-	save_state(&t, &s, cuts, "ckpt");
+	save_state(&t, t.root, &s, cuts, "ckpt");
 	td_path(path, sizeof(path), "%s/ckpt", t.root);
 	for (uint32_t m = 0; m < M; m++)
 		load_rank(m == 0 ? t.root : path, &s, m, M, m == 0);
@@ -382,10 +402,11 @@ END_TEST
 
 /* ---- the failures ---- */
 
-/* One rank saves "w" F32 [512, 1024] (2 MiB, three CRC pieces) and a blob. */
-static void save_simple(struct testd *t, const char *name, uint64_t step)
+/* One rank saves "w" F32 [512, 1024] (2 MiB, three CRC pieces) and a blob
+ * under `root` (t->root, or an S3 root the daemon allows). */
+static void save_simple(struct testd *t, const char *root, const char *name, uint64_t step)
 {
-	struct ckpt_client *c = td_connect(td_sock(t, 0), "simple", 0, 1, 16 * MiB);
+	struct ckpt_client *c = td_connect(td_sock(t, 0), "simple", 0, 1, arena_for(root));
 	struct ckpt_save *s;
 	uint64_t shape[2] = { 512, 1024 };
 	float *w = malloc(512 * 1024 * 4);
@@ -395,7 +416,7 @@ static void save_simple(struct testd *t, const char *name, uint64_t step)
 
 	td_fill(w, 512 * 1024 * 4, 77, 0);
 	td_fill(b, sizeof(b), 78, 0);
-	ck_assert_int_eq(ckpt_save_begin(c, t->root, name, step, &s), 0);
+	ck_assert_int_eq(ckpt_save_begin(c, root, name, step, &s), 0);
 	td_add(s, "w", CKPT_F32, 2, shape, w);
 	ck_assert_int_eq(ckpt_save_add_blob(s, "b", b, sizeof(b)), 0);
 	ck_assert_int_eq(td_commit_wait(s, 60000, &st, &cm, msg, sizeof(msg)), 0);
@@ -444,7 +465,7 @@ START_TEST(test_corrupt)
 
 	td_init(&t, "corrupt");
 	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 32M\n"), 0);
-	save_simple(&t, "c", 1);
+	save_simple(&t, t.root, "c", 1);
 	td_path(path, sizeof(path), "%s/c", t.root);
 	td_path(file, sizeof(file), "%s/rank-00000.safetensors", path);
 	ck_assert_int_eq(load_w(path, 0, w, &start, msg, sizeof(msg)), 0);
@@ -500,7 +521,7 @@ START_TEST(test_strict)
 
 	td_init(&t, "strict");
 	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 32M\n"), 0);
-	save_simple(&t, "s", 1);
+	save_simple(&t, t.root, "s", 1);
 	td_path(path, sizeof(path), "%s/s", t.root);
 	ck_assert_int_eq(ckpt_reader_open(path, &rd), 0);
 
@@ -578,9 +599,9 @@ START_TEST(test_latest)
 	td_init(&t, "latest");
 	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 32M\n"), 0);
 	ck_assert_int_eq(ckpt_reader_open_latest(t.root, &rd), -ENOENT);
-	save_simple(&t, "b-step7", 7);
-	save_simple(&t, "a-step9", 9);
-	save_simple(&t, "z-step3", 3);
+	save_simple(&t, t.root, "b-step7", 7);
+	save_simple(&t, t.root, "a-step9", 9);
+	save_simple(&t, t.root, "z-step3", 3);
 	/* A partial copy of a newer one: shards, no manifest. */
 	td_path(p, sizeof(p), "%s/zz-partial", t.root);
 	ck_assert_int_eq(mkdir(p, 0755), 0);
@@ -596,6 +617,352 @@ START_TEST(test_latest)
 }
 END_TEST
 
+/* ---- the same through S3 ---- */
+
+/*
+ * Run by tests/integration/s3.sh, which starts moto (signatures checked)
+ * and sets S3_ENDPOINT, the AWS_* variables (the test process's reader
+ * reads S3 with them) and CKPT_TEST_S3_ROOT; without a server they SKIP,
+ * each check under its own name.  The daemon saves to a prefix of each
+ * test's own under that root; the loads read the objects with ranged GETs
+ * (store_s3.read_range) from the load's threads.
+ *
+ * Every S3 case saves before it first reads: the reader starts the
+ * process's S3 client, whose transport thread a forked rank would not
+ * have (td_child_start forks only while there is no library thread).
+ */
+
+/* The S3 root of the cases, or NULL after a SKIP naming check `name`. */
+static const char *s3_base(const char *name)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT"), *ep = getenv("S3_ENDPOINT");
+	const char *py = getenv("CKPT_TEST_PYTHON");
+
+	if (!base || !*base || !ep || !py || !*py) {
+		td_skip(name, "no S3 server: tests/integration/s3.sh runs this with moto");
+		return NULL;
+	}
+	return base;
+}
+
+/* Starts daemon 0 of t with its own S3 root <base>/<what>-<pid> as well as
+ * t->root; the root is written to root[len]. */
+static void s3_daemon_start(struct testd *t, const char *base, const char *what, char *root,
+			    size_t len)
+{
+	char conf[2048];
+
+	ck_assert_int_lt(snprintf(root, len, "%s/%s-%d", base, what, (int)getpid()), (int)len);
+	snprintf(conf, sizeof(conf), "arena_max = 64M\ncommit_deadline = 90s\nroot = %s\n"
+		 "s3_endpoint = %s\ns3_retries = 4\ns3_backoff_base = 20ms\n", root,
+		 getenv("S3_ENDPOINT"));
+	ck_assert_int_eq(td_daemon_start(t, 0, conf), 0);
+}
+
+/*
+ * Changes the bucket behind the library's back with boto3 (a client we did
+ * not write), under the root URL:
+ *   put  URL REL TEXT   object REL = TEXT
+ *   flip URL CKPT OFF   rank 0's shard of checkpoint CKPT: byte OFF ^= 0x10
+ *   cut  URL CKPT LEN   the same shard cut to LEN bytes
+ *   rm   URL CKPT       the same shard deleted
+ * The shard ops print the shard's file name (as the manifest lists it).
+ */
+static const char s3_edit_py[] =
+	"import os, sys\n"
+	"import boto3\n"
+	"op, url = sys.argv[1:3]\n"
+	"bucket, _, pre = url[5:].partition('/')\n"
+	"pre = pre.rstrip('/') + '/' if pre else ''\n"
+	"s3 = boto3.client('s3', endpoint_url=os.environ['S3_ENDPOINT'],\n"
+	"                  region_name=os.environ.get('AWS_REGION', 'us-east-1'))\n"
+	"if op == 'put':\n"
+	"    s3.put_object(Bucket=bucket, Key=pre + sys.argv[3], Body=sys.argv[4].encode())\n"
+	"    sys.exit(0)\n"
+	"d = pre + sys.argv[3] + '/'\n"
+	"got = s3.list_objects_v2(Bucket=bucket, Prefix=d + 'rank-00000.').get('Contents', [])\n"
+	"assert len(got) == 1, [o['Key'] for o in got]\n"
+	"key = got[0]['Key']\n"
+	"if op == 'rm':\n"
+	"    s3.delete_object(Bucket=bucket, Key=key)\n"
+	"else:\n"
+	"    body = bytearray(s3.get_object(Bucket=bucket, Key=key)['Body'].read())\n"
+	"    n = int(sys.argv[4])\n"
+	"    assert n < len(body), (n, len(body))\n"
+	"    if op == 'flip':\n"
+	"        body[n] ^= 0x10\n"
+	"    else:\n"
+	"        del body[n:]\n"
+	"    s3.put_object(Bucket=bucket, Key=key, Body=bytes(body))\n"
+	"print(key[len(d):])\n";
+
+/* Runs one s3_edit_py op (arg2 may be NULL); asserts it worked and copies
+ * the first line it printed to out[len] (may be NULL). */
+static void s3_edit(const char *op, const char *url, const char *arg1, const char *arg2,
+		    char *out, size_t len)
+{
+	char *argv[] = { (char *)getenv("CKPT_TEST_PYTHON"), "-c", (char *)s3_edit_py,
+			 (char *)op, (char *)url, (char *)arg1, (char *)arg2, NULL };
+	char *said = NULL;
+	int st = td_run_capture(argv, 60000, &said);
+
+	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "boto3 %s %s %s: %s: %s",
+		      op, url, arg1, td_status_str(st), said ? said : "");
+	if (out) {
+		ck_assert_ptr_nonnull(said);
+		snprintf(out, len, "%.*s", (int)strcspn(said, "\n"), said);
+		ck_assert_msg(out[0], "boto3 %s printed no name", op);
+	}
+	free(said);
+}
+
+/* N ranks save to S3, M load from it (rank 0 through latest): the pairs of
+ * the loop, each with its own random state. */
+START_TEST(test_s3_reshard)
+{
+	static const uint32_t pairs[][2] = { { 2, 3 }, { 4, 1 }, { 1, 4 }, { 8, 3 } };
+	uint32_t N = pairs[_i][0], M = pairs[_i][1];
+	struct testd t;
+	struct state s;
+	struct cut cuts[MAX_T];
+	char name[32], root[1024], path[1100];
+	const char *base;
+
+	snprintf(name, sizeof(name), "s3_reshard_%ux%u", N, M);
+	base = s3_base(name);
+	if (!base)
+		return;
+	rng_state = 0x53E0AD00u + (uint64_t)_i;
+	td_init(&t, name);
+	s3_daemon_start(&t, base, name, root, sizeof(root));
+	random_state(&s, N, 40 + (unsigned)_i, cuts);
+	save_state(&t, root, &s, cuts, "ckpt");
+	snprintf(path, sizeof(path), "%s/ckpt", root);
+	for (uint32_t m = 0; m < M; m++)
+		load_rank(m == 0 ? root : path, &s, m, M, m == 0);
+	td_fini(&t);
+}
+END_TEST
+
+/* Bytes the process's S3 client has downloaded so far (its counters are
+ * exact once the requests that moved them have returned). */
+static uint64_t s3_bytes_down(void)
+{
+	struct s3_stats st;
+
+	ck_assert_ptr_nonnull(store_s3_client());
+	s3_client_stats(store_s3_client(), &st);
+	return st.bytes_down;
+}
+
+/* A small box of a big tensor is fetched with ranged GETs: what goes over
+ * the wire is the box widened to its CRC pieces, not the object. */
+START_TEST(test_s3_ranged)
+{
+	enum { ROWS = 4096, COLS = 1024, R0 = 2000, NR = 8 };
+	struct testd t;
+	struct ckpt_client *c;
+	struct ckpt_save *sv;
+	struct ckpt_reader *rd;
+	struct ckpt_load *ld;
+	struct ckpt_future *done;
+	uint64_t shape[2] = { ROWS, COLS }, offs[2] = { R0, 0 }, box[2] = { NR, COLS };
+	struct ckpt_load_stats st = { CKPT_LOAD_STATS_INIT };
+	float *w = malloc((size_t)ROWS * COLS * 4), *part = malloc((size_t)NR * COLS * 4);
+	char root[1024], path[1100], msg[256];
+	const char *base = s3_base("s3_ranged");
+	uint64_t before, down;
+	int sst, cm;
+
+	if (!base) {
+		free(w);
+		free(part);
+		return;
+	}
+	ck_assert_ptr_nonnull(w);
+	ck_assert_ptr_nonnull(part);
+	td_init(&t, "s3_ranged");
+	s3_daemon_start(&t, base, "ranged", root, sizeof(root));
+	td_fill(w, (size_t)ROWS * COLS * 4, 91, 0);
+	c = td_connect(td_sock(&t, 0), "ranged", 0, 1, arena_for(root));
+	ck_assert_int_eq(ckpt_save_begin(c, root, "big", 1, &sv), 0);
+	td_add(sv, "w", CKPT_F32, 2, shape, w);
+	ck_assert_int_eq(td_commit_wait(sv, 90000, &sst, &cm, msg, sizeof(msg)), 0);
+	ck_assert_msg(sst == 0 && cm == 0, "%s", msg);
+	ckpt_save_free(sv);
+	ckpt_disconnect(c);
+	free(w);
+
+	snprintf(path, sizeof(path), "%s/big", root);
+	ck_assert_int_eq(ckpt_reader_open(path, &rd), 0);
+	struct ckpt_load_dst d = { CKPT_LOAD_DST_INIT, .offsets = offs, .shape = box,
+				   .data = part };
+	struct ckpt_load_tensor lt = { CKPT_LOAD_TENSOR_INIT, .dtype = CKPT_F32, .name = "w",
+				       .global_shape = shape, .ndim = 2, .n_dsts = 1, .dsts = &d };
+	ck_assert_int_eq(ckpt_load_begin(rd, 0, &ld), 0);
+	ck_assert_int_eq(ckpt_load_add_tensor(ld, &lt), 0);
+	before = s3_bytes_down();
+	ck_assert_int_eq(ckpt_load_start(ld, &done), 0);
+	ck_assert_msg(td_future_wait(done, 60000) == 0, "%s", ckpt_future_error(done));
+	down = s3_bytes_down() - before;
+	ck_assert_int_eq(td_check(part, (size_t)NR * COLS * 4, 91, (uint64_t)R0 * COLS * 4), -1);
+	ck_assert_int_eq(ckpt_load_stats(ld, &st), 0);
+	ck_assert_uint_eq(st.bytes_wanted, NR * COLS * 4);
+	ck_assert_uint_eq(st.reads, 1);
+	/* 32 KiB inside one or two 1 MiB pieces of a 16 MiB object. */
+	ck_assert_uint_ge(st.bytes_read, st.bytes_wanted);
+	ck_assert_uint_le(st.bytes_read, 2 * LAYOUT_CRC_BLOCK);
+	ck_assert_msg(down == st.bytes_read, "%llu bytes downloaded for a plan of %llu",
+		      (unsigned long long)down, (unsigned long long)st.bytes_read);
+	ckpt_load_free(ld);
+	ckpt_reader_close(rd);
+	free(part);
+	td_fini(&t);
+}
+END_TEST
+
+/* What the library logged at WARNING or above. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_seen[4096];
+
+static void keep_warnings(enum ckpt_log_level level, const char *msg, void *ud)
+{
+	(void)ud;
+	if (level > CKPT_LOG_WARNING)
+		return;
+	pthread_mutex_lock(&log_lock);
+	size_t n = strlen(log_seen);
+	snprintf(log_seen + n, sizeof(log_seen) - n, "%s\n", msg);
+	pthread_mutex_unlock(&log_lock);
+}
+
+/* latest on an S3 root: the greatest step among the committed checkpoints;
+ * never a prefix with a shard and no manifest, nor a work area (whose
+ * attempt.json says step 99); a manifest that does not parse (step 100) is
+ * skipped with a warning; the root may end with '/'. */
+START_TEST(test_s3_latest)
+{
+	struct testd t;
+	struct ckpt_reader *rd;
+	char root[1024], slash[1100], nobucket[64];
+	const char *base = s3_base("s3_latest");
+	float *w = malloc(512 * 1024 * 4);
+	char msg[1024];
+	int start;
+
+	if (!base) {
+		free(w);
+		return;
+	}
+	ck_assert_ptr_nonnull(w);
+	td_init(&t, "s3_latest");
+	s3_daemon_start(&t, base, "latest", root, sizeof(root));
+	/* The saves below run in this process (no fork): the reader may
+	 * start the S3 client first. */
+	ck_assert_int_eq(ckpt_reader_open_latest(root, &rd), -ENOENT);
+	ck_assert_msg(strstr(ckpt_last_error(), "no committed checkpoint"), "%s",
+		      ckpt_last_error());
+	save_simple(&t, root, "b-step7", 7);
+	save_simple(&t, root, "a-step9", 9);
+	save_simple(&t, root, "z-step3", 3);
+	s3_edit("put", root, "zz-partial/rank-00000.0123456789abcdef.safetensors", "not a shard",
+		NULL, 0);
+	s3_edit("put", root, ".ckpt-work-0123456789abcdef0123456789abcdef/attempt.json",
+		"{\"format\": \"ckpt-attempt-1\", \"name\": \"zz-next\", \"step\": 99}", NULL, 0);
+	s3_edit("put", root, "zz-bad/manifest.json", "{\"step\": 100, not json", NULL, 0);
+	s3_edit("put", root, "zz-bad/rank-00000.0123456789abcdef.safetensors", "x", NULL, 0);
+
+	log_seen[0] = '\0';
+	ckpt_set_log_fn(keep_warnings, NULL);
+	int r = ckpt_reader_open_latest(root, &rd);
+	ckpt_set_log_fn(NULL, NULL);
+	ck_assert_msg(r == 0, "open_latest: %d %s", r, ckpt_last_error());
+	ck_assert_uint_eq(ckpt_reader_step(rd), 9);
+	ckpt_reader_close(rd);
+	ck_assert_msg(strstr(log_seen, "skipping") && strstr(log_seen, "/zz-bad'") &&
+			      !strstr(log_seen, "zz-partial") && !strstr(log_seen, ".ckpt-work-"),
+		      "warnings: %s", log_seen);
+
+	/* The same with a '/' after the root; step 9's bytes read back. */
+	snprintf(slash, sizeof(slash), "%s/", root);
+	ck_assert_int_eq(ckpt_reader_open_latest(slash, &rd), 0);
+	ck_assert_uint_eq(ckpt_reader_step(rd), 9);
+	ckpt_reader_close(rd);
+	snprintf(slash, sizeof(slash), "%s/a-step9", root);
+	ck_assert_int_eq(load_w(slash, 0, w, &start, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(td_check(w, 512 * 1024 * 4, 77, 0), -1);
+
+	/* A bucket that does not exist holds no checkpoint, and is named;
+	 * a root the URL parser refuses (an empty segment) says why. */
+	snprintf(nobucket, sizeof(nobucket), "s3://no-such-bucket-ckpt-%d/x", (int)getpid());
+	ck_assert_int_eq(ckpt_reader_open_latest(nobucket, &rd), -ENOENT);
+	ck_assert_msg(strstr(ckpt_last_error(), nobucket + 5) &&
+			      strstr(ckpt_last_error(), "does not exist"),
+		      "%s", ckpt_last_error());
+	snprintf(slash, sizeof(slash), "%s//x", root);
+	ck_assert_int_eq(ckpt_reader_open_latest(slash, &rd), -EINVAL);
+	ck_assert_msg(strstr(ckpt_last_error(), "empty"), "%s", ckpt_last_error());
+	free(w);
+	td_fini(&t);
+}
+END_TEST
+
+/* Damage on S3, done with boto3: a flipped byte fails the load with the
+ * CRC message naming file, tensor and offset; a cut object says
+ * truncated; a deleted one names the missing object. */
+START_TEST(test_s3_corrupt)
+{
+	struct testd t;
+	char root[1024], path[1100], off[32], file[256], msg[1024];
+	const char *base = s3_base("s3_corrupt");
+	float *w = malloc(512 * 1024 * 4);
+	int start, rc;
+
+	if (!base) {
+		free(w);
+		return;
+	}
+	ck_assert_ptr_nonnull(w);
+	td_init(&t, "s3_corrupt");
+	s3_daemon_start(&t, base, "corrupt", root, sizeof(root));
+	save_simple(&t, root, "c", 1);
+	snprintf(path, sizeof(path), "%s/c", root);
+	ck_assert_int_eq(load_w(path, 0, w, &start, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(td_check(w, 512 * 1024 * 4, 77, 0), -1);
+
+	/* A flipped byte in the second MiB of the object. */
+	snprintf(off, sizeof(off), "%llu", MiB + 12345);
+	s3_edit("flip", root, "c", off, file, sizeof(file));
+	rc = load_w(path, 0, w, &start, msg, sizeof(msg));
+	ck_assert_int_eq(start, 0);
+	ck_assert_int_eq(rc, -EBADMSG);
+	ck_assert_msg(strstr(msg, "CRC mismatch") && strstr(msg, file) && strstr(msg, "'w'") &&
+			      strstr(msg, "offset 1048576"),
+		      "%s (shard %s)", msg, file);
+
+	/* Cut in the middle of w: the ranged GET comes back short. */
+	snprintf(off, sizeof(off), "%llu", MiB + 100);
+	s3_edit("cut", root, "c", off, NULL, 0);
+	rc = load_w(path, 0, w, &start, msg, sizeof(msg));
+	ck_assert_int_eq(rc, -EBADMSG);
+	ck_assert_msg(strstr(msg, "truncated") && strstr(msg, file), "%s", msg);
+
+	/* Cut before w begins: S3 answers 416 InvalidRange, still "truncated". */
+	s3_edit("cut", root, "c", "1000", NULL, 0);
+	rc = load_w(path, 0, w, &start, msg, sizeof(msg));
+	ck_assert_int_eq(rc, -EBADMSG);
+	ck_assert_msg(strstr(msg, "truncated") && strstr(msg, file), "%s", msg);
+
+	/* The object is gone. */
+	s3_edit("rm", root, "c", NULL, NULL, 0);
+	rc = load_w(path, 0, w, &start, msg, sizeof(msg));
+	ck_assert_int_eq(rc, -ENOENT);
+	ck_assert_msg(strstr(msg, file) && strstr(msg, root), "%s", msg);
+	free(w);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *load_suite(void)
 {
 	Suite *s = suite_create("integration_load");
@@ -604,6 +971,14 @@ static Suite *load_suite(void)
 	td_case(s, "corrupt", test_corrupt, 60, 0, 1);
 	td_case(s, "strict", test_strict, 60, 0, 1);
 	td_case(s, "latest", test_latest, 60, 0, 1);
+	/* One case, so that s3.sh runs them all with CK_RUN_CASE=s3. */
+	TCase *tc = tcase_create("s3");
+	tcase_set_timeout(tc, 240);
+	tcase_add_loop_test(tc, test_s3_reshard, 0, 4);
+	tcase_add_test(tc, test_s3_ranged);
+	tcase_add_test(tc, test_s3_latest);
+	tcase_add_test(tc, test_s3_corrupt);
+	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -4,6 +4,12 @@
 #   1. check_multi's S3 cases: 2 and 8 ranks on one daemon, 4 ranks on two
 #      daemons that share only the bucket; read back with boto3 + our reader
 #      + safetensors; no work area or open upload left.
+#   1b. check_load's S3 cases: N ranks save, M load other shardings with
+#      ranged GETs, for (N, M) = (2, 3), (4, 1), (1, 4), (8, 3); a small box
+#      of a 16 MiB tensor downloads its CRC pieces only; latest picks the
+#      greatest step past a shard without a manifest, a work area and an
+#      unreadable manifest (boto3 puts them); a byte flipped, an object cut
+#      short and one deleted by boto3 fail the load, naming the object.
 #   2. the sample trainer (one rank) under a prefix with every printable
 #      character a prefix may hold, then a 1 GiB checkpoint: every object
 #      fetched with boto3 and with Debian's awscli and compared byte for
@@ -31,7 +37,7 @@ if [ -z "$py" ] || ! "$py" -c 'import moto, boto3' 2>/dev/null; then
 	echo "needs the test Python with moto and boto3 (scripts/pyenv.sh test)"
 	exit 77
 fi
-for b in ckptd ckptctl examples/trainer tests/check_multi tests/ckpt_compare; do
+for b in ckptd ckptctl examples/trainer tests/check_multi tests/check_load tests/ckpt_compare; do
 	[ -x "$build/$b" ] || { echo "FAIL: $build/$b is not built"; exit 1; }
 done
 
@@ -67,6 +73,16 @@ export CKPT_TEST_S3_ROOT="s3://$S3_BUCKET/multi"
 out=$(CK_RUN_CASE=s3 "$build/tests/check_multi" 2>&1) || { echo "$out"; fail "check_multi's S3 cases"; }
 echo "$out" | grep -q "SKIP" && { echo "$out"; fail "check_multi's S3 cases skipped"; }
 echo "$out" | grep -E "^[0-9]+%: Checks" || true
+
+# ---- 1b. loads from S3 ----
+# Under a prefix of their own, with characters a key must have encoded.
+out=$(CK_RUN_CASE=s3 CKPT_TEST_S3_ROOT="s3://$S3_BUCKET/load/a b+c=d&e" \
+	"$build/tests/check_load" 2>&1) || { echo "$out"; fail "check_load's S3 cases"; }
+echo "$out" | grep -q "SKIP" && { echo "$out"; fail "check_load's S3 cases skipped"; }
+# 4 reshard pairs, ranged, latest, corrupt: all of them ran, none failed.
+echo "$out" | grep -Eq "^100%: Checks: 7, Failures: 0, Errors: 0$" ||
+	{ echo "$out"; fail "check_load's S3 cases: not 7 checks passed"; }
+echo "$out" | grep -E "^[0-9]+%: Checks"
 
 # ---- 2. one rank, odd prefix, 1 GiB ----
 root="s3://$S3_BUCKET/$odd"
@@ -320,4 +336,4 @@ env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME="$tmp" "$build/ckptd" -s 
 grep -q "no S3 credentials" "$tmp/nocreds.log" || fail "no-credentials message: $(cat "$tmp/nocreds.log")"
 grep -q "$AWS_SECRET_ACCESS_KEY" "$tmp"/*.log && fail "a secret key appears in a log"
 
-echo "ok: S3 saves of 2, 8 and 4 ranks (two daemons), one rank under an odd prefix, 1 GiB"
+echo "ok: S3 saves of 2, 8 and 4 ranks (two daemons), loads resharded from S3, one rank under an odd prefix, 1 GiB"
