@@ -493,6 +493,13 @@ struct ckpt_reader {
 	void *plan_ix; /* struct plan_index, made by the first load */
 };
 
+/* Copies a box of extents ext (n dimensions, elements of esize bytes) from
+ * src, with byte strides ss, to dst, with byte strides ds; the innermost
+ * dimensions contiguous in both become one memcpy.  Nothing for a zero
+ * extent. */
+void cli_box_copy(char *dst, const uint64_t *ds, const char *src, const uint64_t *ss,
+		  const uint64_t *ext, unsigned n, size_t esize);
+
 /* The descriptor of manifest file `file`, opened on first use.  Returns it
  * or -errno with a message naming the file in err. */
 int cli_reader_fd(struct ckpt_reader *rd, uint32_t file, char *err, size_t errlen);

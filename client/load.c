@@ -485,11 +485,8 @@ static int squeeze(const uint64_t *ext, const uint64_t *ds, const uint64_t *ss, 
 	return m;
 }
 
-/* Copies a box of extents ext from src (byte strides ss) to dst (byte
- * strides ds): the innermost dimensions contiguous in both become one
- * memcpy. */
-static void box_copy(char *dst, const uint64_t *ds, const char *src, const uint64_t *ss,
-		     const uint64_t *ext, unsigned n, size_t esize)
+void cli_box_copy(char *dst, const uint64_t *ds, const char *src, const uint64_t *ss,
+		  const uint64_t *ext, unsigned n, size_t esize)
 {
 	uint64_t e[CKPT_MAX_NDIM], a[CKPT_MAX_NDIM], b[CKPT_MAX_NDIM], idx[CKPT_MAX_NDIM];
 	uint64_t run = esize;
@@ -620,7 +617,7 @@ static int device_copy(struct ckpt_load *ld, struct lthread *th, const struct pl
 		}
 		for (unsigned j = n; j-- > 0;)
 			ps[j] = j + 1 < n ? ps[j + 1] * cp->shape[j + 1] : esize;
-		box_copy(th->stage, ps, src, ss, cp->shape, n, esize);
+		cli_box_copy(th->stage, ps, src, ss, cp->shape, n, esize);
 		src = th->stage;
 		m = squeeze(cp->shape, ds, ps, n, e, a, b);
 		(void)dst_runs(e, a, b, (unsigned)m, esize, &k, &run);
@@ -870,7 +867,7 @@ static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 				return r;
 			continue;
 		}
-		box_copy(copy_dst(ld, cp, t->ndim),
+		cli_box_copy(copy_dst(ld, cp, t->ndim),
 			 ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim, src, ss, cp->shape,
 			 t->ndim, esize);
 	}

@@ -27,71 +27,6 @@
 #define READER_MAX_MANIFEST (1ull << 30)
 
 
-/* ---- N-d box copy ---- */
-
-/*
- * Copies the box of extent `box` (ndim dims, row-major, elements of esize
- * bytes) from position src_offs of an array of shape src_shape to position
- * dst_offs of an array of shape dst_shape.  The caller guarantees the box
- * fits both.  Trailing dimensions that both arrays hold whole are merged, so
- * a chunk cut along the first dimension is one memcpy.
- */
-static void box_copy(void *dst, const uint64_t *dst_shape, const uint64_t *dst_offs,
-		     const void *src, const uint64_t *src_shape, const uint64_t *src_offs,
-		     const uint64_t *box, unsigned ndim, size_t esize)
-{
-	uint64_t dstride[CKPT_MAX_NDIM], sstride[CKPT_MAX_NDIM], idx[CKPT_MAX_NDIM];
-	uint64_t run = esize, dbase = 0, sbase = 0;
-	unsigned inner;
-
-	for (unsigned d = 0; d < ndim; d++)
-		if (box[d] == 0)
-			return;
-	if (ndim == 0) {
-		memcpy(dst, src, esize);
-		return;
-	}
-	/* Strides in bytes. */
-	dstride[ndim - 1] = sstride[ndim - 1] = esize;
-	for (unsigned d = ndim - 1; d > 0; d--) {
-		dstride[d - 1] = dstride[d] * dst_shape[d];
-		sstride[d - 1] = sstride[d] * src_shape[d];
-	}
-	for (unsigned d = 0; d < ndim; d++) {
-		dbase += dst_offs[d] * dstride[d];
-		sbase += src_offs[d] * sstride[d];
-	}
-	/* Merge trailing dims: while the box spans dim d whole in both arrays,
-	 * a run of dim d-1 rows is contiguous too. */
-	inner = ndim - 1;
-	run = box[inner] * esize;
-	while (inner > 0 && box[inner] == dst_shape[inner] && box[inner] == src_shape[inner]) {
-		inner--;
-		run *= box[inner];
-	}
-	/* Iterate over the outer dims [0, inner). */
-	memset(idx, 0, sizeof(idx));
-	for (;;) {
-		uint64_t doff = dbase, soff = sbase;
-		for (unsigned d = 0; d < inner; d++) {
-			doff += idx[d] * dstride[d];
-			soff += idx[d] * sstride[d];
-		}
-		memcpy((char *)dst + doff, (const char *)src + soff, (size_t)run);
-		unsigned d = inner;
-		while (d > 0) {
-			d--;
-			if (++idx[d] < box[d])
-				break;
-			idx[d] = 0;
-			if (d == 0)
-				return;
-		}
-		if (inner == 0)
-			return;
-	}
-}
-
 /* ---- open / close ---- */
 
 void ckpt_reader_close(struct ckpt_reader *reader)
@@ -458,9 +393,16 @@ static int read_item(struct ckpt_reader *rd, enum item_kind kind, const char *na
 		r = read_chunk(rd, ch, tmp, fn, name);
 		if (r < 0)
 			goto out;
-		static const uint64_t zeros[CKPT_MAX_NDIM];
-		box_copy(buf, t->shape, ch->offsets, tmp, ch->shape, zeros, ch->shape, t->ndim,
-			 esize);
+		/* The chunk, row-major in tmp, into its place in the tensor. */
+		uint64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM];
+		char *at = (char *)buf;
+		for (unsigned d = t->ndim; d-- > 0;) {
+			ds[d] = d + 1 < t->ndim ? ds[d + 1] * t->shape[d + 1] : esize;
+			ss[d] = d + 1 < t->ndim ? ss[d + 1] * ch->shape[d + 1] : esize;
+		}
+		for (unsigned d = 0; d < t->ndim; d++)
+			at += ch->offsets[d] * ds[d];
+		cli_box_copy(at, ds, tmp, ss, ch->shape, t->ndim, esize);
 	}
 out:
 	free(tmp);
