@@ -6,7 +6,7 @@
  *
  *   ckpt_bench --socket S --root R --bytes B [--tensors T] [--ranks K]
  *              [--client NAME:THREADS]... [--arena B] [--max-depth D]
- *              [--timeout S] [--gpu]
+ *              [--timeout S] [--gpu] [--cols C] [--reshard M]
  *
  * It forks K rank processes (also for K = 1, so that every command runs the
  * same way).  Each rank builds its state (B bytes in T fp32 tensors, touched
@@ -20,10 +20,14 @@
  * {"event": "ready", ...} and runs commands read from stdin, one per line,
  * printing one JSON line for each:
  *
- *   save CLIENT [one] [notify]  one save of the whole state through CLIENT;
+ *   save CLIENT [one] [notify] [keep]
+ *                               one save of the whole state through CLIENT;
  *                               "one": the same bytes described as one
  *                               tensor per rank; "notify": print
- *                               {"event": "staged"} once every rank is staged
+ *                               {"event": "staged"} once every rank is staged;
+ *                               "keep": save the state as it is (no training
+ *                               step first) and keep the checkpoint for
+ *                               "load" and "read" (see "loads" below)
  *   copy memcpy|stream CLIENT   the copy limit: the state copied into the
  *                               limits' memfd by as many threads as CLIENT
  *                               copies with, in pieces of CLIENT's slot size,
@@ -37,16 +41,56 @@
  *                               from its registered buffers in 8 MiB O_DIRECT
  *                               blocks, DEPTH in flight, fsync of the file and
  *                               then of DIR; timed from open to the last fsync
+ *   load [one] [reshard]        the kept checkpoint (of the "one" view with
+ *                               "one") loaded back with ckpt_load_*, page
+ *                               cache dropped first; "reshard": by the first
+ *                               M ranks (--reshard M), each loading a column
+ *                               band of every tensor
+ *   read DEPTH [one]            the built-in reader (the read limit): each
+ *                               rank's shard files of the kept checkpoint
+ *                               read with O_DIRECT io_uring in 8 MiB blocks,
+ *                               DEPTH in flight, into the registered memfd
  *   quit
+ *
+ * --cols C makes every tensor 2-D, [rows, C] (row-major; with ranks, rank r
+ * holds rows [r * rows, (r + 1) * rows) of a global [K * rows, C] tensor, as
+ * a row-parallel layer is sharded), and the "one" view [1, B / 4] per rank.
+ * --reshard M (2-D only, M <= K) gives ranks 0..M-1 a buffer for their band,
+ * allocated and touched before anything is timed.
+ *
+ * Loads.  A "save ... keep" leaves its checkpoint in place (one per view; a
+ * later keep of the same view replaces it, "quit" removes them) and does not
+ * change the state first, so the two views kept one after the other hold
+ * the same bytes.  "load" then restores it:
+ *
+ *   - plainly, every rank its own chunk of every tensor, into its state
+ *     buffers (already faulted: a restore reuses the model's memory): the
+ *     state is copied to the limits' memfd and overwritten with NaNs first,
+ *     and the loaded bytes are compared with that copy afterwards;
+ *   - with "reshard", rank j < M its band of columns, [j * C / M, (j + 1) *
+ *     C / M) (split as evenly as integers allow), of every global tensor, as
+ *     a column-parallel layer shards it, into its band buffer (overwritten
+ *     with NaNs first); every loaded element is checked against the value
+ *     its saving rank holds (see state_value()); ranks >= M only wait.
+ *
+ * Before the load is released, every file of the checkpoint directory is
+ * dropped from the page cache (posix_fadvise DONTNEED; how much stayed
+ * resident is measured with mincore and printed).  A load is timed from
+ * ckpt_reader_open until its done future completes, and prints what
+ * ckpt_load_stats says it read (bytes_read, bytes_wanted, reads) and the
+ * "floor": the bytes of the CRC pieces its boxes touch, which any loader that
+ * verifies what it uses must read (format/layout.h: LAYOUT_CRC_BLOCK).
+ * Verification runs after the clock has stopped.  Loads and reads need a
+ * directory root and a host state (no --gpu).
  *
  * Every rank runs each command at once: the parent hands the command to
  * every rank, waits until all are ready (state mutated, names chosen), then
  * releases them together.  A command's figure is the job's: from the
  * earliest rank's start to the latest rank's end (CLOCK_MONOTONIC, shared by
  * all processes; the absolute times are printed too, as t_*_ns).  The
- * previous checkpoint and the writer's files are removed before the result
- * is printed, so nothing of one measurement is still being deleted while
- * the next one runs.
+ * previous checkpoint (unless kept) and the writer's files are removed
+ * before the result is printed, so nothing of one measurement is still
+ * being deleted while the next one runs.
  *
  * R may be an S3 root (s3://bucket/prefix, one of the daemon's roots): saves
  * then go to S3 and are left there, and a save's line names the checkpoint
@@ -91,6 +135,7 @@
 
 #include "ckpt.h"
 #include "client/internal.h"
+#include "format/layout.h"
 #include "shm/arena.h"
 #include "store/fsutil.h"
 #ifdef CKPT_HAVE_CUDA
@@ -105,6 +150,7 @@
 #define CMD_LEN       1024
 #define WRITE_BLOCK   (8u << 20)  /* the built-in writer's block (fio: --bs=8m) */
 #define REG_IOV_MAX   (1ull << 30) /* one registered buffer may be at most 1 GiB */
+#define DIO_ALIGN     4096u       /* O_DIRECT length and offset alignment */
 /* Threads a ckpt_client starts besides its copy threads (receive, save):
  * only used to tell how many copy threads a client runs (client_copy_threads). */
 #define LIB_SERVICE_THREADS 2
@@ -125,26 +171,33 @@ struct opts {
 	unsigned timeout_s;
 	bool gpu;         /* the state on a CUDA device */
 	bool s3_root;     /* root is s3://...: saves are not removed here */
+	uint64_t cols;    /* 0: 1-D tensors; else [rows, cols] (--cols) */
+	unsigned reshard; /* loaders of "load reshard" (--reshard); 0: none */
 	struct client_spec clients[MAX_CLIENTS];
 	unsigned n_clients;
 };
 
 /* One way to describe the state: `count` fp32 tensors back to back, sizes
- * differing by at most one element.  With world > 1, each tensor is this
- * rank's chunk of a global tensor of world chunks (as FSDP shards a model):
- * chunk `rank` at offset rank * n. */
+ * differing by at most one element (1-D) or one row (2-D).  With world > 1,
+ * each tensor is this rank's chunk of a global tensor of world chunks, cut
+ * along its first dimension (as FSDP shards a model, or a row-parallel
+ * layer): chunk `rank` at element rank * n (1-D) or row rank * rows (2-D). */
 struct view {
 	unsigned count;
+	uint64_t cols;   /* 0: 1-D; else every tensor is [elems / cols, cols] */
 	uint64_t *elems; /* per tensor */
 	uint64_t *first; /* element index where each tensor starts */
 	char **names;
 };
+
+enum { VIEW_MANY, VIEW_ONE, N_VIEWS };
 
 struct state {
 	unsigned rank, world;
 	float *buf;
 	uint64_t bytes;
 	struct view many, one;
+	uint64_t version; /* bumped by every change (state_mutate) */
 };
 
 /* What a rank sends the parent (one write, smaller than PIPE_BUF, so
@@ -161,6 +214,10 @@ struct rec {
 	double connect_ms;
 	uint64_t arena_bytes, slot_bytes;
 	uint32_t copy_threads, threads_started, expected_threads;
+	/* REC_RESULT of a load (its loaders), or a read */
+	uint32_t idle;  /* this rank took no part (a rank >= M of a reshard) */
+	uint64_t bytes_read, bytes_wanted, reads, floor_bytes; /* floor: UINT64_MAX unknown */
+	double verify_ms;
 	/* REC_RESULT of a save (to staged) or a copy (to its end) */
 	struct cost {
 		double cpu_ms;      /* this rank process, every thread */
@@ -294,8 +351,11 @@ static void usage(void)
 		"  --max-depth D        deepest 'write' allowed (default 64)\n"
 		"  --timeout S          bound on any wait, seconds (default 900)\n"
 		"  --gpu                the state on a CUDA device (rank r: device r %% count)\n"
-		"commands: save CLIENT [one] [notify] | copy memcpy|stream CLIENT |\n"
-		"          write DIR DEPTH | d2h whole|chunked CLIENT (--gpu) | quit\n");
+		"  --cols C             2-D tensors of C columns, row-sharded across ranks\n"
+		"  --reshard M          ranks 0..M-1 load column bands ('load reshard'; 2-D)\n"
+		"commands: save CLIENT [one] [notify] [keep] | copy memcpy|stream CLIENT |\n"
+		"          write DIR DEPTH | d2h whole|chunked CLIENT (--gpu) |\n"
+		"          load [one] [reshard] | read DEPTH [one] | quit\n");
 	exit(2);
 }
 
@@ -370,6 +430,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "max-depth", required_argument, NULL, 'd' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "gpu", no_argument, NULL, 'g' },
+		{ "cols", required_argument, NULL, 'C' },
+		{ "reshard", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -389,6 +451,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'd': o->max_depth = parse_uint(optarg, "--max-depth", 1, 4096); break;
 		case 'T': o->timeout_s = parse_uint(optarg, "--timeout", 1, 7 * 86400); break;
 		case 'g': o->gpu = true; break;
+		case 'C': o->cols = parse_size(optarg, "--cols"); break;
+		case 'M': o->reshard = parse_uint(optarg, "--reshard", 1, MAX_RANKS); break;
 		default: usage();
 		}
 	}
@@ -400,6 +464,12 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		die("--bytes too small for %u fp32 tensors", o->tensors);
 	if (o->bytes > (uint64_t)SIZE_MAX / 2)
 		die("--bytes too large");
+	if (o->cols && (o->bytes / 4 % o->cols || o->bytes / 4 / o->cols < o->tensors))
+		die("--cols %" PRIu64 ": --bytes must hold a whole number of rows, at least one "
+		    "per tensor", o->cols);
+	if (o->reshard && (!o->cols || o->reshard > o->ranks || o->reshard > o->cols))
+		die("--reshard %u wants --cols and at most --ranks loaders (and columns)",
+		    o->reshard);
 	/* The daemon accepts absolute roots only; resolve a relative one here
 	 * rather than fail on the first save.  An S3 root goes as it is. */
 	if (!strncmp(root, "s3://", 5)) {
@@ -439,21 +509,48 @@ static struct ckpt_connect_opts connect_opts(const char *socket_path, const char
 
 /* device < 0: host memory; else the CUDA device of that ordinal (the
  * tensor produced on the legacy default stream). */
-static struct ckpt_tensor f32_tensor(const char *name, const uint64_t *shape, const float *data,
-				     int device, const uint64_t *global_shape,
+static struct ckpt_tensor f32_tensor(const char *name, unsigned ndim, const uint64_t *shape,
+				     const float *data, int device, const uint64_t *global_shape,
 				     const uint64_t *offsets)
 {
 	return (struct ckpt_tensor){
 		CKPT_TENSOR_INIT,
 		.name = name,
 		.dtype = CKPT_F32,
-		.ndim = 1,
+		.ndim = ndim,
 		.shape = shape,
 		.data = data,
 		.device = device < 0 ? CKPT_DEVICE_HOST : CKPT_DEVICE_CUDA,
 		.device_index = device < 0 ? 0 : device,
 		.global_shape = global_shape,
 		.offsets = offsets,
+	};
+}
+
+/* One box of a load: host memory, row-major and contiguous in `shape`. */
+static struct ckpt_load_dst load_dst(const uint64_t *offsets, const uint64_t *shape, void *data)
+{
+	return (struct ckpt_load_dst){
+		CKPT_LOAD_DST_INIT,
+		.device = CKPT_DEVICE_HOST,
+		.offsets = offsets,
+		.shape = shape,
+		.data = data,
+	};
+}
+
+static struct ckpt_load_tensor load_tensor(const char *name, unsigned ndim,
+					   const uint64_t *global_shape,
+					   const struct ckpt_load_dst *dst)
+{
+	return (struct ckpt_load_tensor){
+		CKPT_LOAD_TENSOR_INIT,
+		.dtype = CKPT_F32,
+		.name = name,
+		.global_shape = global_shape,
+		.ndim = ndim,
+		.n_dsts = 1,
+		.dsts = dst,
 	};
 }
 
@@ -506,24 +603,49 @@ static unsigned expected_copy_threads(unsigned asked)
 
 /* ---- state ---------------------------------------------------------------- */
 
-static void view_init(struct view *v, uint64_t n, unsigned count, const char *prefix,
-		      const char *suffix)
+/* n elements in `count` tensors; with cols, in whole rows of cols elements
+ * (parse_opts checked that n is a whole number of rows, >= count). */
+static void view_init(struct view *v, uint64_t n, unsigned count, uint64_t cols,
+		      const char *prefix, const char *suffix)
 {
-	uint64_t per = n / count, extra = n % count, at = 0;
+	uint64_t unit = cols ? cols : 1;
+	uint64_t per = n / unit / count, extra = n / unit % count, at = 0;
 
 	v->count = count;
+	v->cols = cols;
 	v->elems = calloc(count, sizeof(*v->elems));
 	v->first = calloc(count, sizeof(*v->first));
 	v->names = calloc(count, sizeof(*v->names));
 	if (!v->elems || !v->first || !v->names)
 		die("out of memory");
 	for (unsigned i = 0; i < count; i++) {
-		v->elems[i] = per + (i < extra ? 1 : 0);
+		v->elems[i] = (per + (i < extra ? 1 : 0)) * unit;
 		v->first[i] = at;
 		at += v->elems[i];
 		if (asprintf(&v->names[i], "%s%06u%s", prefix, i, suffix) < 0)
 			die("out of memory");
 	}
+}
+
+/* Tensor t of view v as rank `rank` of `world` saves it: its chunk's shape,
+ * the global shape and the chunk's offsets (ndim entries each).  Returns
+ * ndim (1, or 2 with cols). */
+static unsigned view_shape(const struct view *v, unsigned t, unsigned rank, unsigned world,
+			   uint64_t *shape, uint64_t *gshape, uint64_t *offs)
+{
+	if (!v->cols) {
+		shape[0] = v->elems[t];
+		gshape[0] = v->elems[t] * world;
+		offs[0] = v->elems[t] * rank;
+		return 1;
+	}
+	shape[0] = v->elems[t] / v->cols;
+	shape[1] = v->cols;
+	gshape[0] = shape[0] * world;
+	gshape[1] = v->cols;
+	offs[0] = shape[0] * rank;
+	offs[1] = 0;
+	return 2;
 }
 
 static void view_free(struct view *v)
@@ -535,8 +657,24 @@ static void view_free(struct view *v)
 	free(v->elems);
 }
 
-static void state_init(struct state *s, uint64_t bytes, unsigned count, unsigned rank,
-		       unsigned world)
+/*
+ * Element i of rank `rank`'s state as state_init makes it: a hash of both,
+ * so that a chunk of another rank, or a band one column off, does not pass
+ * for the right one when a load is verified.  The values are halves below
+ * 16384: state_mutate's integer steps keep them exact in fp32, so element i
+ * of any rank is state_value(rank, i) + the same change on every rank
+ * (every rank runs every command), which a loader recovers from its own
+ * state: st.buf[i] - state_value(own rank, i).
+ */
+static float state_value(unsigned rank, uint64_t i)
+{
+	uint64_t x = (i + ((uint64_t)rank << 48)) * 0x9e3779b97f4a7c15ull;
+
+	return (float)(x >> 49) * 0.5f;
+}
+
+static void state_init(struct state *s, uint64_t bytes, unsigned count, uint64_t cols,
+		       unsigned rank, unsigned world)
 {
 	uint64_t n = bytes / 4;
 	void *p;
@@ -547,10 +685,10 @@ static void state_init(struct state *s, uint64_t bytes, unsigned count, unsigned
 	if (posix_memalign(&p, 2u << 20, bytes))
 		die("cannot allocate %" PRIu64 " bytes of state", bytes);
 	s->buf = p;
-	view_init(&s->many, n, count, "layer.", ".weight");
-	view_init(&s->one, n, 1, "flat.", "");
+	view_init(&s->many, n, count, cols, "layer.", ".weight");
+	view_init(&s->one, n, 1, cols ? n : 0, "flat.", "");
 	for (uint64_t i = 0; i < n; i++)
-		s->buf[i] = (float)(i & 0xffff) * 0.5f;
+		s->buf[i] = state_value(rank, i);
 }
 
 /* A training step's worth of change: one element of every tensor. */
@@ -558,6 +696,7 @@ static void state_mutate(struct state *s, const struct view *v, unsigned step)
 {
 	for (unsigned i = 0; i < v->count; i++)
 		s->buf[v->first[i]] += 1.0f + (float)step;
+	s->version++;
 }
 
 static void state_free(struct state *s)
@@ -602,11 +741,10 @@ static int timed_save(struct ckpt_client *cl, const struct opts *o, const struct
 		return r;
 	}
 	for (unsigned t = 0; t < v->count; t++) {
-		uint64_t shape[1] = { v->elems[t] };
-		uint64_t gshape[1] = { v->elems[t] * s->world };
-		uint64_t offs[1] = { v->elems[t] * s->rank };
-		struct ckpt_tensor ten = f32_tensor(v->names[t], shape, base + v->first[t], device,
-						    s->world > 1 ? gshape : NULL,
+		uint64_t shape[2], gshape[2], offs[2];
+		unsigned ndim = view_shape(v, t, s->rank, s->world, shape, gshape, offs);
+		struct ckpt_tensor ten = f32_tensor(v->names[t], ndim, shape, base + v->first[t],
+						    device, s->world > 1 ? gshape : NULL,
 						    s->world > 1 ? offs : NULL);
 
 		r = ckpt_save_add_tensor(save, &ten);
@@ -959,6 +1097,383 @@ out:
 	return r;
 }
 
+/* ---- the built-in reader (the read limit) -------------------------------- */
+
+#define MAX_RANK_FILES 16 /* shard files one rank reads ("read") */
+
+struct read_files {
+	unsigned n;
+	char path[MAX_RANK_FILES][PATH_MAX];
+	uint64_t size[MAX_RANK_FILES];
+};
+
+/* The files of checkpoint `path` that rank `rank` saved, from its manifest.
+ * Returns 0 or -errno with rec->err set. */
+static int rank_files(const char *path, unsigned rank, struct read_files *f, struct rec *rec)
+{
+	struct ckpt_reader *rd;
+	int r = ckpt_reader_open(path, &rd);
+
+	if (r < 0) {
+		rec_err(rec, "ckpt_reader_open '%s': %s (%s)", path, strerror(-r), ckpt_last_error());
+		return r;
+	}
+	f->n = 0;
+	for (size_t i = 0; i < rd->m.n_files; i++) {
+		if (rd->m.files[i].rank != rank)
+			continue;
+		if (f->n == MAX_RANK_FILES) {
+			rec_err(rec, "rank %u has more than %d files in '%s'", rank, MAX_RANK_FILES,
+				path);
+			r = -E2BIG;
+			break;
+		}
+		if ((size_t)snprintf(f->path[f->n], PATH_MAX, "%s/%s", path, rd->m.files[i].path) >=
+		    PATH_MAX) {
+			rec_err(rec, "path too long under '%s'", path);
+			r = -ENAMETOOLONG;
+			break;
+		}
+		f->size[f->n++] = rd->m.files[i].size;
+	}
+	if (r == 0 && f->n == 0) {
+		rec_err(rec, "no file of rank %u in '%s'", rank, path);
+		r = -ENOENT;
+	}
+	ckpt_reader_close(rd);
+	return r;
+}
+
+/*
+ * Reads files f whole, one after the other, with O_DIRECT in WRITE_BLOCK
+ * reads, `depth` in flight, into lb's registered buffers.  Block k lands at
+ * block k modulo the blocks that fit in lb, so a file longer than the state
+ * (its header) wraps around: only the rate matters, the bytes are not kept.
+ * A file's last block is read with its length rounded up to DIO_ALIGN and
+ * must come back short by exactly that rounding.  t_start before the first
+ * open, t_end after the last completion.  Returns 0 or -errno with rec->err
+ * set; rec->bytes_read: the bytes read.
+ */
+static int disk_read(struct limit_buf *lb, const struct read_files *f, unsigned depth,
+		     struct rec *rec)
+{
+	struct io_uring *ring = &lb->ring;
+	uint64_t wrap = lb->bytes / WRITE_BLOCK * WRITE_BLOCK;
+	int r = 0;
+
+	if (wrap == 0) {
+		rec_err(rec, "read: the state is smaller than one %u-byte block", WRITE_BLOCK);
+		return -EINVAL;
+	}
+	rec->t_start = now_ns();
+	for (unsigned i = 0; i < f->n && r == 0; i++) {
+		uint64_t size = f->size[i], submitted = 0, done = 0;
+		unsigned inflight = 0;
+		bool fixed_file;
+		int fd = open(f->path[i], O_RDONLY | O_DIRECT | O_CLOEXEC);
+
+		if (fd < 0) {
+			r = -errno;
+			rec_err(rec, "open '%s' O_DIRECT: %s", f->path[i], strerror(-r));
+			return r;
+		}
+		fixed_file = io_uring_register_files(ring, &fd, 1) == 0;
+		while (done < size) {
+			struct io_uring_cqe *cqe;
+			unsigned head, seen = 0;
+
+			while (inflight < depth && submitted < size) {
+				struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+				uint64_t len = size - submitted < WRITE_BLOCK ? size - submitted :
+										 WRITE_BLOCK;
+				uint64_t dlen = (len + DIO_ALIGN - 1) / DIO_ALIGN * DIO_ALIGN;
+				uint64_t place = submitted % wrap;
+
+				if (!sqe)
+					break;
+				if (lb->registered)
+					io_uring_prep_read_fixed(sqe, fixed_file ? 0 : fd,
+								 lb->addr + place, (unsigned)dlen,
+								 submitted,
+								 (int)(place / REG_IOV_MAX));
+				else
+					io_uring_prep_read(sqe, fixed_file ? 0 : fd, lb->addr + place,
+							   (unsigned)dlen, submitted);
+				if (fixed_file)
+					sqe->flags |= IOSQE_FIXED_FILE;
+				io_uring_sqe_set_data64(sqe, len);
+				submitted += len;
+				inflight++;
+			}
+			r = io_uring_submit_and_wait(ring, 1);
+			if (r < 0 && r != -EINTR) {
+				rec_err(rec, "io_uring_submit: %s", strerror(-r));
+				break;
+			}
+			r = 0;
+			io_uring_for_each_cqe(ring, head, cqe) {
+				if (cqe->res < 0 || (uint64_t)cqe->res != io_uring_cqe_get_data64(cqe)) {
+					r = cqe->res < 0 ? cqe->res : -EIO;
+					rec_err(rec, "read '%s': %s", f->path[i],
+						cqe->res < 0 ? strerror(-cqe->res) : "short read");
+					/* Reads may still be in flight: the rank exits
+					 * after a failed command, the ring with it. */
+					break;
+				}
+				done += (uint64_t)cqe->res;
+				inflight--;
+				seen++;
+			}
+			io_uring_cq_advance(ring, seen);
+			if (r < 0)
+				break;
+		}
+		if (fixed_file)
+			io_uring_unregister_files(ring);
+		close(fd);
+		rec->bytes_read += done;
+	}
+	rec->t_end = now_ns();
+	return r;
+}
+
+/* ---- loads ---------------------------------------------------------------- */
+
+/* Loader j's columns of `cols` split among `loaders`: [*c0, *c0 + *w). */
+static void band_of(uint64_t cols, unsigned loaders, unsigned j, uint64_t *c0, uint64_t *w)
+{
+	uint64_t per = cols / loaders, extra = cols % loaders;
+
+	*c0 = j * per + (j < extra ? j : extra);
+	*w = per + (j < extra ? 1 : 0);
+}
+
+/* Elements of loader j's band of view v (2-D): the band of every global
+ * tensor, [world * rows, w] each, back to back in the band buffer. */
+static uint64_t band_elems(const struct view *v, unsigned world, unsigned loaders, unsigned j)
+{
+	uint64_t c0, w, total = 0;
+
+	band_of(v->cols, loaders, j, &c0, &w);
+	for (unsigned t = 0; t < v->count; t++)
+		total += v->elems[t] / v->cols * world * w;
+	return total;
+}
+
+/* [a, b) of a chunk's bytes [begin, end) widened to the CRC pieces it
+ * touches (the grid of LAYOUT_CRC_BLOCK, cut at the chunk's ends). */
+static void widen(uint64_t begin, uint64_t end, uint64_t *a, uint64_t *b)
+{
+	*a = *a / LAYOUT_CRC_BLOCK * LAYOUT_CRC_BLOCK;
+	*b = (*b + LAYOUT_CRC_BLOCK - 1) / LAYOUT_CRC_BLOCK * LAYOUT_CRC_BLOCK;
+	if (*a < begin)
+		*a = begin;
+	if (*b > end)
+		*b = end;
+}
+
+/*
+ * The floor of loading box (offs, shape) of fp32 tensor t: the bytes of the
+ * CRC pieces the box touches, each counted once.  A piece can only be
+ * verified whole, so a loader that uses verified bytes only reads at least
+ * these, whatever it does with the gaps.  2-D: the chunks must span every
+ * column (the row-sharded layout saved here), one run per row; returns
+ * UINT64_MAX for any other layout.
+ */
+static uint64_t floor_bytes(const struct manifest_tensor *t, const uint64_t *offs,
+			    const uint64_t *shape)
+{
+	uint64_t total = 0;
+
+	for (size_t k = 0; k < t->n_chunks; k++) {
+		const struct manifest_chunk *c = &t->chunks[k];
+		uint64_t lo = offs[0] > c->offsets[0] ? offs[0] : c->offsets[0];
+		uint64_t hi = offs[0] + shape[0] < c->offsets[0] + c->shape[0] ?
+				      offs[0] + shape[0] : c->offsets[0] + c->shape[0];
+		uint64_t covered = 0; /* end of the pieces counted so far */
+
+		if (t->ndim == 1) {
+			if (lo < hi) {
+				uint64_t a = c->begin + (lo - c->offsets[0]) * 4;
+				uint64_t b = c->begin + (hi - c->offsets[0]) * 4;
+
+				widen(c->begin, c->end, &a, &b);
+				total += b - a;
+			}
+			continue;
+		}
+		if (t->ndim != 2 || c->offsets[1] != 0 || c->shape[1] != t->shape[1])
+			return UINT64_MAX;
+		/* Rows in file order: their pieces come in order, so the
+		 * union is a running maximum. */
+		for (uint64_t row = lo; row < hi; row++) {
+			uint64_t a = c->begin + ((row - c->offsets[0]) * t->shape[1] + offs[1]) * 4;
+			uint64_t b = a + shape[1] * 4;
+
+			widen(c->begin, c->end, &a, &b);
+			if (a < covered)
+				a = covered;
+			if (b > a) {
+				total += b - a;
+				covered = b;
+			}
+		}
+	}
+	return total;
+}
+
+/*
+ * Loads checkpoint `path` as view v: plainly (loader < 0: this rank's own
+ * chunk of every tensor into its state buffers) or as loader `loader` of
+ * o->reshard (its column band of every global tensor into dst, back to
+ * back).  Timed from ckpt_reader_open until the done future completes;
+ * fills rec's times, cost, ckpt_load_stats figures and floor.  Returns 0 or
+ * -errno with rec->err set.
+ */
+static int timed_load(const struct opts *o, const struct state *s, const struct view *v,
+		      const char *path, int loader, float *dst, struct rec *rec)
+{
+	struct ckpt_load_stats st = { CKPT_LOAD_STATS_INIT };
+	struct ckpt_reader *rd = NULL;
+	struct ckpt_load *ld = NULL;
+	struct ckpt_future *done;
+	struct cost_snap cs;
+	uint64_t boff[CKPT_MAX_NDIM], bshape[CKPT_MAX_NDIM];
+	uint64_t at = 0;
+	int r;
+
+	cost_snap(&cs);
+	rec->t_start = now_ns();
+	r = ckpt_reader_open(path, &rd);
+	if (r < 0) {
+		rec_err(rec, "ckpt_reader_open '%s': %s (%s)", path, strerror(-r), ckpt_last_error());
+		return r;
+	}
+	r = ckpt_load_begin(rd, 0, &ld);
+	if (r < 0) {
+		rec_err(rec, "ckpt_load_begin: %s (%s)", strerror(-r), ckpt_last_error());
+		goto out;
+	}
+	for (unsigned t = 0; t < v->count; t++) {
+		uint64_t shape[2], gshape[2], offs[2];
+		unsigned ndim = view_shape(v, t, s->rank, s->world, shape, gshape, offs);
+		struct ckpt_load_dst box;
+		struct ckpt_load_tensor ten;
+
+		if (loader < 0) {
+			box = load_dst(offs, shape, s->buf + v->first[t]);
+		} else {
+			uint64_t c0, w;
+
+			band_of(v->cols, o->reshard, (unsigned)loader, &c0, &w);
+			boff[0] = 0;
+			boff[1] = c0;
+			bshape[0] = gshape[0];
+			bshape[1] = w;
+			box = load_dst(boff, bshape, dst + at);
+			at += gshape[0] * w;
+		}
+		ten = load_tensor(v->names[t], ndim, gshape, &box);
+		r = ckpt_load_add_tensor(ld, &ten);
+		if (r < 0) {
+			rec_err(rec, "ckpt_load_add_tensor '%s': %s (%s)", v->names[t], strerror(-r),
+				ckpt_last_error());
+			goto out;
+		}
+	}
+	r = ckpt_load_start(ld, &done);
+	if (r < 0) {
+		rec_err(rec, "ckpt_load_start: %s (%s)", strerror(-r), ckpt_last_error());
+		goto out;
+	}
+	r = ckpt_future_wait(done, (int64_t)o->timeout_s * 1000);
+	rec->t_end = now_ns();
+	cost_since(&rec->cost, &cs);
+	if (r < 0) {
+		rec_err(rec, "load future: %s (%s)", strerror(-r), ckpt_future_error(done));
+		goto out;
+	}
+	r = ckpt_load_stats(ld, &st);
+	if (r < 0) {
+		rec_err(rec, "ckpt_load_stats: %s", strerror(-r));
+		goto out;
+	}
+	rec->bytes_read = st.bytes_read;
+	rec->bytes_wanted = st.bytes_wanted;
+	rec->reads = st.reads;
+
+	/* The floor, from the same boxes (after the clock stopped). */
+	for (unsigned t = 0; t < v->count && rec->floor_bytes != UINT64_MAX; t++) {
+		uint64_t shape[2], gshape[2], offs[2], fb;
+		const struct manifest_tensor *mt = manifest_find(&rd->m, ITEM_TENSOR, v->names[t]);
+
+		view_shape(v, t, s->rank, s->world, shape, gshape, offs);
+		if (loader >= 0) {
+			band_of(v->cols, o->reshard, (unsigned)loader, &boff[1], &bshape[1]);
+			boff[0] = 0;
+			bshape[0] = gshape[0];
+		}
+		fb = mt ? floor_bytes(mt, loader < 0 ? offs : boff, loader < 0 ? shape : bshape) :
+			  UINT64_MAX;
+		rec->floor_bytes = fb == UINT64_MAX ? UINT64_MAX : rec->floor_bytes + fb;
+	}
+out:
+	ckpt_load_free(ld);
+	ckpt_reader_close(rd);
+	return r;
+}
+
+/* A plain load against the copy of the state taken before it (expect).
+ * Returns 0 or -EIO with err naming the first wrong byte. */
+static int verify_plain(const struct state *s, const char *expect, char *err, size_t errlen)
+{
+	const char *got = (const char *)s->buf;
+
+	if (!memcmp(got, expect, s->bytes))
+		return 0;
+	for (uint64_t i = 0; i < s->bytes; i++) {
+		if (got[i] != expect[i]) {
+			snprintf(err, errlen, "load: byte %" PRIu64 " of the state differs from "
+				 "what was saved", i);
+			break;
+		}
+	}
+	return -EIO;
+}
+
+/* Loader j's band of view v against the values of the ranks that saved
+ * each row (state_value(), plus the change every rank made alike).
+ * Returns 0 or -EIO with err naming the first wrong element. */
+static int verify_band(const struct state *s, const struct view *v, unsigned loaders,
+		       unsigned j, const float *band, char *err, size_t errlen)
+{
+	uint64_t c0, w, at = 0;
+
+	band_of(v->cols, loaders, j, &c0, &w);
+	for (unsigned t = 0; t < v->count; t++) {
+		uint64_t rows = v->elems[t] / v->cols;
+
+		for (uint64_t gr = 0; gr < rows * s->world; gr++) {
+			unsigned q = (unsigned)(gr / rows);
+			uint64_t i0 = v->first[t] + gr % rows * v->cols + c0;
+
+			for (uint64_t c = 0; c < w; c++, at++) {
+				uint64_t i = i0 + c;
+				float want = state_value(q, i) + (s->buf[i] - state_value(s->rank, i));
+
+				if (band[at] != want) {
+					snprintf(err, errlen, "load reshard: tensor '%s' row %" PRIu64
+						 " column %" PRIu64 " is %g, rank %u saved %g",
+						 v->names[t], gr, c0 + c, (double)band[at], q,
+						 (double)want);
+					return -EIO;
+				}
+			}
+		}
+	}
+	return 0;
+}
+
 /* ---- device memory and the D2H limit (--gpu) ------------------------------
  *
  * With --gpu the state lives on a CUDA device (rank r on device r % count),
@@ -1244,17 +1759,19 @@ static bool read_line(int fd, char *buf, size_t len)
 
 /* ---- commands ------------------------------------------------------------- */
 
-enum cmd_kind { CMD_SAVE, CMD_COPY, CMD_WRITE, CMD_D2H, CMD_QUIT };
+enum cmd_kind { CMD_SAVE, CMD_COPY, CMD_WRITE, CMD_D2H, CMD_LOAD, CMD_READ, CMD_QUIT };
 
 struct cmd {
 	enum cmd_kind kind;
 	int client;    /* save, copy */
-	bool one;      /* save: one tensor */
+	bool one;      /* save, load, read: the "one" view */
 	bool notify;   /* save */
+	bool keep;     /* save */
+	bool reshard;  /* load */
 	bool stream;   /* copy */
 	bool whole;    /* d2h */
 	char dir[PATH_MAX]; /* write */
-	unsigned depth;     /* write */
+	unsigned depth;     /* write, read */
 };
 
 static int find_client(const struct opts *o, const char *name)
@@ -1308,6 +1825,13 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 				c->one = true;
 			} else if (!strcmp(argv[i], "notify")) {
 				c->notify = true;
+			} else if (!strcmp(argv[i], "keep")) {
+				if (o->s3_root) {
+					snprintf(err, errlen, "save keep: the root is on S3 (loads read "
+						 "a directory root)");
+					return false;
+				}
+				c->keep = true;
 			} else {
 				snprintf(err, errlen, "save: unknown word '%s'", argv[i]);
 				return false;
@@ -1361,7 +1885,46 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 		}
 		return cmd_client(o, argv[2], c, err, errlen);
 	}
-	snprintf(err, errlen, "unknown command '%s' (save, copy, write, d2h, quit)", argv[0]);
+	if ((!strcmp(argv[0], "load") && argc <= 3) || (!strcmp(argv[0], "read") && argc >= 2 &&
+							 argc <= 3)) {
+		bool load = argv[0][0] == 'l';
+
+		c->kind = load ? CMD_LOAD : CMD_READ;
+		if (o->s3_root || o->gpu) {
+			snprintf(err, errlen, "%s: needs a directory root and a host state", argv[0]);
+			return false;
+		}
+		if (!load) {
+			char *end;
+			unsigned long d;
+
+			errno = 0;
+			d = strtoul(argv[1], &end, 10);
+			if (errno || *end || d < 1 || d > o->max_depth) {
+				snprintf(err, errlen, "read: depth '%s' is not in 1..%u", argv[1],
+					 o->max_depth);
+				return false;
+			}
+			c->depth = (unsigned)d;
+		}
+		for (int i = load ? 1 : 2; i < argc; i++) {
+			if (!strcmp(argv[i], "one") && !c->one) {
+				c->one = true;
+			} else if (load && !strcmp(argv[i], "reshard") && !c->reshard) {
+				if (!o->reshard) {
+					snprintf(err, errlen, "load reshard: no --reshard M given");
+					return false;
+				}
+				c->reshard = true;
+			} else {
+				snprintf(err, errlen, "%s: unknown word '%s'", argv[0], argv[i]);
+				return false;
+			}
+		}
+		return true;
+	}
+	snprintf(err, errlen, "unknown command '%s' (save, copy, write, d2h, load, read, quit)",
+		 argv[0]);
 	return false;
 }
 
@@ -1387,6 +1950,19 @@ struct rank_client {
 	struct copy_pool pool; /* copy_threads threads for the copy limit */
 };
 
+/* A kept checkpoint of one view, as this rank saved it. */
+struct kept {
+	char name[CKPT_MAX_NAME_LEN + 1]; /* "": none */
+	uint64_t version;                 /* the state's version it holds */
+};
+
+/* The checkpoint directory of kept checkpoint `name`. */
+static void kept_path(char *buf, size_t len, const struct opts *o, const char *name)
+{
+	if ((size_t)snprintf(buf, len, "%s/%s", o->root, name) >= len)
+		die("path too long under '%s'", o->root);
+}
+
 /* One rank, in a child process.  Protocol with the parent: one REC_HELLO
  * per client and one REC_SETUP; then per command (one line on cmd_fd):
  * prepare, send one byte on the shared ready pipe, wait for one byte on
@@ -1396,10 +1972,12 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		      int go_fd, int rec_fd)
 {
 	struct rank_client rc[MAX_CLIENTS] = { 0 };
+	struct kept kept[N_VIEWS] = { 0 };
 	struct gpu gpu = { 0 };
 	struct limit_buf lb;
 	struct state st;
 	struct rec rec;
+	float *band = NULL; /* this loader's band buffer (--reshard, rank < M) */
 	uint64_t t0;
 	char line[CMD_LEN], err[ERR_LEN];
 	int r;
@@ -1409,7 +1987,20 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 	if (getppid() != job_pid)
 		_exit(3);
 
-	state_init(&st, o->bytes, o->tensors, rank, o->ranks);
+	state_init(&st, o->bytes, o->tensors, o->cols, rank, o->ranks);
+	if (o->reshard && rank < o->reshard) {
+		uint64_t a = band_elems(&st.many, o->ranks, o->reshard, rank);
+		uint64_t b = band_elems(&st.one, o->ranks, o->reshard, rank);
+		size_t len = (size_t)((a > b ? a : b) * 4);
+		void *p;
+
+		/* Touched now: a load fills memory the process already has,
+		 * as a restore into a model's parameters does. */
+		if (posix_memalign(&p, 2u << 20, len))
+			die("cannot allocate %zu bytes of band buffer", len);
+		memset(p, 0, len);
+		band = p;
+	}
 	if (o->gpu) {
 		r = gpu_select(&gpu, rank, err, sizeof(err));
 		if (r < 0) {
@@ -1496,6 +2087,9 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		char name[CKPT_MAX_NAME_LEN + 1], path[PATH_MAX];
 		struct rank_client *cli = NULL;
 		const struct view *v = NULL;
+		struct read_files *files = NULL;
+		struct kept *kp = NULL;
+		int loader = -1; /* load: -1 plain, else this rank's band */
 		char b = 'r';
 
 		if (!parse_cmd(o, line, &c, err, sizeof(err)))
@@ -1505,11 +2099,42 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		memset(&rec, 0, sizeof(rec));
 		rec.rank = (int32_t)rank;
 		rec.kind = REC_RESULT;
-		if (c.kind != CMD_WRITE)
+		if (c.kind == CMD_SAVE || c.kind == CMD_COPY || c.kind == CMD_D2H)
 			cli = &rc[c.client];
+		if (c.kind == CMD_LOAD || c.kind == CMD_READ) {
+			/* The parent refuses these without a kept checkpoint
+			 * that still holds the state. */
+			v = c.one ? &st.one : &st.many;
+			kp = &kept[c.one ? VIEW_ONE : VIEW_MANY];
+			if (!kp->name[0] || (c.kind == CMD_LOAD && kp->version != st.version)) {
+				fprintf(stderr, "ckpt_bench rank %u: no kept checkpoint of the state\n",
+					rank);
+				_exit(1);
+			}
+			kept_path(path, sizeof(path), o, kp->name);
+		}
+		if (c.kind == CMD_LOAD) {
+			if (c.reshard)
+				loader = rank < o->reshard ? (int)rank : -2;
+			/* The bytes to restore are first overwritten (NaNs), so
+			 * a load that leaves one out fails verification; a plain
+			 * load keeps the state's copy in the limits' memfd. */
+			if (loader == -1) {
+				memcpy(lb.addr, st.buf, st.bytes);
+				memset(st.buf, 0xff, st.bytes);
+			} else if (loader >= 0) {
+				memset(band, 0xff, band_elems(v, o->ranks, o->reshard, rank) * 4);
+			}
+		} else if (c.kind == CMD_READ) {
+			files = malloc(sizeof(*files));
+			if (!files)
+				die("out of memory");
+		}
 		if (c.kind == CMD_SAVE) {
 			v = c.one ? &st.one : &st.many;
-			if (cli->steps > 0) {
+			/* A kept save holds the state as it is: the views kept
+			 * one after the other hold the same bytes. */
+			if (cli->steps > 0 && !c.keep) {
 				state_mutate(&st, v, cli->steps);
 				if (gpu.on && gpu_mutate(&gpu, &st, v, err, sizeof(err)) < 0) {
 					fprintf(stderr, "ckpt_bench rank %u: %s\n", rank, err);
@@ -1540,9 +2165,37 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		case CMD_D2H:
 			rec.rc = d2h_limit(&gpu, &st, lb.addr, cli->slot_bytes, c.whole, &rec);
 			break;
+		case CMD_LOAD:
+			if (loader == -2) {
+				rec.idle = 1;
+				break;
+			}
+			rec.rc = timed_load(o, &st, v, path, loader, band, &rec);
+			if (rec.rc == 0) {
+				uint64_t tv = now_ns();
+
+				rec.rc = loader < 0 ? verify_plain(&st, lb.addr, rec.err, sizeof(rec.err)) :
+						      verify_band(&st, v, o->reshard, (unsigned)loader,
+								  band, rec.err, sizeof(rec.err));
+				rec.verify_ms = ms_between(tv, now_ns());
+			}
+			break;
+		case CMD_READ:
+			/* The file list comes from the manifest, before the
+			 * reader's clock starts (disk_read sets t_start). */
+			rec.rc = rank_files(path, rank, files, &rec);
+			if (rec.rc == 0)
+				rec.rc = disk_read(&lb, files, c.depth, &rec);
+			break;
 		case CMD_QUIT:
 			break;
 		}
+		if (c.kind == CMD_SAVE && c.keep && rec.rc == 0) {
+			kp = &kept[c.one ? VIEW_ONE : VIEW_MANY];
+			snprintf(kp->name, sizeof(kp->name), "%s", name);
+			kp->version = st.version;
+		}
+		free(files);
 		if (!write_all(rec_fd, &rec, sizeof(rec)) || rec.rc < 0)
 			_exit(1);
 	}
@@ -1551,6 +2204,7 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		ckpt_disconnect(rc[i].cl);
 	}
 	gpu_free(&gpu);
+	free(band);
 	state_free(&st);
 	_exit(0);
 }
@@ -1565,11 +2219,21 @@ struct rank_io {
 static struct rank_io ranks_io[MAX_RANKS];
 static unsigned n_ranks_started;
 
+/* Whether the limits' buffers are registered with io_uring (every rank). */
+static bool limit_registered;
+
 /* What the ranks reported for each client (the same on every rank). */
 static struct {
 	unsigned copy_threads;
 	uint64_t slot_bytes;
 } client_info[MAX_CLIENTS];
+
+/* The kept checkpoints, as the parent knows them ("save ... keep"). */
+static struct {
+	char name[CKPT_MAX_NAME_LEN + 1]; /* "": none */
+	char path[PATH_MAX];
+	uint64_t version;                 /* state_version when saved */
+} kept_ckpt[N_VIEWS];
 
 static void kill_ranks(void)
 {
@@ -1588,6 +2252,10 @@ static void die_ranks(const char *fmt, ...)
 	va_list ap;
 
 	kill_ranks();
+	/* Best effort: a failed run leaves no kept checkpoint behind. */
+	for (int v = 0; v < N_VIEWS; v++)
+		if (kept_ckpt[v].name[0])
+			(void)fs_rm_rf_at(AT_FDCWD, kept_ckpt[v].path);
 	fputs("ckpt_bench: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -1721,6 +2389,7 @@ static void gather_ready(const struct opts *o, pid_t pid)
 		}
 		setup_max = rec.setup_ms > setup_max ? rec.setup_ms : setup_max;
 	}
+	limit_registered = registered;
 	printf("}, \"limit_buffer\": {\"setup_ms\": %.3f, \"registered\": %s, \"stream_copy\": %s",
 	       setup_max, registered ? "true" : "false", HAVE_STREAM ? "true" : "false");
 	if (!registered) {
@@ -1739,29 +2408,143 @@ static void gather_ready(const struct opts *o, pid_t pid)
 	fflush(stdout);
 }
 
+/* What drop_cache did. */
+struct drop_info {
+	unsigned files;
+	uint64_t bytes;    /* the files' sizes */
+	uint64_t resident; /* of those, still in the page cache afterwards */
+	double ms;
+};
+
+/*
+ * Drops every regular file directly in `dir` from the page cache with
+ * posix_fadvise(DONTNEED), then counts with mincore how much of them stayed
+ * resident.  DONTNEED drops clean pages only; the daemon writes shards with
+ * O_DIRECT and fsyncs what it commits, so a committed checkpoint has no
+ * dirty page to keep.  The host of a VM may still cache its virtual disk:
+ * nothing in the guest can drop that.  Returns 0 or -errno with err set.
+ */
+static int drop_cache(const char *dir, struct drop_info *ret, char *err, size_t errlen)
+{
+	struct drop_info di = { 0 };
+	uint64_t t0 = now_ns();
+	long page = sysconf(_SC_PAGESIZE);
+	struct dirent *e;
+	DIR *d = opendir(dir);
+	int r = 0;
+
+	if (!d) {
+		r = -errno;
+		snprintf(err, errlen, "opendir '%s': %s", dir, strerror(-r));
+		return r;
+	}
+	while (r == 0 && (e = readdir(d))) {
+		struct stat sb;
+		unsigned char *vec;
+		void *map;
+		size_t pages;
+		int fd;
+
+		if (e->d_name[0] == '.')
+			continue;
+		fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &sb) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "'%s/%s': %s", dir, e->d_name, strerror(-r));
+			if (fd >= 0)
+				close(fd);
+			break;
+		}
+		if (!S_ISREG(sb.st_mode) || sb.st_size == 0) {
+			close(fd);
+			continue;
+		}
+		r = -posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		if (r < 0) {
+			snprintf(err, errlen, "posix_fadvise '%s/%s': %s", dir, e->d_name,
+				 strerror(-r));
+			close(fd);
+			break;
+		}
+		di.files++;
+		di.bytes += (uint64_t)sb.st_size;
+		/* A mapping that nothing touches: mincore only looks. */
+		pages = ((size_t)sb.st_size + (size_t)page - 1) / (size_t)page;
+		map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		vec = map != MAP_FAILED ? malloc(pages) : NULL;
+		if (vec && mincore(map, (size_t)sb.st_size, vec) == 0)
+			for (size_t i = 0; i < pages; i++)
+				di.resident += (vec[i] & 1) ? (uint64_t)page : 0;
+		free(vec);
+		if (map != MAP_FAILED)
+			munmap(map, (size_t)sb.st_size);
+		close(fd);
+	}
+	closedir(d);
+	di.ms = ms_between(t0, now_ns());
+	if (r == 0)
+		*ret = di;
+	return r;
+}
+
+
+/* How many times the ranks changed their states: every rank does
+ * state_mutate before each save but a client's first and kept ones (the
+ * parent's count mirrors the ranks' struct state.version). */
+static uint64_t state_version;
+
+/* Removes checkpoint `name` under the root (a directory root). */
+static void remove_ckpt(const struct opts *o, const char *name)
+{
+	char path[PATH_MAX];
+	int r;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", o->root, name) >= sizeof(path))
+		die_ranks("path too long under '%s'", o->root);
+	r = fs_rm_rf_at(AT_FDCWD, path);
+	if (r < 0)
+		die_ranks("cannot remove '%s': %s", path, strerror(-r));
+}
+
 /* Runs one checked command on every rank and prints its JSON line. */
 static void run_cmd(const struct opts *o, const struct cmd *c, const char *line, pid_t pid,
 		    int ready_r, unsigned *save_no)
 {
-	static const char *names[] = { "save", "copy", "write", "d2h", "quit" };
-	unsigned k = o->ranks;
+	static const char *names[] = { "save", "copy", "write", "d2h", "load", "read", "quit" };
+	unsigned k = o->ranks, active = 0;
 	struct rec *recs = calloc(k, sizeof(*recs));
 	double *staged = calloc(k, sizeof(*staged)), *end = calloc(k, sizeof(*end));
 	uint64_t start = UINT64_MAX, t_call = 0, t_staged = 0, t_end = 0;
+	uint64_t bytes_read = 0, bytes_wanted = 0, reads = 0, floor = 0;
+	double verify_ms = 0;
 	struct cost cost = { 0 };
+	struct drop_info drop = { 0 };
 	char buf[MAX_RANKS], g = 'g';
 	char saved[CKPT_MAX_NAME_LEN + 1] = ""; /* a save's checkpoint name */
+	char ckpt_dir[PATH_MAX] = "";          /* load, read: the kept checkpoint */
 	const char *what = names[c->kind];
 	uint64_t total = o->bytes * k;
+	int view = c->one ? VIEW_ONE : VIEW_MANY;
 
+	_Static_assert(sizeof(names) / sizeof(names[0]) == CMD_QUIT + 1, "a name per command");
 	if (!recs || !staged || !end)
 		die_ranks("out of memory");
+	if (c->kind == CMD_LOAD || c->kind == CMD_READ)
+		snprintf(ckpt_dir, sizeof(ckpt_dir), "%s", kept_ckpt[view].path);
 	for (unsigned r = 0; r < k; r++)
 		if (!write_all(ranks_io[r].cmd_w, line, strlen(line)) ||
 		    !write_all(ranks_io[r].cmd_w, "\n", 1))
 			die_ranks("rank %u is gone", r);
 	if (!read_all(ready_r, buf, k))
 		die_ranks("a rank exited before %s", what);
+	/* After every rank has prepared (its destination overwritten), so
+	 * nothing reads the checkpoint between the drop and the start. */
+	if (ckpt_dir[0]) {
+		char err[ERR_LEN];
+
+		if (drop_cache(ckpt_dir, &drop, err, sizeof(err)) < 0)
+			die_ranks("%s: %s", what, err);
+	}
 	/* One pipe per rank, so a byte can only release its own rank; the k
 	 * writes take microseconds. */
 	for (unsigned r = 0; r < k; r++)
@@ -1784,12 +2567,23 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 			die_ranks("rank %u: unexpected record %d", r, recs[r].kind);
 		if (recs[r].rc < 0)
 			fail_cmd(what, r, recs[r].err);
+		if (recs[r].idle)
+			continue;
+		active++;
 		start = recs[r].t_start < start ? recs[r].t_start : start;
 		t_call = recs[r].t_call > t_call ? recs[r].t_call : t_call;
 		t_staged = recs[r].t_staged > t_staged ? recs[r].t_staged : t_staged;
 		t_end = recs[r].t_end > t_end ? recs[r].t_end : t_end;
+		bytes_read += recs[r].bytes_read;
+		bytes_wanted += recs[r].bytes_wanted;
+		reads += recs[r].reads;
+		floor = floor == UINT64_MAX || recs[r].floor_bytes == UINT64_MAX ?
+				UINT64_MAX : floor + recs[r].floor_bytes;
+		verify_ms = recs[r].verify_ms > verify_ms ? recs[r].verify_ms : verify_ms;
 	}
 	for (unsigned r = 0; r < k; r++) {
+		if (recs[r].idle)
+			continue;
 		staged[r] = ms_between(start, recs[r].t_staged);
 		end[r] = ms_between(start, recs[r].t_end);
 		/* Ranks' own CPU adds up; the machine-wide figures overlap. */
@@ -1821,20 +2615,28 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		}
 	}
 	if (c->kind == CMD_SAVE) {
-		char path[PATH_MAX];
-		int r;
-
+		/* The ranks changed their states before this save unless it
+		 * was the client's first or a kept one (rank_main). */
+		if (save_no[c->client] > 0 && !c->keep)
+			state_version++;
 		/* Removed before the result is printed: nothing of this save
 		 * is still being deleted while the next measurement runs.  An
-		 * S3 checkpoint is the caller's to remove (its line names it). */
+		 * S3 checkpoint is the caller's to remove (its line names it).
+		 * A kept one replaces the view's previous kept checkpoint. */
 		save_name(saved, sizeof(saved), pid, o->clients[c->client].name, save_no[c->client]++);
-		if (!o->s3_root) {
-			if ((size_t)snprintf(path, sizeof(path), "%s/%s", o->root, saved) >= sizeof(path))
-				die_ranks("path too long under '%s'", o->root);
-			r = fs_rm_rf_at(AT_FDCWD, path);
-			if (r < 0)
-				die_ranks("cannot remove '%s': %s", path, strerror(-r));
+		if (c->keep) {
+			if (kept_ckpt[view].name[0])
+				remove_ckpt(o, kept_ckpt[view].name);
+			snprintf(kept_ckpt[view].name, sizeof(kept_ckpt[view].name), "%s", saved);
+			kept_path(kept_ckpt[view].path, sizeof(kept_ckpt[view].path), o, saved);
+			kept_ckpt[view].version = state_version;
+		} else if (!o->s3_root) {
+			remove_ckpt(o, saved);
 		}
+	}
+	if (c->kind == CMD_LOAD) {
+		/* A load's bytes are what its boxes wanted, over every loader. */
+		total = bytes_wanted;
 	}
 
 	printf("{\"cmd\": \"%s\", \"ranks\": %u, \"bytes\": %" PRIu64, what, k, total);
@@ -1844,7 +2646,8 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		print_json_str(o->clients[c->client].name);
 		printf(", \"name\": ");
 		print_json_str(saved);
-		printf(", \"removed\": %s", o->s3_root ? "false" : "true");
+		printf(", \"removed\": %s, \"kept\": %s", o->s3_root || c->keep ? "false" : "true",
+		       c->keep ? "true" : "false");
 		printf(", \"tensors_per_rank\": %u, \"call_ms\": %.3f, \"staged_ms\": %.3f, "
 		       "\"committed_ms\": %.3f, \"t_start_ns\": %" PRIu64 ", \"t_staged_ns\": %" PRIu64
 		       ", \"t_committed_ns\": %" PRIu64,
@@ -1881,6 +2684,45 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 			print_ms_array("rank_ms", end, k);
 		print_cost("cost", &cost);
 		break;
+	case CMD_LOAD:
+	case CMD_READ:
+		printf(", \"view\": \"%s\", \"name\": ", c->one ? "one" : "many");
+		print_json_str(kept_ckpt[view].name);
+		printf(", \"ms\": %.3f, \"gibps\": %.4f, \"bytes_read\": %" PRIu64,
+		       ms_between(start, t_end),
+		       gibps(c->kind == CMD_LOAD ? total : bytes_read, ms_between(start, t_end)),
+		       bytes_read);
+		if (c->kind == CMD_LOAD) {
+			printf(", \"reshard\": %s, \"loaders\": %u, \"bytes_wanted\": %" PRIu64
+			       ", \"reads\": %" PRIu64 ", \"read_amplification\": %.4f",
+			       c->reshard ? "true" : "false", active, bytes_wanted, reads,
+			       bytes_wanted ? (double)bytes_read / (double)bytes_wanted : 0.0);
+			if (floor != UINT64_MAX)
+				printf(", \"floor_bytes\": %" PRIu64 ", \"floor_amplification\": %.4f",
+				       floor, bytes_wanted ? (double)floor / (double)bytes_wanted : 0.0);
+			else
+				printf(", \"floor_bytes\": null, \"floor_amplification\": null");
+			printf(", \"verify_ms\": %.1f", verify_ms);
+			print_cost("cost", &cost);
+		} else {
+			printf(", \"depth\": %u, \"block_bytes\": %u, \"registered\": %s", c->depth,
+			       WRITE_BLOCK, limit_registered ? "true" : "false");
+		}
+		printf(", \"drop\": {\"files\": %u, \"bytes\": %" PRIu64 ", \"resident_bytes\": %"
+		       PRIu64 ", \"ms\": %.1f}", drop.files, drop.bytes, drop.resident, drop.ms);
+		if (active > 1) {
+			double *ms = calloc(active, sizeof(*ms));
+			unsigned n = 0;
+
+			if (!ms)
+				die_ranks("out of memory");
+			for (unsigned r = 0; r < k; r++)
+				if (!recs[r].idle)
+					ms[n++] = end[r];
+			print_ms_array("rank_ms", ms, n);
+			free(ms);
+		}
+		break;
 	case CMD_QUIT:
 		break;
 	}
@@ -1889,6 +2731,29 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	free(recs);
 	free(staged);
 	free(end);
+}
+
+/* Whether c can run now: a load or a read needs a kept checkpoint of its
+ * view, and a load one that still holds the state (the ranks verify the
+ * loaded bytes against it).  Sets err if not. */
+static bool cmd_allowed(const struct cmd *c, char *err, size_t errlen)
+{
+	int view = c->one ? VIEW_ONE : VIEW_MANY;
+
+	if (c->kind != CMD_LOAD && c->kind != CMD_READ)
+		return true;
+	if (!kept_ckpt[view].name[0]) {
+		snprintf(err, errlen, "%s: no kept checkpoint of the '%s' view (save CLIENT%s keep "
+			 "first)", c->kind == CMD_LOAD ? "load" : "read", c->one ? "one" : "many",
+			 c->one ? " one" : "");
+		return false;
+	}
+	if (c->kind == CMD_LOAD && kept_ckpt[view].version != state_version) {
+		snprintf(err, errlen, "load: the state changed since the kept checkpoint was saved "
+			 "(a save without keep came after it)");
+		return false;
+	}
+	return true;
 }
 
 static void serve(const struct opts *o)
@@ -1942,7 +2807,7 @@ static void serve(const struct opts *o)
 
 		line[strcspn(line, "\n")] = '\0';
 		snprintf(copy, sizeof(copy), "%s", line);
-		if (!parse_cmd(o, copy, &c, err, sizeof(err))) {
+		if (!parse_cmd(o, copy, &c, err, sizeof(err)) || !cmd_allowed(&c, err, sizeof(err))) {
 			printf("{\"error\": ");
 			print_json_str(err);
 			printf("}\n");
@@ -1952,6 +2817,12 @@ static void serve(const struct opts *o)
 		if (c.kind == CMD_QUIT)
 			break;
 		run_cmd(o, &c, line, pid, ready[0], save_no);
+	}
+	/* Kept checkpoints go with the program. */
+	for (int v = 0; v < N_VIEWS; v++) {
+		if (kept_ckpt[v].name[0])
+			remove_ckpt(o, kept_ckpt[v].name);
+		kept_ckpt[v].name[0] = '\0';
 	}
 	for (unsigned r = 0; r < k; r++) {
 		int status;

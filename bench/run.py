@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""make bench: ckptd against its limits (copy, disk) and its peers
-(torch.save, DCP async_save, `aws s3 cp`), benchmark protocol v2
+"""make bench: ckptd against its limits (copy, disk, read) and its peers
+(torch.save, DCP async_save and load, `aws s3 cp`), benchmark protocol v2
 (bench/RESULTS.md).
 
 Run by `make bench` as `BUILD=build QUICK= python3 bench/run.py` from the
@@ -21,7 +21,8 @@ as their median, min and max (and a ceiling where one is defined).
 Environment: BUILD (build directory, default "build"), QUICK (non-empty and
 not "0": small sizes, 2 rounds: a smoke check), SCENARIOS (comma-separated
 subset of save-2g, save-many, save-8ranks, two-jobs, save-gpu-2g,
-save-s3-1g, s3-sink-2g), BENCH_SKIP_S3=1 (the S3 scenarios report null
+save-s3-1g, s3-sink-2g, load-2g, reshard-8to3; reshard-8to3 brings load-2g
+with it), BENCH_SKIP_S3=1 (the S3 scenarios report null
 with the reason instead of running),
 BENCH_ROUNDS (override the number of rounds, >= 2; fewer than 5 is noted as
 not a protocol run), BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out;
@@ -46,6 +47,14 @@ nothing).  Both servers run with the test environment's python
 (scripts/pyenv.sh test), on 127.0.0.1, started and stopped (by PID) by this
 script; their CPU time is measured around every run.
 
+load-2g and reshard-8to3 restore checkpoints that ckpt_bench saves (and
+keeps) before round 1, with the page cache of their files dropped before
+every load: load-2g one rank's 2 GiB against the read limit of the same
+file (O_DIRECT: fio and ckpt_bench's reader) and DCP's load of the same
+state; reshard-8to3, in the same rounds, 8 ranks' row-sharded tensors
+loaded by 3 ranks as column bands (and reshard-8to3-wide, the same bytes
+as one tensor per rank).
+
   python3 bench/run.py --markdown FILE   prints a results file as Markdown
 
 Exit status: 0 when every ckptd measurement ran (missed targets and
@@ -67,6 +76,51 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
+
+# The load scenarios' targets (BENCH.md v2 and their issue), ratios and
+# table rows, added to report.py's tables: judged and shown as the save
+# scenarios' are.  read_amplification's "ceiling" is its floor (what a
+# perfect loader reads: analyse_reshard).
+report.TARGETS += [
+    ("load-2g", "load_vs_read_limit", ">=", 0.9, "ratio"),
+    ("load-2g", "load_speedup_vs_dcp", ">=", 2.0, "peer"),
+    ("reshard-8to3", "read_amplification", "<=", 1.05, "ratio"),
+    ("reshard-8to3", "vs_load_2g", ">=", 0.7, "ratio"),
+]
+report.RATIOS += ["load_vs_read_limit", "load_speedup_vs_dcp", "read_amplification", "vs_load_2g",
+                  "reshard_vs_read_limit"]
+
+
+def _mib_row(key):
+    def get(s):
+        return "%.0f" % (s[key] / MIB) if s.get(key) is not None else "-"
+    return get
+
+
+_at = next(i for i, row in enumerate(report.ROWS) if row[0] == "max_loop_stall_ms")
+report.ROWS[_at:_at] = [
+    ("global tensors (reshard)", lambda s: s.get("global_shape", "-")),
+    ("loaders x band columns", lambda s: "%d x %d" % (s["loaders"], s["band_columns"]) if "loaders" in s else "-"),
+    ("load_ms", report._val("load_ms", 1)),
+    ("first_load_ms", report._val("first_load_ms", 1)),
+    ("load_gibps", report._val("load_gibps", 2)),
+    ("reshard_ms", report._val("reshard_ms", 1)),
+    ("first_reshard_ms", report._val("first_reshard_ms", 1)),
+    ("reshard_gibps (bytes wanted)", report._val("reshard_gibps", 2)),
+    ("read_limit_gibps", report._val("read_limit_gibps", 2)),
+    ("dcp_load_s", report._val("dcp_load_s", 2)),
+    ("dcp_load layout (files per rank)", report._val("dcp_load_thread_count", 0)),
+    ("MiB read (all loaders)", lambda s: _mib_row("load_bytes_read")(s) if "load_bytes_read" in s
+     else _mib_row("reshard_bytes_read")(s)),
+    ("MiB floor (CRC pieces touched)", lambda s: _mib_row("load_floor_bytes")(s) if "load_floor_bytes" in s
+     else _mib_row("reshard_floor_bytes")(s)),
+    ("reads", lambda s: report.fmt(s.get("load_reads", s.get("reshard_reads")), 0)
+     if "load_reads" in s or "reshard_reads" in s else "-"),
+    ("KiB resident after drop", lambda s: "%.0f" % (s["resident_after_drop_bytes"] / 1024)
+     if s.get("resident_after_drop_bytes") is not None else "-"),
+    ("load CPU ms", lambda s: report.fmt(s.get("load_cpu_ms", s.get("reshard_cpu_ms")), 0)
+     if "load_cpu_ms" in s or "reshard_cpu_ms" in s else "-"),
+]
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -110,6 +164,8 @@ if QUICK:
         "save-gpu-2g": dict(kind="gpu", bytes=256 * MIB, tensors=256, ranks=1),
         "save-s3-1g": dict(kind="s3", server="moto", bytes=256 * MIB, tensors=256, ranks=1),
         "s3-sink-2g": dict(kind="s3", server="sink", bytes=256 * MIB, tensors=256, ranks=1),
+        "load-2g": dict(kind="load", bytes=256 * MIB, tensors=256, ranks=1),
+        "reshard-8to3": dict(kind="reshard", bytes=32 * MIB, tensors=32, ranks=8, cols=4096, loaders=3),
     }
 else:
     SCENARIOS = {
@@ -121,11 +177,21 @@ else:
         "save-gpu-2g": dict(kind="gpu", bytes=2 * GIB, tensors=256, ranks=1),
         "save-s3-1g": dict(kind="s3", server="moto", bytes=1 * GIB, tensors=256, ranks=1),
         "s3-sink-2g": dict(kind="s3", server="sink", bytes=2 * GIB, tensors=256, ranks=1),
+        "load-2g": dict(kind="load", bytes=2 * GIB, tensors=256, ranks=1),
+        # 8 ranks x 32 chunks of [512, 4096] fp32: 32 global [4096, 4096]
+        # tensors (the size of a 7B model's attention projections).
+        "reshard-8to3": dict(kind="reshard", bytes=256 * MIB, tensors=32, ranks=8, cols=4096, loaders=3),
     }
 # save-8ranks is measured with the library's default copy threads and with
 # 2 per client, interleaved in the same rounds; the second is reported as
 # a scenario of its own.
 TWO_THREADS = "save-8ranks-2threads"
+# reshard-8to3 runs in load-2g's rounds (vs_load_2g divides by load-2g's
+# figure of the same round), with a variant: the same bytes saved as one
+# tensor per rank, whose rows are long enough for a loader to read little
+# more than its band (see analyse_reshard), reported as a scenario of its
+# own.
+WIDE = "reshard-8to3-wide"
 
 T_START = time.monotonic()
 
@@ -1519,6 +1585,486 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
     return {name: r}
 
 
+# ---- loads ------------------------------------------------------------------
+
+# DCP layouts the load baseline reads: a checkpoint saved once (untimed) by
+# FileSystemWriter with each of these thread counts, which is the number
+# of files per rank.  FileSystemReader has no setting of its own (it reads
+# each file in turn, on the rank's thread), so the layout is what a user
+# can choose; the one with the best median is DCP's figure.
+DCP_LOAD_THREADS = (1, 4)
+# The arenas of the load scenarios' clients: their saves only make the
+# checkpoints (untimed), so they need not hold a shard at once.
+LOAD_ARENA = 256 * MIB
+RESHARD_ARENA = 64 * MIB
+
+
+def shard_files(data, name):
+    """The shard files of checkpoint `name` under the root `data`."""
+    d = os.path.join(data, name)
+    try:
+        return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".safetensors"))
+    except OSError as e:
+        raise BenchError("cannot list %s: %s" % (d, e))
+
+
+def fio_read(files, depth):
+    """fio reading the given files whole with O_DIRECT (io_uring, 8 MiB
+    blocks, registered buffers and files, one job per file, its page cache
+    invalidated first: fio's default): {"gibps", ...} over the bytes it
+    read (whole blocks: a file's last partial block is left out) and the
+    longest job's runtime (--group_reporting)."""
+    fio = shutil.which("fio")
+    if not fio:
+        raise BenchError("fio not found")
+    argv = [fio, "--ioengine=io_uring", "--direct=1", "--rw=read", "--bs=8m", "--iodepth=%d" % depth,
+            "--fixedbufs=1", "--registerfiles=1", "--invalidate=1", "--group_reporting",
+            "--output-format=json"]
+    for i, f in enumerate(files):
+        argv += ["--name=r%d" % i, "--filename=" + f]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=die_with_parent)
+    try:
+        out, err = p.communicate(timeout=CMD_TIMEOUT)
+    except BaseException as e:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise BenchError("fio timed out after %d s" % CMD_TIMEOUT)
+        raise
+    start = out.find("{")
+    try:
+        d = json.loads(out[start:]) if start >= 0 else None
+    except ValueError:
+        d = None
+    if p.returncode != 0 or not d:
+        raise BenchError("fio failed (exit %d): %s" % (p.returncode, err.strip()[-300:]))
+    job = d["jobs"][0]
+    if job.get("error"):
+        raise BenchError("fio job error %s: %s" % (job["error"], err.strip()[-300:]))
+    rd = job["read"]
+    want = sum(os.path.getsize(f) for f in files)
+    if rd["io_bytes"] < want - len(files) * 8 * MIB or rd["runtime"] <= 0:
+        raise BenchError("fio read %d bytes in %d ms of the %d in %d files" % (rd["io_bytes"], rd["runtime"],
+                                                                             want, len(files)))
+    return {"gibps": rd["io_bytes"] / GIB / (rd["runtime"] / 1e3), "runtime_ms": rd["runtime"],
+            "bytes_read": rd["io_bytes"], "depth": depth, "files": len(files)}
+
+
+def load_memory_plan(sc, rsc, uring_depth):
+    """Bytes the load scenarios' workers hold at once: ckpt_bench (state,
+    the limits' memfd, the arena; the reshard's loaders their band
+    buffers), the DCP worker (the state and torch) and fio's buffers.  The
+    page cache the loads fill is dropped before each one."""
+    plan = {"ckpt_bench": 2 * sc["bytes"] + LOAD_ARENA + 64 * MIB,
+            "dcp": sc["bytes"] + 600 * MIB,
+            "fio": 2 * uring_depth * 8 * MIB * max(1, rsc["ranks"] if rsc else 1),
+            "margin": GIB}
+    if rsc:
+        total = rsc["bytes"] * rsc["ranks"]
+        plan["ckpt_bench_reshard"] = (rsc["ranks"] * (2 * rsc["bytes"] + RESHARD_ARENA) +
+                                      rsc["loaders"] * (total // rsc["loaders"] + MIB) + 64 * MIB)
+    return plan
+
+
+def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
+    """load-2g and, with rsc, reshard-8to3 and reshard-8to3-wide, in the
+    same rounds: ckptd's loads of kept checkpoints (made before round 1),
+    the read limit of the same files (the built-in reader and fio, O_DIRECT,
+    at the daemon's depth and twice it) and DCP's load of the same state.
+    Returns {scenario name: result}."""
+    nbytes, tensors = sc["bytes"], sc["tensors"]
+    gib = nbytes / GIB
+    notes, rnotes = [], []
+    detail = {}
+    uring_depth = find_key(daemon.status(), "uring_depth")
+    if not isinstance(uring_depth, int) or uring_depth < 1:
+        raise BenchError("cannot read the daemon's uring_depth from its status")
+    depths = (uring_depth, 2 * uring_depth)
+
+    plan = load_memory_plan(sc, rsc, uring_depth)
+    avail = meminfo("MemAvailable")
+    want_dcp = bool(py) and not SKIP_DCP
+    detail["memory_plan_gib"] = {k: round(v / GIB, 2) for k, v in plan.items()}
+    detail["mem_available_gib_at_start"] = round(avail / GIB, 2) if avail is not None else None
+    if avail is not None:
+        base = sum(v for k, v in plan.items() if k != "dcp")
+        if want_dcp and avail < base + plan["dcp"]:
+            want_dcp = False
+            notes.append("DCP left out: %.1f GiB of memory available, the scenario with DCP wants ~%.1f GiB"
+                         % (avail / GIB, (base + plan["dcp"]) / GIB))
+        if avail < base:
+            notes.append("only %.1f GiB of memory available, ckpt_bench and fio want ~%.1f GiB"
+                         % (avail / GIB, base / GIB))
+
+    progress("%s: starting ckpt_bench%s%s" % (name, ", ckpt_bench for reshard-8to3" if rsc else "",
+                                              ", DCP" if want_dcp else ""))
+    ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, 1, ["default:0"], LOAD_ARENA),
+                        run_dir, worker_env(1), notes)
+    ckpt8 = None
+    if rsc:
+        ckpt8 = start_worker("ckpt_bench_reshard",
+                             ckpt_argv(daemon, rsc["bytes"], rsc["tensors"], rsc["ranks"], ["default:0"],
+                                       RESHARD_ARENA) + ["--cols", str(rsc["cols"]),
+                                                         "--reshard", str(rsc["loaders"])],
+                             run_dir, worker_env(rsc["ranks"]), notes)
+    peers = None
+    if want_dcp:
+        peers = start_worker("peers", [py, os.path.join(REPO, "bench", "baselines", "peers.py"), "--dir",
+                                       daemon.data, "--bytes", str(nbytes), "--tensors", str(tensors),
+                                       "--procs", "1"], run_dir, worker_env(1), notes)
+    workers = [w for w in (ckpt, ckpt8, peers) if w]
+    warm = {}
+    try:
+        ready = await_ready(ckpt, notes, "ckpt_bench")
+        if ready is None:
+            raise BenchError("ckpt_bench did not start: %s" % notes[-1])
+        ready8 = None
+        if rsc:
+            ready8 = await_ready(ckpt8, notes, "ckpt_bench for reshard-8to3")
+            if ready8 is None:
+                raise BenchError("ckpt_bench for reshard-8to3 did not start: %s" % notes[-1])
+        peers_ready = await_ready(peers, notes, "the DCP worker")
+        have_dcp = want_dcp and peers_ready is not None
+        if have_dcp and peers_ready.get("no_dcp"):
+            notes.append("DCP: %s" % peers_ready["no_dcp"])
+            have_dcp = False
+        detail["ckpt_bench"] = ready
+        detail["peers"] = {"ready": peers_ready}
+        detail["uring_depth"] = uring_depth
+        for who, rd in (("ckpt_bench", ready), ("ckpt_bench_reshard", ready8)):
+            if rd is not None and not rd["limit_buffer"]["registered"]:
+                notes.append("%s: built-in reader's buffers not registered (%s)"
+                             % (who, rd["limit_buffer"].get("not_registered")))
+
+        # The checkpoints the loads read, made once (not measured).
+        progress("%s: saving the checkpoints to load" % name)
+        made = {"ckptd": ckpt.cmd("save default keep")}
+        files = shard_files(daemon.data, made["ckptd"]["name"])
+        if rsc:
+            made["ckptd_reshard"] = ckpt8.cmd("save default keep")
+            made["ckptd_reshard_wide"] = ckpt8.cmd("save default one keep")
+            files8 = shard_files(daemon.data, made["ckptd_reshard"]["name"])
+        if have_dcp:
+            for t in DCP_LOAD_THREADS:
+                try:
+                    made["dcp_t%d" % t] = peers.cmd("dcp_keep %d" % t)
+                except BenchError as e:
+                    notes.append("DCP: its checkpoint with thread_count %d could not be saved: %s" % (t, e))
+                    have_dcp = False
+                    break
+        detail["checkpoints"] = made
+
+        # Warm-ups: each program's first load.
+        progress("%s: warm-up loads" % name)
+        warm["ckptd"] = ckpt.cmd("load")
+        if rsc:
+            warm["ckptd_reshard"] = ckpt8.cmd("load reshard")
+            warm["ckptd_reshard_wide"] = ckpt8.cmd("load one reshard")
+        if have_dcp:
+            for t in DCP_LOAD_THREADS:
+                try:
+                    warm["dcp_t%d" % t] = peers.cmd("dcp_load %d" % t)
+                except BenchError as e:
+                    notes.append("DCP load warm-up: %s" % e)
+                    have_dcp = False
+                    break
+
+        items = [("ckptd", lambda: ckpt.cmd("load"), ckpt)]
+        blocks = [["ckptd"]]
+        for d in depths:
+            items.append(("read_builtin_d%d" % d, (lambda d=d: ckpt.cmd("read %d" % d)), ckpt))
+            items.append(("read_fio_d%d" % d, (lambda d=d: fio_read(files, d)), None))
+            blocks[0] += ["read_builtin_d%d" % d, "read_fio_d%d" % d]
+        if rsc:
+            items.append(("ckptd_reshard", lambda: ckpt8.cmd("load reshard"), ckpt8))
+            items.append(("ckptd_reshard_wide", lambda: ckpt8.cmd("load one reshard"), ckpt8))
+            blocks.append(["ckptd_reshard", "ckptd_reshard_wide"])
+            for d in depths:
+                items.append(("read8_builtin_d%d" % d, (lambda d=d: ckpt8.cmd("read %d" % d)), ckpt8))
+                items.append(("read8_fio_d%d" % d, (lambda d=d: fio_read(files8, d)), None))
+                blocks[1] += ["read8_builtin_d%d" % d, "read8_fio_d%d" % d]
+        if have_dcp:
+            for t in DCP_LOAD_THREADS:
+                items.append(("dcp_t%d" % t, (lambda t=t: peers.cmd("dcp_load %d" % t)), peers))
+        rounds = Rounds(name, items, daemon.data, blocks)
+        rounds.run(ROUNDS, failures, notes)
+        rounds.note_settling(notes)
+        # The daemon only made the checkpoints (loads do not use it);
+        # its figures are kept like every scenario's.
+        detail["max_loop_stall_ms"], _ = loop_stall(daemon, notes)
+    finally:
+        close_workers(workers, notes)
+
+    read_items = ["read_builtin_d%d" % d for d in depths] + ["read_fio_d%d" % d for d in depths]
+    res = {name: analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, list(notes), detail,
+                              uring_depth)}
+    if rsc:
+        load_r = rounds.series("ckptd", "ms")
+        read8 = ["read8_builtin_d%d" % d for d in depths] + ["read8_fio_d%d" % d for d in depths]
+        for item, sname, view in (("ckptd_reshard", "reshard-8to3", "many"),
+                                  ("ckptd_reshard_wide", WIDE, "one")):
+            res[sname] = analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, gib, read8,
+                                         list(notes), detail, made, res[name])
+    return res
+
+
+def load_cost(rounds, item):
+    """Medians of a load's CPU figures over the rounds (ckpt_bench's
+    struct cost: the loaders' own CPU time, the machine's busy time, minor
+    faults)."""
+    per_round = [c for c in (rd["figures"].get(item, {}).get("cost") for rd in rounds.rounds) if c]
+    return {f: median([c.get(f) for c in per_round if c.get(f) is not None])
+            for f in ("cpu_ms", "sys_busy_ms", "sys_idle_ms", "sys_steal_ms", "minflt", "nivcsw")}
+
+
+def resident_note(rounds, warm, items, notes):
+    """A note on how much of the checkpoint stayed in the page cache after
+    the drop (mincore), and the caveat no guest can remove."""
+    res = [f.get("drop", {}).get("resident_bytes") for rd in rounds.rounds for i in items
+           for f in [rd["figures"].get(i, {})]] + [warm.get(i, {}).get("drop", {}).get("resident_bytes")
+                                                   for i in items]
+    res = [x for x in res if x is not None]
+    worst = max(res) if res else None
+    notes.append("page cache: before every load and read, each file of the checkpoint was dropped "
+                 "(posix_fadvise DONTNEED); at most %s stayed resident (mincore)%s. The VM's virtual disk may "
+                 "still be cached by the host, which no guest can drop: these figures may include host "
+                 "cache hits, for ckptd, the read limit and DCP alike"
+                 % ("%d KiB" % (worst // 1024) if worst is not None else "n/a",
+                    "" if worst is None or worst < 16 * MIB else ": NOT a cold read"))
+    return worst
+
+
+def analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, notes, detail, uring_depth):
+    """load-2g's JSON from the rounds."""
+    gib = sc["bytes"] / GIB
+    r = {"bytes": sc["bytes"], "tensors": sc["tensors"], "ranks": 1, "rounds": len(rounds.rounds)}
+    load_r = rounds.series("ckptd", "ms")
+    r["load_ms"] = median(load_r)
+    r["first_load_ms"] = warm.get("ckptd", {}).get("ms")
+    r["load_gibps"] = ratio(gib, r["load_ms"] / 1e3 if r["load_ms"] else None)
+    last = next((rd["figures"]["ckptd"] for rd in reversed(rounds.rounds) if "ckptd" in rd["figures"]), {})
+    for k in ("bytes_read", "bytes_wanted", "reads", "floor_bytes"):
+        r["load_" + k] = last.get(k)
+    read_best, r["read_limit_gibps"], read_r, read_meds = best_of(rounds, read_items, "gibps")
+    dcp_items = ["dcp_t%d" % t for t in DCP_LOAD_THREADS]
+    dcp_best, r["dcp_load_s"], dcp_r, dcp_meds = best_of(rounds, dcp_items, "seconds", higher=False)
+    r["dcp_load_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
+    r["first_dcp_load_s"] = warm.get(dcp_best, {}).get("seconds") if dcp_best else None
+
+    per = {"load_vs_read_limit": [], "load_speedup_vs_dcp": []}
+    ceil = []
+    round_ratios = []
+    for i, rd in enumerate(rounds.rounds):
+        load_s = load_r[i] / 1e3 if load_r[i] else None
+        x = {"load_vs_read_limit": ratio(ratio(gib, load_s), read_r[i]),
+             "load_speedup_vs_dcp": ratio(dcp_r[i], load_s)}
+        # A perfect load reads the state's bytes at the read limit.
+        c = ratio(dcp_r[i], ratio(gib, read_r[i]))
+        for k, v in x.items():
+            per[k].append(v)
+        if c is not None:
+            ceil.append(c)
+        round_ratios.append({"ratios": x, "ceilings": {"load_speedup_vs_dcp": c}})
+    r["ratios"] = {"load_vs_read_limit": spread(per["load_vs_read_limit"], ceiling=1.0),
+                   "load_speedup_vs_dcp": spread(per["load_speedup_vs_dcp"], ceilings=ceil)}
+
+    if r["read_limit_gibps"] is None:
+        notes.append("read_limit_gibps: neither fio nor the built-in reader succeeded")
+    if r["dcp_load_s"] is None:
+        notes.append("dcp_load_s: %s" % ("skipped (BENCH_SKIP_DCP)" if SKIP_DCP else
+                                         "no bench Python environment" if not py else
+                                         "DCP did not run (see notes)" if not have_dcp
+                                         else "no DCP load succeeded"))
+    v = r["ratios"]["load_vs_read_limit"]
+    above = sum(1 for x in per["load_vs_read_limit"] if x is not None and x > 1.0)
+    if v["median"] is not None and v["median"] > 1.0:
+        notes.append("load_vs_read_limit: median %.2f is above 1.0: ckptd beat the limit, so the limit is not the "
+                     "limit on this machine; suspect the limit first (BENCH.md)" % v["median"])
+    elif above:
+        notes.append("load_vs_read_limit: above 1.0 in %d of %d rounds (max %.2f), median below: the machine's "
+                     "noise between the measurements of one round, or a limit that is sometimes weak "
+                     "(detail.rounds)" % (above, len(per["load_vs_read_limit"]), v["max"]))
+    r["resident_after_drop_bytes"] = resident_note(rounds, warm, ["ckptd"] + read_items, notes)
+    r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
+    cost = load_cost(rounds, "ckptd")
+    r["load_cpu_ms"] = cost.get("cpu_ms")
+    r["bound"] = load_bound(r, read_best, cost)
+    notes.append("bound: " + r["bound"])
+
+    d = dict(detail)
+    d["read_limit"] = {"method": read_best, "medians_gibps": read_meds, "uring_depth": uring_depth,
+                       "builtin": "ckpt_bench: each shard file of the kept checkpoint read whole with O_DIRECT "
+                                  "io_uring, 8 MiB reads, depth %d and %d, into the registered memfd of the "
+                                  "state's size (wrapping), timed from open to the last completion"
+                                  % (uring_depth, 2 * uring_depth),
+                       "fio": "io_uring, direct, rw=read, bs=8m, iodepth=%d and %d, fixedbufs, registerfiles, "
+                              "invalidate, one job per shard file, group_reporting" % (uring_depth, 2 * uring_depth),
+                       "stat": "best median of the methods; per round, the best method's figure"}
+    d["dcp_load"] = {"thread_count": r["dcp_load_thread_count"], "median_s_by_layout": dcp_meds,
+                     "tried": list(DCP_LOAD_THREADS),
+                     "what": "dcp.load of the same state dict in place (FileSystemReader) from a checkpoint "
+                             "saved once by dcp.save with FileSystemWriter(thread_count=N, sync_files=True) "
+                             "(N files per rank), its files dropped from the page cache first, the tensors "
+                             "overwritten with NaN first and checked (CRC32) after",
+                     "stat": "the layout with the best median seconds"}
+    d["cpu"] = {"ckptd": cost}
+    d["warmup"] = warm
+    d["rounds"] = [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                    "settle_ms": rd.get("settle_ms", {}), "ratios": rr["ratios"], "ceilings": rr["ceilings"]}
+                   for rd, rr in zip(rounds.rounds, round_ratios)]
+    r["notes"] = notes
+    r["detail"] = d
+    return r
+
+
+def load_bound(r, read_best, cost):
+    """One line: what bounds load-2g's figures, from its own figures."""
+    load_s = r["load_ms"] / 1e3 if r.get("load_ms") else None
+    parts = []
+    if load_s and r.get("read_limit_gibps"):
+        parts.append("the disk's read speed: the read limit is %.2f GiB/s (%s), ckptd loads %.2f GiB/s "
+                     "(%.2f of it)" % (r["read_limit_gibps"], read_best, r["load_gibps"],
+                                       r["load_gibps"] / r["read_limit_gibps"]))
+    else:
+        parts.append("the disk's read speed (no read limit or load figure in this run)")
+    if load_s and cost.get("cpu_ms") is not None:
+        parts.append("ckptd's load is buffered preadv on the library's load threads, %s reads of the %.0f MiB, "
+                     "each 1 MiB piece's CRC32C checked in place: %.0f ms of CPU in %.0f ms (%.2f cores of %d), "
+                     "%s minor faults" % (r.get("load_reads"), (r.get("load_bytes_read") or 0) / MIB,
+                                          cost["cpu_ms"], load_s * 1e3, cost["cpu_ms"] / (load_s * 1e3),
+                                          cpus(), "%.0f" % cost["minflt"] if cost.get("minflt") is not None
+                                          else "n/a"))
+    if r.get("dcp_load_s"):
+        parts.append("DCP %.2f s (layout of %d file(s) per rank): FileSystemReader reads the files one after "
+                     "the other on the rank's thread, torch.load per tensor into new memory, then a copy into "
+                     "place" % (r["dcp_load_s"], r["dcp_load_thread_count"]))
+    return "; ".join(parts)
+
+
+def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read_items, notes, detail, made,
+                    load_res):
+    """reshard-8to3 (view "many") or its wide-row variant (view "one")
+    from the rounds: the loaders' throughput over load-2g's in the same
+    round, and what they read over what they wanted."""
+    total = rsc["bytes"] * rsc["ranks"]
+    n = total // 4
+    cols = rsc["cols"] if view == "many" else n // rsc["ranks"]
+    tensors = rsc["tensors"] if view == "many" else 1
+    rows = n // cols // tensors
+    r = {"bytes": total, "bytes_per_rank": rsc["bytes"], "tensors": tensors, "ranks": rsc["ranks"],
+         "loaders": rsc["loaders"], "rounds": len(rounds.rounds),
+         "global_shape": "%d x [%d, %d] fp32" % (tensors, rows, cols),
+         "chunk_shape": "[%d, %d]" % (rows // rsc["ranks"], cols),
+         "band_columns": cols // rsc["loaders"]}
+    ms_r = rounds.series(item, "ms")
+    r["reshard_ms"] = median(ms_r)
+    r["first_reshard_ms"] = warm.get(item, {}).get("ms")
+    last = next((rd["figures"][item] for rd in reversed(rounds.rounds) if item in rd["figures"]), {})
+    r["reshard_gibps"] = ratio((last.get("bytes_wanted") or total) / GIB,
+                               r["reshard_ms"] / 1e3 if r["reshard_ms"] else None)
+    for k in ("bytes_read", "bytes_wanted", "reads", "floor_bytes"):
+        r["reshard_" + k] = last.get(k)
+    read_best, r["read_limit_gibps"], read_r, read_meds = best_of(rounds, read_items, "gibps")
+    r["load_2g_gibps"] = load_res.get("load_gibps")
+
+    per = {"read_amplification": [], "vs_load_2g": [], "reshard_vs_read_limit": []}
+    floors = []
+    round_ratios = []
+    for i, rd in enumerate(rounds.rounds):
+        f = rd["figures"].get(item, {})
+        s = f.get("ms") / 1e3 if f.get("ms") else None
+        wanted = f.get("bytes_wanted")
+        gib_w = wanted / GIB if wanted else None
+        x = {"read_amplification": ratio(f.get("bytes_read"), wanted),
+             "vs_load_2g": ratio(ratio(gib_w, s), ratio(load_gib, load_r[i] / 1e3 if load_r[i] else None)),
+             "reshard_vs_read_limit": ratio(ratio(gib_w, s), read_r[i])}
+        fl = f.get("floor_amplification")
+        for k, v in x.items():
+            per[k].append(v)
+        if fl is not None:
+            floors.append(fl)
+        round_ratios.append({"ratios": x, "ceilings": {"read_amplification": fl}})
+    r["ratios"] = {"read_amplification": spread(per["read_amplification"], ceilings=floors),
+                   "vs_load_2g": spread(per["vs_load_2g"]),
+                   "reshard_vs_read_limit": spread(per["reshard_vs_read_limit"])}
+    fl = r["ratios"]["read_amplification"]["ceiling"]
+    amp = r["ratios"]["read_amplification"]["median"]
+    piece = 1 << 20  # format/layout.h LAYOUT_CRC_BLOCK
+    row_bytes = cols * 4
+    band_bytes = row_bytes // rsc["loaders"]
+    if fl is not None:
+        notes.append("read_amplification: its floor (the \"ceiling\" printed with it: what a loader that uses only "
+                     "verified bytes must read) is %.3f here: the bytes of the 1 MiB CRC pieces each loader's "
+                     "band touches, since a piece is verified whole. A row is %s and a loader's band of it %s, so "
+                     "%s" % (fl, fmt_bytes(row_bytes), fmt_bytes(band_bytes),
+                             "every piece holds rows of every band and every loader must read every piece: no "
+                             "loader can get below %d x" % rsc["loaders"] if row_bytes <= piece else
+                             "each band is one run per row, widened by up to a piece at each end"))
+    if amp is not None and fl is not None:
+        extra = (r["reshard_bytes_read"] or 0) - (r["reshard_floor_bytes"] or 0)
+        notes.append("read_amplification: the loaders read %.3f x what they wanted against a floor of %.3f: %s"
+                     % (amp, fl, "the planner reads no more than the format makes it" if amp <= fl * 1.005 else
+                        "%.1f%% above the floor, %s more than the pieces the bands touch, in %s reads: bytes "
+                        "read by two reads (a piece where a band is cut into reads of at most the planner's "
+                        "largest read is read by both) or gaps read with their neighbours"
+                        % (100 * (amp / fl - 1), fmt_bytes(extra), r["reshard_reads"])))
+    r["resident_after_drop_bytes"] = resident_note(rounds, warm, [item], notes)
+    r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
+    cost = load_cost(rounds, item)
+    r["reshard_cpu_ms"] = cost.get("cpu_ms")
+    r["bound"] = reshard_bound(r, read_best, cost, amp)
+    notes.append("bound: " + r["bound"])
+    if view == "one":
+        notes.append("the same bytes as reshard-8to3, saved as one tensor per rank (rows of %s), loaded by the "
+                     "same loaders in the same rounds: where rows are long, the floor of read_amplification is "
+                     "near 1 and the figure shows the loader's own overhead; no target is judged on it"
+                     % fmt_bytes(row_bytes))
+
+    d = dict(detail)
+    d["checkpoint"] = made.get(item)
+    d["read_limit"] = {"method": read_best, "medians_gibps": read_meds,
+                       "what": "the same as load-2g's, over the reshard checkpoint's %d shard files (one reader "
+                               "per rank at once: the built-in reader; one fio job per file)" % rsc["ranks"],
+                       "stat": "best median of the methods; per round, the best method's figure"}
+    d["cpu"] = {item: cost}
+    d["warmup"] = {item: warm.get(item)}
+    d["rounds"] = [{"order": rd["order"], "figures": {k: v for k, v in rd["figures"].items()
+                                                      if k in (item, "ckptd") or k in read_items},
+                    "errors": rd["errors"], "ratios": rr["ratios"], "ceilings": rr["ceilings"]}
+                   for rd, rr in zip(rounds.rounds, round_ratios)]
+    r["notes"] = notes
+    r["detail"] = d
+    return r
+
+
+def fmt_bytes(n):
+    return "%.0f MiB" % (n / MIB) if n >= MIB else "%.0f KiB" % (n / 1024)
+
+
+def reshard_bound(r, read_best, cost, amp):
+    """One line: what bounds a reshard's figures."""
+    s = r["reshard_ms"] / 1e3 if r.get("reshard_ms") else None
+    if not s:
+        return "n/a (no reshard measurement)"
+    read = (r.get("reshard_bytes_read") or 0) / GIB
+    parts = ["%d loaders read %.2f GiB (%.2f x the %.2f GiB they wanted) in %.2f s: %.2f GiB/s read, against "
+             "a read limit of %s GiB/s for the checkpoint's files (%s); a loader reads through the page "
+             "cache, so bytes one loader just read may come to another from memory rather than the disk"
+             % (r["loaders"], read, amp or 0, (r.get("reshard_bytes_wanted") or 0) / GIB, s, read / s,
+                "%.2f" % r["read_limit_gibps"] if r.get("read_limit_gibps") else "n/a", read_best)]
+    if cost.get("cpu_ms") is not None:
+        parts.append("CPU: %.0f ms in %.0f ms (%.2f cores of %d busy with the loads; every byte read is "
+                     "CRC-checked, and a band not contiguous in its read is copied out of a bounce buffer), "
+                     "%s minor faults in the timed part (the bands' memory was touched before: these are the "
+                     "library's own buffers)" % (cost["cpu_ms"], s * 1e3, cost["cpu_ms"] / (s * 1e3), cpus(),
+                                          "%.0f" % cost["minflt"] if cost.get("minflt") is not None else "n/a"))
+    return "; ".join(parts)
+
+
 # ---- S3 ---------------------------------------------------------------------
 
 S3_BUCKET = "ckpt-bench"
@@ -2124,8 +2670,12 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         if devices < 1:
             return {name: empty_result(name, sc, "no GPU, so not run: %s" % why)}
         sc = dict(sc, fake=fake or FAKE_CUDA)
+    rsc = None
     if sc["kind"] == "two":
         arenas = [arena_for(sc["bytes"], sc["tensors"]), arena_for(sc["second_bytes"], sc["second_tensors"])]
+    elif sc["kind"] == "load":
+        rsc = sc.get("reshard")
+        arenas = [LOAD_ARENA] + ([RESHARD_ARENA] * rsc["ranks"] if rsc else [])
     else:
         per = arena_for(sc["bytes"], sc["tensors"])
         arenas = [per] * (ranks * (2 if sc["kind"] == "ranks" else 1))
@@ -2156,6 +2706,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
             res = two_jobs_scenario(name, sc, daemon, sdir, failures)
         elif sc["kind"] == "gpu":
             res = gpu_scenario(name, sc, daemon, py, sdir, failures)
+        elif sc["kind"] == "load":
+            res = load_scenario(name, sc, daemon, py, sdir, failures, rsc)
         else:
             res = save_scenario(name, sc, daemon, py, sdir, failures)
     except BenchError as e:
@@ -2164,6 +2716,9 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         res = {name: empty_result(name, sc, "not run: %s" % e)}
         if sc["kind"] == "ranks":
             res[TWO_THREADS] = empty_result(TWO_THREADS, sc, "not run: %s" % e)
+        if rsc:
+            for n in ("reshard-8to3", WIDE):
+                res[n] = empty_result(n, rsc, "not run: %s" % e)
     finally:
         alive = daemon.alive()
         rc = daemon.stop()
@@ -2209,10 +2764,13 @@ def main():
 
     wanted = [s.strip() for s in os.environ.get("SCENARIOS", "").split(",") if s.strip()]
     for s in wanted:
-        if s not in SCENARIOS and s != TWO_THREADS:
+        if s not in SCENARIOS and s not in (TWO_THREADS, WIDE):
             sys.exit("bench: unknown scenario '%s' (SCENARIOS= any of %s)" % (s, ", ".join(SCENARIOS)))
     if wanted:
-        wanted = ["save-8ranks" if s == TWO_THREADS else s for s in wanted]
+        wanted = ["save-8ranks" if s == TWO_THREADS else "reshard-8to3" if s == WIDE else s for s in wanted]
+        if "reshard-8to3" in wanted and "load-2g" not in wanted:
+            notes.append("load-2g runs with reshard-8to3: vs_load_2g divides by its figure of the same round")
+            wanted.append("load-2g")
     names = [n for n in SCENARIOS if not wanted or n in wanted]
     if os.environ.get("BENCH_ROUNDS"):
         try:
@@ -2248,8 +2806,13 @@ def main():
         machine["kernel"], machine["fs"], data))
 
     py = None
-    if any(SCENARIOS[n]["kind"] not in ("two", "s3") for n in names) and not (SKIP_DCP and SKIP_TORCH):
+    if any(SCENARIOS[n]["kind"] not in ("two", "s3") for n in names) and not (
+            SKIP_DCP and (SKIP_TORCH or all(SCENARIOS[n]["kind"] in ("load", "reshard") for n in names))):
         py = bench_python(notes)
+    if "load-2g" in names and "reshard-8to3" in names:
+        # One group: reshard-8to3 is measured in load-2g's rounds.
+        names.remove("reshard-8to3")
+        SCENARIOS["load-2g"] = dict(SCENARIOS["load-2g"], reshard=SCENARIOS["reshard-8to3"])
     scenarios = {}
     for n in names:
         scenarios.update(run_scenario(n, SCENARIOS[n], py, run_dir, data, failures))

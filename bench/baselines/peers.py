@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The peers: torch.save (+ fsync) and PyTorch DCP async_save, in one worker.
+"""The peers: torch.save (+ fsync), PyTorch DCP async_save and DCP load, in one worker.
 
   python peers.py --dir DIR --bytes B --tensors T [--procs K] [--no-dcp]
                   [--device cpu|cuda]
@@ -22,7 +22,17 @@ one per line, printing one JSON line for each:
                and FileSystemWriter(thread_count=N, sync_files=True);
                {"call_ms", "staged_ms", "committed_ms"}: until the call
                returns, until its staging future, until its upload future
-  quit
+  dcp_keep N   not a measurement: a (blocking) dcp.save of the state as it
+               is, FileSystemWriter(thread_count=N, sync_files=True), kept in
+               DIR/dcp-keep-PID-tN for dcp_load N (N files per rank: the
+               layout the load reads); the CRC32 of every tensor is noted
+  dcp_load N   every rank: its tensors overwritten (NaN), every file of the
+               kept checkpoint N dropped from the page cache
+               (posix_fadvise DONTNEED), then dcp.load of the state dict in
+               place from FileSystemReader; {"seconds"} from the earliest
+               start to the last rank's return; each tensor's CRC32 checked
+               against the kept one afterwards (not timed)
+  quit         (removes the kept checkpoints)
 
 Every measurement starts when the ranks leave a barrier; its figures are the
 slowest rank's, relative to the earliest start ("t_start"/"t_end":
@@ -42,6 +52,7 @@ import sys
 import tempfile
 import time
 import traceback
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -132,6 +143,27 @@ def raise_fd_limit(torch, tensors):
     return ""
 
 
+def drop_tree(path):
+    """Every file under path dropped from the page cache (DONTNEED drops
+    clean pages: dcp_keep fsynced them).  Returns (files, bytes)."""
+    files = size = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for n in names:
+            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                size += os.fstat(fd).st_size
+                files += 1
+            finally:
+                os.close(fd)
+    return files, size
+
+
+def tensor_crcs(sd):
+    """CRC32 of every tensor's bytes (host tensors, contiguous)."""
+    return {k: zlib.crc32(t.detach().contiguous().view(-1).numpy().view("uint8")) for k, t in sd.items()}
+
+
 def rank_main(rank, args, store_path, cmds, results):
     """One rank: joins the group, builds its state, then runs every command
     from cmds until ("quit",)."""
@@ -196,10 +228,14 @@ def rank_main(rank, args, store_path, cmds, results):
                                      "no_dcp": no_dcp, "threads": threads, "device": device}))
 
         n = 0  # saves so far, of either kind: each gets its own paths
+        kept = {}  # thread count -> (path, CRC32 per tensor): dcp_keep
         while True:
             cmd = cmds.get()
-            if cmd[0] not in ("torch_save", "dcp"):
+            if cmd[0] not in ("torch_save", "dcp", "dcp_keep", "dcp_load"):
                 break
+            if cmd[0] in ("dcp_keep", "dcp_load"):
+                results.put((cmd[0], rank, dcp_kept(cmd, rank, args, dist, dcp, sd, pg, kept)))
+                continue
             if n > 0:
                 common.mutate(sd, n)
             if device != "cpu":
@@ -240,6 +276,9 @@ def rank_main(rank, args, store_path, cmds, results):
                     shutil.rmtree(path, ignore_errors=True)
                 results.put(("dcp", rank, (t0, t_call, t_staged, t_done)))
             n += 1
+        if rank == 0:
+            for path, _crcs in kept.values():
+                shutil.rmtree(path, ignore_errors=True)
         if stager is not None:
             stager.close()
         # Stop DCP's checkpoint process the way its destructor does
@@ -260,6 +299,43 @@ def rank_main(rank, args, store_path, cmds, results):
     # skips interpreter clean-up that may wait on it (it exits when its
     # parent does).
     os._exit(0)
+
+
+def dcp_kept(cmd, rank, args, dist, dcp, sd, pg, kept):
+    """dcp_keep N and dcp_load N on one rank (see the top); returns its
+    payload for the parent."""
+    kind, threads = cmd
+    path = os.path.join(args.dir, "dcp-keep-%d-t%d" % (os.getppid(), threads))
+    if kind == "dcp_keep":
+        dist.barrier()
+        t0 = time.monotonic()
+        dcp.save(sd, checkpoint_id=path, process_group=pg,
+                 storage_writer=dcp.FileSystemWriter(path, thread_count=threads, sync_files=True))
+        t1 = time.monotonic()
+        dist.barrier()
+        if rank == 0:
+            common.fsync_tree(path)
+        kept[threads] = (path, tensor_crcs(sd))
+        return (t0, t1, None)
+    if threads not in kept:
+        raise RuntimeError("dcp_load %d: no dcp_keep %d before it" % (threads, threads))
+    path, crcs = kept[threads]
+    # What the load must restore is overwritten first, so a tensor it left
+    # out fails the check below.
+    for t in sd.values():
+        t.fill_(float("nan"))
+    dropped = drop_tree(path)
+    dist.barrier()
+    t0 = time.monotonic()
+    dcp.load(sd, checkpoint_id=path, process_group=pg, storage_reader=dcp.FileSystemReader(path))
+    t1 = time.monotonic()
+    dist.barrier()
+    got = tensor_crcs(sd)
+    bad = [k for k in crcs if got.get(k) != crcs[k]]
+    if bad:
+        raise RuntimeError("dcp_load %d: %d tensors differ from what was saved (first: %s)"
+                           % (threads, len(bad), bad[0]))
+    return (t0, t1, {"files": dropped[0], "bytes": dropped[1], "verify_s": round(time.monotonic() - t1, 3)})
 
 
 class Group:
@@ -326,6 +402,18 @@ class Group:
                 "committed_ms": (max(r[3] for r in recs) - start) * 1e3,
                 "t_start": start, "t_end": max(r[3] for r in recs)}
 
+    def dcp_kept(self, kind, thread_count):
+        for q in self.cmds:
+            q.put((kind, thread_count))
+        recs = self.collect(kind)
+        start, end = min(r[0] for r in recs), max(r[1] for r in recs)
+        out = {"seconds": end - start, "t_start": start, "t_end": end, "thread_count": thread_count}
+        if recs[0][2] is not None:
+            # Every rank drops the whole checkpoint: one rank's count.
+            out["drop"] = {"files": recs[0][2]["files"], "bytes": recs[0][2]["bytes"]}
+            out["verify_s"] = max(r[2]["verify_s"] for r in recs)
+        return out
+
     def close(self, clean):
         if clean:
             for q in self.cmds:
@@ -387,8 +475,17 @@ def main():
                     continue
                 r = g.dcp(int(cmd[1]))
                 r["thread_count"] = int(cmd[1])
+            elif len(cmd) == 2 and cmd[0] in ("dcp_keep", "dcp_load") and cmd[1].isdigit() and int(cmd[1]) >= 1:
+                if info["no_dcp"]:
+                    common.emit({"error": "DCP: %s" % info["no_dcp"]})
+                    continue
+                if args.device != "cpu":
+                    common.emit({"error": "%s: host tensors only" % cmd[0]})
+                    continue
+                r = g.dcp_kept(cmd[0], int(cmd[1]))
             else:
-                common.emit({"error": "unknown command %r (torch_save, dcp THREAD_COUNT, quit)" % line.strip()})
+                common.emit({"error": "unknown command %r (torch_save, dcp N, dcp_keep N, dcp_load N, quit)"
+                                      % line.strip()})
                 continue
             r["cmd"] = cmd[0]
             common.emit(r)
