@@ -46,6 +46,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,7 @@ struct ckpt_load {
 	int err;                      /* [lock] first failure */
 	char errmsg[1024];            /* [lock] */
 	unsigned running;             /* [lock] */
+	atomic_bool wrote;            /* some destination bytes were written */
 	unsigned next_slot;           /* [lock] arena slots handed out */
 	pthread_t threads[LOAD_THREADS];
 	unsigned n_threads;
@@ -288,12 +290,14 @@ static int add_box(struct ckpt_load *ld, uint32_t item, uint32_t box, const uint
 		far = esize;
 		for (unsigned d = 0; d < n; d++)
 			far += (unsigned __int128)(s[d] - 1) * st[d];
-		if (far > SIZE_MAX)
-			return poison(ld, -EINVAL, "%s: '%s': the box does not fit in memory", fn,
-				      t->name);
 		if (!data)
 			return poison(ld, -EINVAL, "%s: '%s': destination data is NULL", fn,
 				      t->name);
+		/* The farthest byte must be an address: no wrap past the end of
+		 * the address space, nor more than a C object can span. */
+		if (far > PTRDIFF_MAX || (uintptr_t)data > UINTPTR_MAX - (uint64_t)far)
+			return poison(ld, -EINVAL, "%s: '%s': the box, with its strides, reaches "
+				      "past the end of the address space", fn, t->name);
 	}
 	/* Now, not at start: the caller learns which box is wrong, and a
 	 * box that runs past its allocation never reaches a copy. */
@@ -360,12 +364,24 @@ int ckpt_load_add_tensor(struct ckpt_load *load, const struct ckpt_load_tensor *
 	}
 	before = load->n_dsts;
 	before_dims = load->n_dims;
+	/* The array's elements are the caller's struct, of the size its
+	 * header gave them (the first element's size field): step by that,
+	 * not by this library's sizeof. */
+	uint32_t dsz;
+	memcpy(&dsz, t.dsts, sizeof(dsz));
 	for (uint32_t k = 0; k < t.n_dsts; k++) {
+		const void *el = (const char *)t.dsts + (size_t)k * dsz;
 		struct ckpt_load_dst d;
+		uint32_t esz;
 
-		r = abi_copy_in(&abi_load_dst, &d, &t.dsts[k], fn);
+		r = abi_copy_in(&abi_load_dst, &d, el, fn);
 		if (r)
 			return poison(load, r, "%s", ckpt_last_error());
+		memcpy(&esz, el, sizeof(esz));
+		if (esz != dsz)
+			return poison(load, -EINVAL, "%s: '%.200s': box %u has size %u, box 0 has "
+				      "%u: every element of dsts is one struct ckpt_load_dst", fn,
+				      t.name, k, esz, dsz);
 		if (d.reserved)
 			return poison(load, -EINVAL, "%s: '%.200s': box %u: reserved is not 0", fn,
 				      t.name, k);
@@ -756,6 +772,15 @@ static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const 
 			uint32_t crc = 0;
 
 			while (at < stop) {
+				/* Spans move forward through the iovecs (chunks
+				 * own disjoint bytes: manifest_parse, plan.c);
+				 * one that does not is a bug, never a read
+				 * before a destination. */
+				if (at < vbase) {
+					fail(ld, -EBADMSG, "internal error: a check span of %s "
+					     "steps backwards", ld->rd->m.files[rd->file].path);
+					return -EBADMSG;
+				}
 				while (at >= vbase + iov[v].iov_len) {
 					vbase += iov[v].iov_len;
 					v++;
@@ -853,6 +878,8 @@ static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		r = check_spans(ld, rd, th->buf, rd->begin, false);
 	if (r)
 		return r;
+	if (rd->n_copies)
+		atomic_store_explicit(&ld->wrote, true, memory_order_relaxed);
 	for (size_t i = rd->copy0; i < rd->copy0 + rd->n_copies; i++) {
 		const struct plan_copy *cp = &p->copies[i];
 		const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
@@ -906,6 +933,8 @@ static void *load_thread(void *arg)
 		i = ld->next_read++;
 		pthread_mutex_unlock(&ld->lock);
 		if (direct_iov(ld, &p->reads[i], th.iov)) {
+			/* preadv writes the destinations before they are checked. */
+			atomic_store_explicit(&ld->wrote, true, memory_order_relaxed);
 			if (do_direct(ld, &p->reads[i], th.iov))
 				break;
 		} else if (do_bounce(ld, &p->reads[i], &th)) {
@@ -919,9 +948,18 @@ static void *load_thread(void *arg)
 	last = --ld->running == 0;
 	pthread_mutex_unlock(&ld->lock);
 	/* The last one out reports; ld->err is final once every thread
-	 * stopped. */
-	if (last)
+	 * stopped.  A failure after any destination was written says so,
+	 * whichever read failed: the caller must not take the rest for the
+	 * checkpoint's state. */
+	if (last) {
+		if (ld->err && atomic_load_explicit(&ld->wrote, memory_order_relaxed) &&
+		    !strstr(ld->errmsg, "partly written")) {
+			size_t n = strlen(ld->errmsg);
+			snprintf(ld->errmsg + n, sizeof(ld->errmsg) - n,
+				 "; destinations may be partly written");
+		}
 		future_complete(&ld->done, ld->err, ld->err ? ld->errmsg : "");
+	}
 	return NULL;
 }
 
@@ -1059,22 +1097,27 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 		future_complete(&load->done, 0, "");
 		return 0;
 	}
-	load->running = 0;
+	/* Every thread is counted before the first starts, so the count
+	 * cannot reach 0 (and the future complete) while threads are still
+	 * being made.  A thread that cannot be made is uncounted; fewer
+	 * threads do the same work, and none at all fails the load. */
+	pthread_mutex_lock(&load->lock);
+	load->running = n_threads;
+	pthread_mutex_unlock(&load->lock);
 	for (unsigned i = 0; i < n_threads; i++) {
-		pthread_mutex_lock(&load->lock);
-		load->running++;
-		pthread_mutex_unlock(&load->lock);
 		r = pthread_create(&load->threads[i], NULL, load_thread, load);
 		if (r) {
 			pthread_mutex_lock(&load->lock);
-			load->running--;
+			load->running -= n_threads - i;
 			bool none = load->running == 0;
-			pthread_mutex_unlock(&load->lock);
-			if (none) {
-				/* No thread runs: fail the load here. */
-				fail(load, -r, "cannot start a load thread: %s", strerror(r));
-				future_complete(&load->done, load->err, load->errmsg);
+			if (i == 0 && !load->err) {
+				load->err = -r;
+				snprintf(load->errmsg, sizeof(load->errmsg),
+					 "cannot start a load thread: %s", strerror(r));
 			}
+			pthread_mutex_unlock(&load->lock);
+			if (none)
+				future_complete(&load->done, load->err, load->errmsg);
 			break;
 		}
 		load->n_threads++;

@@ -223,11 +223,22 @@ int64_t ckpt_reader_blob_size(const struct ckpt_reader *reader, const char *key)
 int cli_reader_fd(struct ckpt_reader *rd, uint32_t file, char *err, size_t errlen)
 {
 	if (rd->fds[file] < 0) {
-		int fd = openat(rd->dirfd, rd->m.files[file].path, O_RDONLY | O_CLOEXEC);
+		/* O_NONBLOCK: a FIFO (or device) put in a shard's place must
+		 * not hang the open; only a regular file is read. */
+		int fd = openat(rd->dirfd, rd->m.files[file].path,
+				O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+		struct stat st;
 		if (fd < 0) {
 			int r = -errno;
 			snprintf(err, errlen, "opening %s/%s: %s", rd->path, rd->m.files[file].path,
 				 strerror(-r));
+			return r;
+		}
+		int r = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EBADMSG;
+		if (r < 0) {
+			snprintf(err, errlen, "%s/%s: %s", rd->path, rd->m.files[file].path,
+				 r == -EBADMSG ? "not a regular file" : strerror(-r));
+			close(fd);
 			return r;
 		}
 		rd->fds[file] = fd;

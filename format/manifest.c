@@ -385,6 +385,67 @@ static int parse_items(struct manifest *m, json_t *tensors, json_t *blobs, struc
 	return 0;
 }
 
+/* A chunk's byte range in its file, for check_file_ranges. */
+struct frange {
+	uint32_t file;
+	uint64_t begin, end;
+	uint32_t item;
+	uint32_t chunk;
+};
+
+static int by_frange(const void *pa, const void *pb)
+{
+	const struct frange *a = pa, *b = pb;
+
+	if (a->file != b->file)
+		return a->file < b->file ? -1 : 1;
+	if (a->begin != b->begin)
+		return a->begin < b->begin ? -1 : 1;
+	return a->end < b->end ? -1 : a->end > b->end;
+}
+
+/*
+ * No two chunks (of one tensor or of two, or blobs) share a byte of a file.
+ * Each chunk was checked against its file and its tensor; this is the
+ * check between chunks: a manifest pointing two items at the same bytes
+ * (each with matching CRCs) would load one item's bytes as another's, and
+ * a reader that verifies a file's reads in one forward pass relies on
+ * chunks being disjoint.  Empty chunks hold no byte and are left out.
+ */
+static int check_file_ranges(const struct manifest *m, char *err, size_t errlen)
+{
+	struct frange *r;
+	size_t n = 0, cap = 0;
+
+	for (size_t i = 0; i < m->n_items; i++)
+		cap += m->items[i].n_chunks;
+	if (cap < 2)
+		return 0;
+	r = malloc(cap * sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->n_items; i++)
+		for (size_t k = 0; k < m->items[i].n_chunks; k++) {
+			const struct manifest_chunk *c = &m->items[i].chunks[k];
+			if (c->end > c->begin)
+				r[n++] = (struct frange){ c->file, c->begin, c->end, (uint32_t)i,
+							  (uint32_t)k };
+		}
+	qsort(r, n, sizeof(*r), by_frange);
+	for (size_t j = 1; j < n; j++) {
+		if (r[j].file == r[j - 1].file && r[j].begin < r[j - 1].end) {
+			int ret = bad("'%s' chunk %u and '%s' chunk %u share bytes of %s (from offset "
+				      "%llu)", m->items[r[j - 1].item].name, r[j - 1].chunk,
+				      m->items[r[j].item].name, r[j].chunk,
+				      m->files[r[j].file].path, (unsigned long long)r[j].begin);
+			free(r);
+			return ret;
+		}
+	}
+	free(r);
+	return 0;
+}
+
 /* The N of a format "ckpt-N" (decimal, no sign, no leading zero), or NULL. */
 static const char *format_version(const char *s)
 {
@@ -499,6 +560,8 @@ int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, 
 	ret = parse_items(m, json_object_get(root, "tensors"), json_object_get(root, "blobs"), &bc,
 			  err, errlen);
 	boxcheck_free(&bc);
+	if (ret == 0)
+		ret = check_file_ranges(m, err, errlen);
 	if (ret)
 		goto fail;
 	/* Everything else now lives in the pool: keep only what m->json is

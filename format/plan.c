@@ -424,10 +424,26 @@ void plan_free(struct plan *p)
 	free(p);
 }
 
-/* Groups the sorted segments into reads; copies and checks follow. */
-static int assemble(struct build *b, uint64_t max_read, struct plan *p)
+/*
+ * Groups the sorted segments into reads; copies and checks follow.
+ *
+ * Segments of different chunks must not share a byte.  A hand-made
+ * manifest can point two chunks (of one tensor or of two) at the same
+ * bytes, each with CRCs that match; each would verify on its own, but the
+ * check spans of a read would then overlap and step backwards, and the
+ * direct path (client/load.c) verifies them in one forward pass over the
+ * destinations: it would read before a destination's start.  The planner
+ * does not count on the parser having refused such a manifest; it refuses
+ * the plan (-EBADMSG).  The first segment, in this order, that shares
+ * bytes with an earlier one of another chunk starts before the furthest
+ * end seen so far in its file, and that end is another chunk's: were it
+ * its own chunk's, the segment reaching it would share bytes with that
+ * other one and come earlier.
+ */
+static int assemble(struct build *b, uint64_t max_read, struct plan *p, char *err, size_t errlen)
 {
 	size_t cap_reads = 0, cap_checks = 0;
+	const struct seg *far = NULL; /* the furthest-reaching segment of the file so far */
 
 	p->copies = malloc((b->n_copies ? b->n_copies : 1) * sizeof(*p->copies));
 	if (!p->copies)
@@ -439,6 +455,18 @@ static int assemble(struct build *b, uint64_t max_read, struct plan *p)
 		struct plan_read *rd = p->n_reads ? &p->reads[p->n_reads - 1] : NULL;
 		struct plan_copy *cp;
 
+		if (far && far->file == s->file && s->begin < far->end &&
+		    (far->item != s->item || far->chunk != s->chunk)) {
+			const struct manifest *m = b->m;
+			return errmsg_set(err, errlen, -EBADMSG,
+					  "corrupt manifest: '%s' chunk %u and '%s' chunk %u share "
+					  "bytes of %s (at offset %llu)",
+					  m->items[far->item].name, far->chunk, m->items[s->item].name,
+					  s->chunk, m->files[s->file].path,
+					  (unsigned long long)s->begin);
+		}
+		if (!far || far->file != s->file || s->end > far->end)
+			far = s;
 		if (!rd || rd->file != s->file || s->begin > rd->end + b->merge_gap ||
 		    (s->end > rd->end ? s->end : rd->end) - rd->begin > max_read) {
 			if (grow((void **)&p->reads, &cap_reads, p->n_reads + 1, sizeof(*p->reads)))
@@ -458,8 +486,9 @@ static int assemble(struct build *b, uint64_t max_read, struct plan *p)
 			cp->offsets = cp->shape = NULL;
 		}
 		rd->n_copies++;
-		/* Chunks own disjoint byte ranges, so a chunk's segments are
-		 * neighbours in this order: coalesce their spans. */
+		/* Chunks own disjoint byte ranges (checked above), so a
+		 * chunk's segments are neighbours in this order: coalesce
+		 * their spans. */
 		struct plan_check *k = rd->n_checks ? &p->checks[p->n_checks - 1] : NULL;
 		if (k && k->item == s->item && k->chunk == s->chunk && s->begin <= k->end) {
 			if (s->end > k->end)
@@ -505,8 +534,10 @@ int plan_build(struct plan_index *ix, const struct plan_want *wants, size_t n_wa
 	for (size_t i = 0; i < n_wants && !r; i++)
 		r = plan_want(ix, &b, (uint32_t)i, &wants[i], &p->bytes_wanted, err, errlen);
 	if (!r) {
-		qsort(b.segs, b.n_segs, sizeof(*b.segs), by_seg);
-		r = assemble(&b, max_read, p);
+		/* segs is NULL when nothing is read (qsort's pointer must not be). */
+		if (b.n_segs)
+			qsort(b.segs, b.n_segs, sizeof(*b.segs), by_seg);
+		r = assemble(&b, max_read, p, err, errlen);
 	}
 	free(b.segs);
 	free(b.copies);

@@ -93,7 +93,11 @@ struct plan_read {
 };
 
 struct plan {
-	struct plan_read *reads;   /* sorted by (file, begin); disjoint */
+	struct plan_read *reads;   /* sorted by (file, begin); two may overlap
+	                            * where boxes share a CRC piece and
+	                            * max_read cut them apart (each verifies
+	                            * what it serves); within one read the
+	                            * check spans are in file order, disjoint */
 	size_t n_reads;
 	struct plan_copy *copies;  /* grouped by read */
 	size_t n_copies;
@@ -120,8 +124,10 @@ void plan_index_free(struct plan_index *ix);
  * Plans the wants against ix's manifest.  Checks every want: item in
  * range, box inside the item's global shape (-EINVAL, message in err
  * naming the item).  Returns 0 and *ret_plan (free with plan_free), or
- * -EINVAL, -E2BIG (more than PLAN_MAX_WANTS), -ENOMEM.  Not thread-safe
- * for one ix (it grows its index lazily); use one ix per thread or a lock.
+ * -EINVAL, -E2BIG (more than PLAN_MAX_WANTS), -EBADMSG (the bytes the
+ * wants need belong to two chunks at once: a corrupt manifest, see
+ * plan.c), -ENOMEM.  Not thread-safe for one ix (it grows its index
+ * lazily); use one ix per thread or a lock.
  */
 int plan_build(struct plan_index *ix, const struct plan_want *wants, size_t n_wants,
 	       const struct plan_opts *opts, struct plan **ret_plan, char *err, size_t errlen);

@@ -117,7 +117,9 @@ int fs_read_file_at(int dirfd, const char *name, size_t max, char **ret_buf, siz
 	size_t off = 0;
 	int fd, r = 0;
 
-	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: opening a FIFO left in a file's place must not hang
+	 * (it is refused below); reads of a regular file ignore the flag. */
+	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) < 0) {

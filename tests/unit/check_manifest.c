@@ -371,6 +371,16 @@ static void range_past_end(json_t *r)
 	set_int(c, "end", (json_int_t)(size + 8));
 }
 
+/* "b" (6 bytes, file 0) moved onto the first bytes of "w" chunk 0 (file 0). */
+static void shared_bytes(json_t *r)
+{
+	json_t *w0 = chunk_of(r, "w", 0), *b = chunk_of(r, "b", 0);
+	uint64_t at = get_u64(w0, "begin");
+
+	set_int(b, "begin", (json_int_t)at);
+	set_int(b, "end", (json_int_t)at + 6);
+}
+
 static void begin_after_end(json_t *r)
 {
 	json_t *c = chunk_of(r, "w", 0);
@@ -558,6 +568,8 @@ static const struct corrupt_case corrupts[] = {
 	/* Chunk byte ranges, CRCs and byte counts. */
 	{ "byte range outside the file", range_past_end, NULL, -EBADMSG,
 	  "tensor 'w' chunk 1: [begin, end) is not a range inside rank-00001.safetensors" },
+	{ "two items on the same bytes", shared_bytes, NULL, -EBADMSG,
+	  "share bytes of rank-00000.safetensors" },
 	{ "begin after end", begin_after_end, NULL, -EBADMSG,
 	  "tensor 'w' chunk 0: [begin, end) is not a range inside" },
 	{ "one CRC too many", crc_extra, NULL, -EBADMSG,

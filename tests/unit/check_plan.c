@@ -3,6 +3,7 @@
  * CRC widening, merged reads (format/plan.c). */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -323,8 +324,11 @@ static void run_plan(const struct gen *g, const struct manifest *m, const struct
 		need((rd->end) <= (g->fsize[rd->file]));
 		need((rd->begin) < (rd->end));
 		need((rd->end - rd->begin) <= (max_read));
+		/* Reads of one file are in order of their start.  Two may
+		 * overlap (boxes that share a CRC piece, cut apart by
+		 * max_read): each verifies what it serves on its own. */
 		if (r > 0 && p->reads[r - 1].file == rd->file)
-			need((p->reads[r - 1].end) <= (rd->begin));
+			need((p->reads[r - 1].begin) <= (rd->begin));
 		if (r > 0)
 			need((p->reads[r - 1].file) <= (rd->file));
 		read_total += rd->end - rd->begin;
@@ -342,6 +346,11 @@ static void run_plan(const struct gen *g, const struct manifest *m, const struct
 			need(ck->begin == c->begin || ck->begin % LAYOUT_CRC_BLOCK == 0);
 			need(ck->end == c->end || ck->end % LAYOUT_CRC_BLOCK == 0);
 			need(plan_check_span(m, ck, fb + rd->begin, rd->begin, &bad) == 0);
+			/* A read's spans are in file order and disjoint: the
+			 * direct path checksums them in one forward pass over
+			 * the destinations. */
+			if (k > rd->check0)
+				need((p->checks[k - 1].end) <= (ck->begin));
 		}
 		for (size_t i = rd->copy0; i < rd->copy0 + rd->n_copies; i++) {
 			const struct plan_copy *cp = &p->copies[i];
@@ -659,6 +668,453 @@ START_TEST(test_check_span)
 }
 END_TEST
 
+/* ---- hostile and extreme manifests ---- */
+
+/* A box of a test table: item, offsets, shape (ndim entries used). */
+struct box {
+	uint32_t item;
+	uint64_t offs[4], shape[4];
+};
+
+/* Plans boxes bx against m and, if that succeeds, runs the plan through
+ * run_plan().  Returns plan_build()'s result (the plan is NULL on
+ * failure). */
+static int try_plan(const struct gen *g, const struct manifest *m, struct plan_index *ix,
+		    const struct box *bx, size_t n, const struct plan_opts *o, char *err,
+		    size_t errlen)
+{
+	struct plan_want *wants = calloc(n + 1, sizeof(*wants));
+	struct wantbuf *wb = calloc(n + 1, sizeof(*wb));
+	struct plan *p = NULL;
+	int r;
+
+	ck_assert_ptr_nonnull(wants);
+	ck_assert_ptr_nonnull(wb);
+	for (size_t i = 0; i < n; i++) {
+		const struct manifest_tensor *t = &m->items[bx[i].item];
+		uint64_t v;
+
+		memcpy(wb[i].offs, bx[i].offs, sizeof(wb[i].offs));
+		memcpy(wb[i].shape, bx[i].shape, sizeof(wb[i].shape));
+		v = vol(wb[i].shape, t->ndim);
+		wb[i].data = malloc(v * ckpt_dtype_size((enum ckpt_dtype)t->dtype) + 1);
+		wb[i].cover = calloc(v + 1, 1);
+		ck_assert_ptr_nonnull(wb[i].data);
+		ck_assert_ptr_nonnull(wb[i].cover);
+		wants[i] = (struct plan_want){ .item = bx[i].item, .tag = (uint32_t)(500 + i),
+					       .offsets = wb[i].offs, .shape = wb[i].shape };
+	}
+	r = plan_build(ix, wants, n, o, &p, err, errlen);
+	if (r == 0)
+		run_plan(g, m, p, wants, wb, n,
+			 o && o->max_read > 4 * MiB ? o->max_read :
+			 o && o->max_read ? 4 * MiB : PLAN_DEFAULT_MAX_READ);
+	else
+		ck_assert_ptr_null(p);
+	plan_free(p);
+	for (size_t i = 0; i < n; i++) {
+		free(wb[i].data);
+		free(wb[i].cover);
+	}
+	free(wants);
+	free(wb);
+	return r;
+}
+
+static void gen_tensor1(struct gtensor *t, const char *name, uint64_t len, unsigned parts)
+{
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->dt = CKPT_U8;
+	t->ndim = 1;
+	t->shape[0] = len;
+	t->n = parts;
+	for (unsigned k = 0; k < parts; k++) {
+		t->c[k].offs[0] = len * k / parts;
+		t->c[k].shape[0] = len * (k + 1) / parts - t->c[k].offs[0];
+	}
+}
+
+/* CRC arrays of chunks moved by move_chunk(), freed by moved_free(). */
+static uint32_t *moved_crcs[8];
+static size_t n_moved;
+
+/*
+ * Moves chunk k of tensor ti to file offset `begin` (same length), in the
+ * generator and in the parsed manifest m, with CRCs of the bytes there.
+ * The manifest is changed after manifest_parse, so that the planner's own
+ * defence is what is tested, whether or not the parser refuses chunks
+ * that share bytes.
+ */
+static void move_chunk(struct gen *g, struct manifest *m, size_t ti, size_t k, uint64_t begin)
+{
+	struct gchunk *gc = &g->t[ti].c[k];
+	const struct manifest_tensor *mt = manifest_find(m, ITEM_TENSOR, g->t[ti].name);
+	struct manifest_chunk *c;
+	uint64_t end = begin + (gc->end - gc->begin), pos = begin;
+	uint32_t *crcs = calloc(layout_crc_count(begin, end) + 1, sizeof(*crcs));
+	size_t i = 0;
+
+	ck_assert_ptr_nonnull(mt);
+	ck_assert_ptr_nonnull(crcs);
+	ck_assert_uint_lt(n_moved, sizeof(moved_crcs) / sizeof(moved_crcs[0]));
+	c = &mt->chunks[k];
+	while (pos < end) {
+		uint64_t grid_end = (pos / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
+		uint64_t stop = grid_end < end ? grid_end : end;
+		crcs[i++] = crc32c(g->fbuf[gc->file] + pos, stop - pos, 0);
+		pos = stop;
+	}
+	moved_crcs[n_moved++] = crcs;
+	gc->begin = c->begin = begin;
+	gc->end = c->end = end;
+	c->crcs = crcs;
+}
+
+static void moved_free(void)
+{
+	while (n_moved)
+		free(moved_crcs[--n_moved]);
+}
+
+/*
+ * A manifest whose chunks share file bytes (nothing the daemon writes,
+ * and what a hand-made manifest can claim): "a" (3 MiB) from offset 4096;
+ * "b" (1.5 MiB) lies inside a, from 512 KiB into it; "c" (2 MiB, two
+ * chunks of 1 MiB) has its second chunk start 256 KiB into its first.
+ * Every CRC matches the bytes, so only the sharing is wrong.
+ */
+static void gen_shared(struct gen *g, struct manifest *m)
+{
+	memset(g, 0, sizeof(*g));
+	g->n_f = 1;
+	g->n_t = 3;
+	gen_tensor1(&g->t[0], "a", 3 * MiB, 1);
+	gen_tensor1(&g->t[1], "b", 3 * MiB / 2, 1);
+	gen_tensor1(&g->t[2], "c", 2 * MiB, 2);
+	gen_files(g);
+	gen_manifest(g, m);
+	move_chunk(g, m, 1, 0, g->t[0].c[0].begin + MiB / 2);
+	move_chunk(g, m, 2, 1, g->t[2].c[0].begin + MiB / 4);
+}
+
+/* Elements of a and b for a read that holds a's head and b's tail back to
+ * back: a's copy ends at file offset 4096 + A_HEAD, past the first grid
+ * line, and b's copy starts there, so b's first CRC span begins before it
+ * (at the grid line) while a's last span ends after it (at the next one).
+ * An executor that checks spans in one forward pass over the destinations
+ * would step back before b's destination. */
+#define A_HEAD  (300 * 4096ull)
+#define B_FROM  (4096 + A_HEAD - (4096 + MiB / 2))
+#define B_LEN   (3 * MiB / 2)
+
+static const struct {
+	const char *what;
+	struct box bx[2];
+	size_t n;
+	int ret;
+	const char *names[2]; /* both named in the message */
+} shared_cases[] = {
+	{ "a alone", { { 0, { 0 }, { 3 * MiB } } }, 1, 0, { NULL, NULL } },
+	{ "b alone", { { 1, { 0 }, { B_LEN } } }, 1, 0, { NULL, NULL } },
+	{ "a and b whole", { { 0, { 0 }, { 3 * MiB } }, { 1, { 0 }, { B_LEN } } }, 2, -EBADMSG,
+	  { "'a'", "'b'" } },
+	{ "a's head and b's tail back to back",
+	  { { 0, { 0 }, { A_HEAD } }, { 1, { B_FROM }, { B_LEN - B_FROM } } }, 2, -EBADMSG,
+	  { "'a'", "'b'" } },
+	{ "one element of each in one piece",
+	  { { 1, { 0 }, { 10 } }, { 0, { 600 * 1024 }, { 10 } } }, 2, -EBADMSG, { "'a'", "'b'" } },
+	/* The bytes the boxes need are pieces apart: nothing read is
+	 * claimed twice, each is verified against its own chunk. */
+	{ "bytes far apart", { { 0, { 0 }, { 100 } }, { 1, { B_LEN - 100 }, { 100 } } }, 2, 0,
+	  { NULL, NULL } },
+	{ "c whole", { { 2, { 0 }, { 2 * MiB } } }, 1, -EBADMSG, { "'c'", "chunk 1" } },
+	{ "c's first chunk", { { 2, { 0 }, { MiB } } }, 1, 0, { NULL, NULL } },
+	{ "c's second chunk", { { 2, { MiB }, { MiB } } }, 1, 0, { NULL, NULL } },
+	{ "c: the head of each chunk", { { 2, { 0 }, { 10 } }, { 2, { MiB }, { 10 } } }, 2, -EBADMSG,
+	  { "'c'", "chunk 0" } },
+};
+
+/* Chunks that share file bytes are refused when a plan would read shared
+ * bytes for two of them; boxes whose bytes are apart still load. */
+START_TEST(test_shared_bytes)
+{
+	struct gen g;
+	struct manifest m;
+	struct plan_index *ix;
+	char err[512] = "";
+	int r;
+
+	gen_shared(&g, &m);
+	ck_assert_str_eq(m.items[0].name, "a");
+	ck_assert_str_eq(m.items[2].name, "c");
+	ck_assert_int_eq(plan_index_new(&m, &ix), 0);
+	r = try_plan(&g, &m, ix, shared_cases[_i].bx, shared_cases[_i].n, NULL, err, sizeof(err));
+	ck_assert_msg(r == shared_cases[_i].ret, "%s: %d (%s)", shared_cases[_i].what, r, err);
+	for (int k = 0; k < 2 && r; k++)
+		ck_assert_msg(strstr(err, shared_cases[_i].names[k]) &&
+				      strstr(err, "rank-00000.safetensors"),
+			      "%s: %s", shared_cases[_i].what, err);
+	/* Small reads cut the same boxes otherwise; the answer stays. */
+	struct plan_opts o = { .merge_gap = 1, .max_read = 4 * MiB };
+	r = try_plan(&g, &m, ix, shared_cases[_i].bx, shared_cases[_i].n, &o, err, sizeof(err));
+	ck_assert_msg(r == shared_cases[_i].ret, "%s (small reads): %d (%s)",
+		      shared_cases[_i].what, r, err);
+	plan_index_free(ix);
+	manifest_free(&m);
+	moved_free();
+	gen_free(&g);
+}
+END_TEST
+
+/* Two boxes sharing CRC pieces, cut apart by a small max_read: the reads
+ * may then overlap, each still under max_read and verifying what it
+ * serves (run_plan). */
+START_TEST(test_overlapping_boxes)
+{
+	struct gen g;
+	struct manifest m;
+	struct plan_index *ix;
+	struct plan_opts o = { .max_read = 4 * MiB };
+	char err[256] = "";
+	/* File bytes [4096, 2 MiB + 100) and [2 MiB + 50, 4.5 MiB + 50). */
+	struct box bx[3] = {
+		{ 0, { 0 }, { 2 * MiB + 100 - 4096 } },
+		{ 0, { 2 * MiB + 50 - 4096 }, { 5 * MiB / 2 } },
+		{ 0, { 0 }, { 8 * MiB } },
+	};
+
+	memset(&g, 0, sizeof(g));
+	g.n_f = 1;
+	g.n_t = 1;
+	gen_tensor1(&g.t[0], "x", 8 * MiB, 1);
+	gen_files(&g);
+	gen_manifest(&g, &m);
+	ck_assert_int_eq(plan_index_new(&m, &ix), 0);
+	ck_assert_int_eq(try_plan(&g, &m, ix, bx, 2, &o, err, sizeof(err)), 0);
+	ck_assert_int_eq(try_plan(&g, &m, ix, bx, 3, &o, err, sizeof(err)), 0);
+	ck_assert_int_eq(try_plan(&g, &m, ix, bx, 3, NULL, err, sizeof(err)), 0);
+	plan_index_free(ix);
+	manifest_free(&m);
+	gen_free(&g);
+}
+END_TEST
+
+/* Parses a manifest of one file of `fsize` bytes and the given tensors
+ * object body (hand-written: sizes no generated file can have). */
+static void parse_handmade(uint64_t fsize, const char *tensors, struct manifest *m)
+{
+	char *text, err[512] = "";
+	int r;
+
+	ck_assert_int_gt(asprintf(&text,
+				  "{\"format\":\"ckpt-1\",\"name\":\"plan-test\",\"step\":1,"
+				  "\"time\":\"2026-11-25T00:00:00Z\",\"job\":\"job\","
+				  "\"world_size\":1,\"crc_block\":1048576,\"metadata\":{},"
+				  "\"metrics\":{},\"files\":[{\"rank\":0,\"path\":"
+				  "\"rank-00000.safetensors\",\"size\":%llu}],\"total_bytes\":%llu,"
+				  "\"tensors\":{%s},\"blobs\":{}}",
+				  (unsigned long long)fsize, (unsigned long long)fsize, tensors),
+			 0);
+	memset(m, 0, sizeof(*m));
+	r = manifest_parse(text, strlen(text), m, err, sizeof(err));
+	free(text);
+	ck_assert_msg(r == 0, "manifest_parse: %d %s", r, err);
+}
+
+#define TWO62 4611686018427387904ull
+
+/* Offsets near the top of the 63-bit range, a tensor of volume 0 whose
+ * other dimensions are 2^62, a 0-D tensor: every box either plans exactly
+ * or is refused with -EINVAL, nothing wraps. */
+START_TEST(test_extremes)
+{
+	static const char tensors[] =
+		"\"far\":{\"dtype\":\"U8\",\"shape\":[2],\"chunks\":[{\"file\":0,\"offsets\":[0],"
+		"\"shape\":[2],\"begin\":9223372036854775805,\"end\":9223372036854775807,"
+		"\"crc32c\":[7]}]},"
+		"\"flat\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,0,4611686018427387904],"
+		"\"chunks\":[{\"file\":0,\"offsets\":[0,0,0],\"shape\":[4611686018427387904,0,"
+		"4611686018427387904],\"begin\":4096,\"end\":4096,\"crc32c\":[]},"
+		"{\"file\":0,\"offsets\":[0,0,0],\"shape\":[0,0,0],\"begin\":9223372036854775807,"
+		"\"end\":9223372036854775807,\"crc32c\":[]}]},"
+		"\"s\":{\"dtype\":\"F64\",\"shape\":[],\"chunks\":[{\"file\":0,\"offsets\":[],"
+		"\"shape\":[],\"begin\":8192,\"end\":8200,\"crc32c\":[9]}]}";
+	static const struct {
+		uint64_t offs[3], shape[3];
+		int ret;
+	} flat[] = {
+		{ { 0, 0, 0 }, { TWO62, 0, TWO62 }, 0 },
+		{ { TWO62, 0, TWO62 }, { 0, 0, 0 }, 0 },
+		{ { 1, 0, 0 }, { TWO62 - 1, 0, 5 }, 0 },
+		{ { TWO62, 0, 0 }, { 1, 0, 0 }, -EINVAL },
+		{ { 0, 0, UINT64_MAX }, { 0, 0, 1 }, -EINVAL },
+		{ { 1, 0, 0 }, { UINT64_MAX, 0, 0 }, -EINVAL },
+		{ { UINT64_MAX, 0, 0 }, { 1, 0, 0 }, -EINVAL },
+		{ { 0, 1, 0 }, { 0, 0, 0 }, -EINVAL },
+		{ { 0, 0, 0 }, { 0, UINT64_MAX, 0 }, -EINVAL },
+	};
+	struct manifest m;
+	struct plan_index *ix;
+	struct plan *p = NULL;
+	char err[256] = "";
+	uint64_t o1[1] = { 0 }, s1[1] = { 2 };
+
+	parse_handmade(INT64_MAX, tensors, &m);
+	ck_assert_str_eq(m.items[0].name, "far");
+	ck_assert_str_eq(m.items[1].name, "flat");
+	ck_assert_str_eq(m.items[2].name, "s");
+	ck_assert_int_eq(plan_index_new(&m, &ix), 0);
+
+	/* The last two bytes a file can have. */
+	struct plan_want w = { .item = 0, .offsets = o1, .shape = s1 };
+	ck_assert_int_eq(plan_build(ix, &w, 1, NULL, &p, err, sizeof(err)), 0);
+	ck_assert_uint_eq(p->n_reads, 1);
+	ck_assert_uint_eq(p->reads[0].begin, (uint64_t)INT64_MAX - 2);
+	ck_assert_uint_eq(p->reads[0].end, (uint64_t)INT64_MAX);
+	ck_assert_uint_eq(p->n_checks, 1);
+	ck_assert_uint_eq(p->checks[0].begin, (uint64_t)INT64_MAX - 2);
+	ck_assert_uint_eq(p->checks[0].end, (uint64_t)INT64_MAX);
+	ck_assert_uint_eq(p->copies[0].src, (uint64_t)INT64_MAX - 2);
+	ck_assert_uint_eq(p->bytes_wanted, 2);
+	plan_free(p);
+	o1[0] = 1;
+	s1[0] = 1;
+	ck_assert_int_eq(plan_build(ix, &w, 1, NULL, &p, err, sizeof(err)), 0);
+	ck_assert_uint_eq(p->copies[0].src, (uint64_t)INT64_MAX - 1);
+	ck_assert_uint_eq(p->reads[0].begin, (uint64_t)INT64_MAX - 2);
+	plan_free(p);
+
+	for (size_t i = 0; i < sizeof(flat) / sizeof(flat[0]); i++) {
+		struct plan_want f = { .item = 1, .offsets = flat[i].offs, .shape = flat[i].shape };
+		/* Six times, as a planner of many ranks would ask. */
+		struct plan_want fs[6] = { f, f, f, f, f, f };
+
+		p = NULL;
+		ck_assert_msg(plan_build(ix, fs, 6, NULL, &p, err, sizeof(err)) == flat[i].ret,
+			      "flat box %zu: %s", i, err);
+		if (flat[i].ret) {
+			ck_assert_ptr_null(p);
+			ck_assert_msg(strstr(err, "'flat'"), "%s", err);
+			continue;
+		}
+		ck_assert_uint_eq(p->n_reads, 0);
+		ck_assert_uint_eq(p->n_copies, 0);
+		ck_assert_uint_eq(p->bytes_wanted, 0);
+		plan_free(p);
+	}
+
+	/* 0-D: no offsets or shape; alone (no dims at all in the plan) and
+	 * with a 1-D box. */
+	struct plan_want z[2] = { { .item = 2, .tag = 4 }, { .item = 0, .offsets = o1, .shape = s1 } };
+	ck_assert_int_eq(plan_build(ix, z, 1, NULL, &p, err, sizeof(err)), 0);
+	ck_assert_uint_eq(p->n_copies, 1);
+	ck_assert_uint_eq(p->copies[0].tag, 4);
+	ck_assert_uint_eq(p->copies[0].src, 8192);
+	ck_assert_uint_eq(p->copies[0].bytes, 8);
+	ck_assert_uint_eq(p->reads[0].begin, 8192);
+	ck_assert_uint_eq(p->reads[0].end, 8200);
+	plan_free(p);
+	ck_assert_int_eq(plan_build(ix, z, 2, NULL, &p, err, sizeof(err)), 0);
+	ck_assert_uint_eq(p->n_copies, 2);
+	ck_assert_uint_eq(p->n_reads, 2);
+	ck_assert_uint_eq(p->bytes_wanted, 9);
+	ck_assert_uint_eq(p->copies[1].offsets[0], 1);
+	ck_assert_uint_eq(p->copies[1].shape[0], 1);
+	plan_free(p);
+	/* A 1-D box without offsets is refused, not dereferenced. */
+	z[1].offsets = NULL;
+	ck_assert_int_eq(plan_build(ix, z, 2, NULL, &p, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "'far'"), "%s", err);
+
+	plan_index_free(ix);
+	manifest_free(&m);
+}
+END_TEST
+
+/* A 2-D grid with given cuts (cuts repeated make chunks of volume 0). */
+static void grid2(struct gtensor *t, const uint64_t *rows, unsigned nr, const uint64_t *cols,
+		  unsigned nc)
+{
+	t->ndim = 2;
+	t->shape[0] = rows[nr];
+	t->shape[1] = cols[nc];
+	t->n = 0;
+	for (unsigned i = 0; i < nr; i++)
+		for (unsigned j = 0; j < nc; j++) {
+			struct gchunk *c = &t->c[t->n++];
+			c->offs[0] = rows[i];
+			c->shape[0] = rows[i + 1] - rows[i];
+			c->offs[1] = cols[j];
+			c->shape[1] = cols[j + 1] - cols[j];
+		}
+}
+
+/* Many boxes on one tensor of many chunks, some of volume 0 (the sorted
+ * index answers after a few boxes): single elements on each side of every
+ * cut, bands between cuts, the whole tensor twice, boxes of extent 0 --
+ * each element of each box exactly once, with its bytes. */
+START_TEST(test_many_boxes)
+{
+	static const uint64_t rows[] = { 0, 100, 100, 370, 640, 640, 1000 };
+	static const uint64_t cols[] = { 0, 0, 300, 310, 890, 900 };
+	static const struct plan_opts opts[] = { { 0 }, { .merge_gap = 1, .max_read = 4 * MiB } };
+	struct gen g;
+	struct manifest m;
+	struct plan_index *ix;
+	struct box *bx = calloc(512, sizeof(*bx));
+	size_t n = 0;
+	char err[256] = "";
+
+	ck_assert_ptr_nonnull(bx);
+	rng_state = 0xB0C5;
+	memset(&g, 0, sizeof(g));
+	g.n_f = 2;
+	g.n_t = 1;
+	snprintf(g.t[0].name, sizeof(g.t[0].name), "g");
+	g.t[0].dt = CKPT_F64;
+	grid2(&g.t[0], rows, 6, cols, 5);
+	ck_assert_uint_ge(g.t[0].n, 16);
+	gen_files(&g);
+	gen_manifest(&g, &m);
+	for (unsigned i = 0; i < 7; i++)
+		for (unsigned j = 0; j < 6; j++)
+			for (unsigned di = 0; di < 2; di++)
+				for (unsigned dj = 0; dj < 2; dj++) {
+					uint64_t r = rows[i] - di, c = cols[j] - dj;
+					if (r >= 1000 || c >= 900)
+						continue; /* -1 wrapped, or past the end */
+					bx[n++] = (struct box){ 0, { r, c }, { 1, 1 } };
+				}
+	for (unsigned i = 0; i + 1 < 7; i++)
+		bx[n++] = (struct box){ 0, { rows[i], 0 }, { rows[i + 1] - rows[i], 900 } };
+	for (unsigned j = 0; j + 1 < 6; j++)
+		bx[n++] = (struct box){ 0, { 0, cols[j] }, { 1000, cols[j + 1] - cols[j] } };
+	bx[n++] = (struct box){ 0, { 0, 0 }, { 1000, 900 } };
+	bx[n++] = (struct box){ 0, { 0, 0 }, { 1000, 900 } };
+	bx[n++] = (struct box){ 0, { 500, 7 }, { 0, 800 } };
+	bx[n++] = (struct box){ 0, { 1000, 900 }, { 0, 0 } };
+	while (n < 400) {
+		uint64_t r = below(1000), c = below(900);
+		bx[n++] = (struct box){ 0, { r, c }, { 1 + below(1000 - r), 1 + below(900 - c) } };
+	}
+	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
+		ck_assert_int_eq(plan_index_new(&m, &ix), 0);
+		/* First a few boxes alone (the linear scan), then all of them
+		 * (the index), then again from the built index. */
+		for (size_t i = 0; i < 3; i++)
+			ck_assert_msg(try_plan(&g, &m, ix, &bx[i], 1, &opts[k], err, sizeof(err)) == 0,
+				      "%s", err);
+		ck_assert_msg(try_plan(&g, &m, ix, bx, n, &opts[k], err, sizeof(err)) == 0, "%s", err);
+		ck_assert_msg(try_plan(&g, &m, ix, bx + 200, n - 200, &opts[k], err, sizeof(err)) == 0,
+			      "%s", err);
+		plan_index_free(ix);
+	}
+	free(bx);
+	manifest_free(&m);
+	gen_free(&g);
+}
+END_TEST
+
 static Suite *plan_suite(void)
 {
 	Suite *s = suite_create("plan");
@@ -671,6 +1127,14 @@ static Suite *plan_suite(void)
 	tc = tcase_create("layouts");
 	tcase_add_test(tc, test_same_layout);
 	tcase_add_test(tc, test_column_band);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("hostile");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_shared_bytes, 0,
+			    (int)(sizeof(shared_cases) / sizeof(shared_cases[0])));
+	tcase_add_test(tc, test_overlapping_boxes);
+	tcase_add_test(tc, test_extremes);
+	tcase_add_test(tc, test_many_boxes);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("errors");
 	tcase_add_test(tc, test_errors);
