@@ -25,8 +25,8 @@
  *
  * ABI and versions:
  *   - The soname is libckpt.so.0.  Every symbol carries a version node
- *     (LIBCKPT_0.2, and LIBCKPT_0.3 for what 0.3 added); symbols added later
- *     go into a new node,
+ *     (LIBCKPT_0.2, and LIBCKPT_0.3, 0.4, 0.5 for what each added); symbols
+ *     added later go into a new node,
  *     so a program linked against this release keeps running with later ones.
  *   - Structs the caller fills in (ckpt_connect_opts, ckpt_save_opts,
  *     ckpt_tensor) start with a `size` field, which the caller sets to the
@@ -82,7 +82,7 @@ extern "C" {
 
 /* Version of this header; ckpt_version() is that of the library at run time. */
 #define CKPT_VERSION_MAJOR 0
-#define CKPT_VERSION_MINOR 3
+#define CKPT_VERSION_MINOR 5
 #define CKPT_VERSION_PATCH 0
 
 /* Socket used when neither the options nor $CKPTD_SOCKET name one. */

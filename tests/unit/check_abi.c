@@ -259,6 +259,16 @@ START_TEST(test_symbols)
 		      "ckpt_save_set_cuda_stream@LIBCKPT_0.3: %s", dlerror());
 	ck_assert_msg(dlvsym(h, "ckpt_save_durable", "LIBCKPT_0.4") != NULL,
 		      "ckpt_save_durable@LIBCKPT_0.4: %s", dlerror());
+	/* 0.5: loads into any layout, latest, the data-loader table. */
+	static const char *const v05[] = {
+		"ckpt_load_begin", "ckpt_load_add_tensor", "ckpt_load_add_blob",
+		"ckpt_load_start", "ckpt_load_stats", "ckpt_load_free",
+		"ckpt_reader_open_latest", "ckpt_dl_first", "ckpt_dl_restore",
+		"ckpt_save_add_dl_table",
+	};
+	for (size_t i = 0; i < sizeof(v05) / sizeof(v05[0]); i++)
+		ck_assert_msg(dlvsym(h, v05[i], "LIBCKPT_0.5") != NULL, "%s@LIBCKPT_0.5: %s",
+			      v05[i], dlerror());
 	/* Internal functions stay hidden. */
 	ck_assert_ptr_null(dlsym(h, "abi_copy_in"));
 	ck_assert_ptr_null(dlsym(h, "cli_set_error"));
