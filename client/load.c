@@ -57,6 +57,7 @@
 #include "client/internal.h"
 #include "format/crc32c.h"
 #include "format/errmsg.h"
+#include "format/grow.h"
 #include "format/plan.h"
 #include "store/store_s3.h"
 
@@ -179,23 +180,6 @@ nomem:
 	return -ENOMEM;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-	size_t c = *cap ? *cap : 16;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	q = realloc(*p, c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
-}
-
 /* Finds item `name` of `kind`; handles a missing one (PARTIAL: skipped,
  * *ret_item = -1) and one added twice. */
 static int find_item(struct ckpt_load *ld, enum item_kind kind, const char *name, const char *fn,
@@ -256,8 +240,8 @@ static int add_box(struct ckpt_load *ld, uint32_t item, uint32_t box, const uint
 
 	if (ld->n_dsts >= PLAN_MAX_WANTS || ld->n_dims + 3u * n > LOAD_MAX_DIMS)
 		return poison(ld, -E2BIG, "%s: too many destination boxes in one load", fn);
-	if (grow((void **)&ld->dsts, &ld->cap_dsts, ld->n_dsts + 1, sizeof(*ld->dsts)) ||
-	    grow((void **)&ld->dims, &ld->cap_dims, ld->n_dims + 3u * n + 1, sizeof(*ld->dims)))
+	if (grow_array((void **)&ld->dsts, &ld->cap_dsts, ld->n_dsts + 1, sizeof(*ld->dsts)) ||
+	    grow_array((void **)&ld->dims, &ld->cap_dims, ld->n_dims + 3u * n + 1, sizeof(*ld->dims)))
 		return poison(ld, -ENOMEM, "%s: out of memory", fn);
 	o = ld->dims + ld->n_dims;
 	s = o + n;

@@ -8,6 +8,7 @@
 
 #include "format/crc32c.h"
 #include "format/errmsg.h"
+#include "format/grow.h"
 #include "format/plan.h"
 
 #define bad(...) errmsg_set(err, errlen, -EINVAL, __VA_ARGS__)
@@ -137,23 +138,6 @@ struct build {
 	size_t n_dims, cap_dims;
 };
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-	size_t c = *cap ? *cap : 64;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (c < need)
-		c *= 2;
-	q = realloc(*p, c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
-}
-
 /* The current intersection being cut into segments. */
 struct cut {
 	const struct plan_want *w;
@@ -193,9 +177,9 @@ static int emit(struct build *b, struct cut *x)
 		vol *= x->ext[d];
 	}
 	last += x->esize;
-	if (grow((void **)&b->segs, &b->cap_segs, b->n_segs + 1, sizeof(*b->segs)) ||
-	    grow((void **)&b->copies, &b->cap_copies, b->n_copies + 1, sizeof(*b->copies)) ||
-	    grow((void **)&b->dims, &b->cap_dims, b->n_dims + 2u * x->n, sizeof(*b->dims)))
+	if (grow_array((void **)&b->segs, &b->cap_segs, b->n_segs + 1, sizeof(*b->segs)) ||
+	    grow_array((void **)&b->copies, &b->cap_copies, b->n_copies + 1, sizeof(*b->copies)) ||
+	    grow_array((void **)&b->dims, &b->cap_dims, b->n_dims + 2u * x->n, sizeof(*b->dims)))
 		return -ENOMEM;
 	cp = &b->copies[b->n_copies];
 	*cp = (struct plan_copy){ .want = x->want, .tag = x->w->tag, .item = x->item,
@@ -469,7 +453,7 @@ static int assemble(struct build *b, uint64_t max_read, struct plan *p, char *er
 			far = s;
 		if (!rd || rd->file != s->file || s->begin > rd->end + b->merge_gap ||
 		    (s->end > rd->end ? s->end : rd->end) - rd->begin > max_read) {
-			if (grow((void **)&p->reads, &cap_reads, p->n_reads + 1, sizeof(*p->reads)))
+			if (grow_array((void **)&p->reads, &cap_reads, p->n_reads + 1, sizeof(*p->reads)))
 				return -ENOMEM;
 			rd = &p->reads[p->n_reads++];
 			*rd = (struct plan_read){ .file = s->file, .begin = s->begin, .end = s->end,
@@ -494,7 +478,7 @@ static int assemble(struct build *b, uint64_t max_read, struct plan *p, char *er
 			if (s->end > k->end)
 				k->end = s->end;
 		} else {
-			if (grow((void **)&p->checks, &cap_checks, p->n_checks + 1,
+			if (grow_array((void **)&p->checks, &cap_checks, p->n_checks + 1,
 				 sizeof(*p->checks)))
 				return -ENOMEM;
 			p->checks[p->n_checks++] = (struct plan_check){
