@@ -1281,6 +1281,10 @@ static void print_world(const struct opts *o, const struct world *w)
 	print_ratio("merge_vs_parse_serial", w->ms[STEP_MERGE], w->ms[STEP_PARSE_SERIAL], n);
 	printf(", ");
 	print_ratio("open_vs_open_json", w->ms[STEP_OPEN], w->ms[STEP_OPEN_JSON], n);
+	if (w->plan_ok) {
+		printf(", ");
+		print_ratio("plan_one_vs_open", w->plan_one, w->ms[STEP_OPEN], n);
+	}
 	printf("}");
 	for (int s = 0; s < N_STEPS; s++)
 		printf(", \"first_%s\": %.3f", step_key[s], w->first[s]);
@@ -1311,6 +1315,12 @@ static void print_world(const struct opts *o, const struct world *w)
 	}
 	printf(", ");
 	print_ms_array("close_ms", w->close, n);
+	if (w->plan_ok) {
+		printf(", ");
+		print_ms_array("plan_one_rank_ms", w->plan_one, n);
+		printf(", ");
+		print_ms_array("plan_all_ranks_ms", w->plan_all, n);
+	}
 	printf("}, \"detail\": {\"merge_threads\": %u, \"parse_threads\": %u, \"cpus\": %ld, "
 	       "\"generate_ms\": %.1f, \"json_flags\": \"JSON_REJECT_DUPLICATES\", "
 	       "\"fetch\": \"malloc'd copy per rank\", "

@@ -89,6 +89,15 @@ report.TARGETS += [
 ]
 report.RATIOS += ["load_vs_read_limit", "load_speedup_vs_dcp", "read_amplification", "vs_load_2g",
                   "reshard_vs_read_limit"]
+# scale-1024 (bench/ckpt_scale: no daemon, no disk): the merge and the load
+# planner at 128..1024 ranks.  The ratios are the worst world size's.
+report.TARGETS += [
+    ("scale-1024", "merge_vs_parse", "<=", 2.0, "ratio"),
+    ("scale-1024", "plan_one_vs_open", "<=", 0.1, "ratio"),
+    ("scale-1024", "scaling_exponent_merge", "<=", 1.2, "value"),
+    ("scale-1024", "scaling_exponent_plan_all", "<=", 1.2, "value"),
+]
+report.RATIOS += ["merge_vs_parse", "plan_one_vs_open"]
 
 
 def _mib_row(key):
@@ -120,6 +129,20 @@ report.ROWS[_at:_at] = [
      if s.get("resident_after_drop_bytes") is not None else "-"),
     ("load CPU ms", lambda s: report.fmt(s.get("load_cpu_ms", s.get("reshard_cpu_ms")), 0)
      if "load_cpu_ms" in s or "reshard_cpu_ms" in s else "-"),
+    ("scale: chunks (largest world)", report._val("scale_chunks", 0)),
+    ("scale: manifest MiB (largest world)", lambda s: "%.1f" % (s["scale_manifest_bytes"] / MIB)
+     if s.get("scale_manifest_bytes") is not None else "-"),
+    ("scale: merge_ms / open_ms (largest world)", lambda s: "%s / %s" % (
+        report.fmt(s.get("scale_merge_ms"), 1), report.fmt(s.get("scale_open_ms"), 1))
+     if "scale_merge_ms" in s else "-"),
+    ("scale: plan one rank / all 1000 ranks ms", lambda s: "%s / %s" % (
+        report.fmt(s.get("scale_plan_one_ms"), 2), report.fmt(s.get("scale_plan_all_ms"), 1))
+     if "scale_plan_one_ms" in s else "-"),
+    ("scale: peak MiB merge / open", lambda s: "%.0f / %.0f" % (
+        s["scale_merge_peak_bytes"] / MIB, s["scale_open_peak_bytes"] / MIB)
+     if s.get("scale_merge_peak_bytes") is not None else "-"),
+    ("scaling_exponent_merge", report._val("scaling_exponent_merge", 3)),
+    ("scaling_exponent_plan_all", report._val("scaling_exponent_plan_all", 3)),
 ]
 
 GIB = 1 << 30
@@ -166,6 +189,7 @@ if QUICK:
         "s3-sink-2g": dict(kind="s3", server="sink", bytes=256 * MIB, tensors=256, ranks=1),
         "load-2g": dict(kind="load", bytes=256 * MIB, tensors=256, ranks=1),
         "reshard-8to3": dict(kind="reshard", bytes=32 * MIB, tensors=32, ranks=8, cols=4096, loaders=3),
+        "scale-1024": dict(kind="scale", bytes=0, tensors=50, ranks=128, worlds="16,32,64,128"),
     }
 else:
     SCENARIOS = {
@@ -181,6 +205,9 @@ else:
         # 8 ranks x 32 chunks of [512, 4096] fp32: 32 global [4096, 4096]
         # tensors (the size of a 7B model's attention projections).
         "reshard-8to3": dict(kind="reshard", bytes=256 * MIB, tensors=32, ranks=8, cols=4096, loaders=3),
+        # Synthetic checkpoints of 128..1024 ranks x 500 tensors, each sharded
+        # over every rank: merge, open and load planning (bench/ckpt_scale.c).
+        "scale-1024": dict(kind="scale", bytes=0, tensors=500, ranks=1024, worlds="128,256,512,1024"),
     }
 # save-8ranks is measured with the library's default copy threads and with
 # 2 per client, interleaved in the same rounds; the second is reported as
@@ -2656,7 +2683,67 @@ def gpu_probe():
         return 0, "bench/gpu_probe failed: %s" % e, False
 
 
+def scale_scenario(name, sc, run_dir, failures):
+    """bench/ckpt_scale at the scenario's world sizes, ROUNDS rounds (its own
+    warm-up first): no daemon, no disk.  Its summary's targets are this
+    scenario's: the worst world size's merge_vs_parse and plan_one_vs_open,
+    and the log-log slopes over the world sizes (median over rounds)."""
+    exe = os.path.join(BUILD, "bench", "ckpt_scale")
+    sdir = os.path.join(run_dir, name)
+    os.makedirs(sdir, exist_ok=True)
+    err_path = os.path.join(sdir, "ckpt_scale.err")
+    argv = [exe, "--ranks", sc["worlds"], "--tensors", str(sc["tensors"]), "--reps", str(ROUNDS)]
+    progress("%s: %s" % (name, " ".join(argv[1:])))
+    with open(err_path, "w") as err:
+        try:
+            out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, timeout=3600,
+                                 check=False, text=True)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            failures.append("%s: %s" % (name, e))
+            return empty_result(name, sc, "not run: %s" % e)
+    recs = []
+    for line in out.stdout.splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            pass
+    worlds = [x for x in recs if x.get("record") == "ranks"]
+    summ = next((x for x in recs if x.get("record") == "summary"), None)
+    if out.returncode != 0 or summ is None or not worlds:
+        why = "ckpt_scale exited %d: %s" % (out.returncode, log_tail(err_path, 3))
+        failures.append("%s: %s" % (name, why))
+        return empty_result(name, sc, "not run: %s" % why)
+    top = max(worlds, key=lambda x: x["ranks"])
+
+    def worst(key):
+        have = [x["ratios"][key] for x in worlds if key in x.get("ratios", {})]
+        return max(have, key=lambda r: r["median"]) if have else None
+    r = {"bytes": 0, "tensors": sc["tensors"], "ranks": top["ranks"], "rounds": ROUNDS, "ratios": {},
+         "notes": [], "detail": {"worlds": worlds, "summary": summ, "stderr": err_path}}
+    for key in ("merge_vs_parse", "plan_one_vs_open"):
+        w = worst(key)
+        if w is not None:
+            r["ratios"][key] = dict(w)
+    r["scaling_exponent_merge"] = summ.get("scaling_exponent_merge")
+    r["scaling_exponent_plan_all"] = summ.get("scaling_exponent_plan_all")
+    r["scale_chunks"] = top.get("chunks")
+    r["scale_manifest_bytes"] = top.get("manifest_bytes")
+    r["scale_merge_ms"] = top.get("merge_ms")
+    r["scale_open_ms"] = top.get("open_ms")
+    r["scale_plan_one_ms"] = top.get("plan_one_rank_ms")
+    r["scale_plan_all_ms"] = top.get("plan_all_ranks_ms")
+    mem = top.get("memory", {})
+    r["scale_merge_peak_bytes"] = mem.get("merge_peak_bytes")
+    r["scale_open_peak_bytes"] = mem.get("open_peak_bytes")
+    r["notes"].append("bound: CPU (jansson parsing of the index and manifest texts); the new job "
+                      "planned has 1000 ranks, each tensor cut along its saved dimension "
+                      "(bench/ckpt_scale.c); ratios are the worst world size's")
+    return r
+
+
 def run_scenario(name, sc, py, run_dir, data, failures):
+    if sc["kind"] == "scale":
+        return {name: scale_scenario(name, sc, run_dir, failures)}
     ranks = sc["ranks"]
     server = None
     if sc["kind"] == "s3":
