@@ -631,6 +631,37 @@ def worker_env(ranks, gpu=False):
     return env
 
 
+def run_fio(argv):
+    """Runs fio (argv, with --output-format=json --group_reporting) within
+    CMD_TIMEOUT and returns its first (grouped) job's JSON; BenchError if
+    it fails, times out or reports a job error."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=die_with_parent)
+    try:
+        out, err = p.communicate(timeout=CMD_TIMEOUT)
+    except BaseException as e:
+        # fio's jobs are processes of its own group: stop them all.
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise BenchError("fio timed out after %d s" % CMD_TIMEOUT)
+        raise
+    start = out.find("{")
+    try:
+        d = json.loads(out[start:]) if start >= 0 else None
+    except ValueError:
+        d = None
+    if p.returncode != 0 or not d:
+        raise BenchError("fio failed (exit %d): %s" % (p.returncode, err.strip()[-300:]))
+    job = d["jobs"][0]
+    if job.get("error"):
+        raise BenchError("fio job error %s: %s" % (job["error"], err.strip()[-300:]))
+    return job
+
+
 def fio_write(directory, bytes_per_rank, ranks, depth):
     """fio's best durable write of the scenario's bytes (BENCH.md): io_uring,
     O_DIRECT, 8 MiB blocks, registered buffers and file, fallocate, a fresh
@@ -651,33 +682,10 @@ def fio_write(directory, bytes_per_rank, ranks, depth):
             "--iodepth=%d" % depth, "--fixedbufs=1", "--registerfiles=1", "--fallocate=native",
             "--end_fsync=1", "--group_reporting", "--output-format=json"]
     clean()
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=die_with_parent)
     try:
-        out, err = p.communicate(timeout=CMD_TIMEOUT)
-    except BaseException as e:
-        # fio's jobs are processes of its own group: stop them all.
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.communicate()
-        if isinstance(e, subprocess.TimeoutExpired):
-            raise BenchError("fio timed out after %d s" % CMD_TIMEOUT)
-        raise
+        w = run_fio(argv)["write"]
     finally:
         clean()
-    start = out.find("{")
-    try:
-        d = json.loads(out[start:]) if start >= 0 else None
-    except ValueError:
-        d = None
-    if p.returncode != 0 or not d:
-        raise BenchError("fio failed (exit %d): %s" % (p.returncode, err.strip()[-300:]))
-    job = d["jobs"][0]
-    if job.get("error"):
-        raise BenchError("fio job error %s: %s" % (job["error"], err.strip()[-300:]))
-    w = job["write"]
     want = bytes_per_rank * ranks
     if w["io_bytes"] != want or w["runtime"] <= 0:
         raise BenchError("fio wrote %d bytes in %d ms, expected %d" % (w["io_bytes"], w["runtime"], want))
@@ -1649,30 +1657,7 @@ def fio_read(files, depth):
             "--output-format=json"]
     for i, f in enumerate(files):
         argv += ["--name=r%d" % i, "--filename=" + f]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=die_with_parent)
-    try:
-        out, err = p.communicate(timeout=CMD_TIMEOUT)
-    except BaseException as e:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.communicate()
-        if isinstance(e, subprocess.TimeoutExpired):
-            raise BenchError("fio timed out after %d s" % CMD_TIMEOUT)
-        raise
-    start = out.find("{")
-    try:
-        d = json.loads(out[start:]) if start >= 0 else None
-    except ValueError:
-        d = None
-    if p.returncode != 0 or not d:
-        raise BenchError("fio failed (exit %d): %s" % (p.returncode, err.strip()[-300:]))
-    job = d["jobs"][0]
-    if job.get("error"):
-        raise BenchError("fio job error %s: %s" % (job["error"], err.strip()[-300:]))
-    rd = job["read"]
+    rd = run_fio(argv)["read"]
     want = sum(os.path.getsize(f) for f in files)
     if rd["io_bytes"] < want - len(files) * 8 * MIB or rd["runtime"] <= 0:
         raise BenchError("fio read %d bytes in %d ms of the %d in %d files" % (rd["io_bytes"], rd["runtime"],
