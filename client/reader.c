@@ -451,9 +451,8 @@ static char *child_path(const char *root, const char *name)
 
 struct latest {
 	const char *root;
-	char *best;          /* name of the best so far */
-	uint64_t best_step;
-	char best_time[40];
+	struct ckpt_reader *best; /* the best so far, kept open */
+	char *best_name;
 	unsigned skipped;    /* checkpoints whose manifest could not be read */
 	int err;
 };
@@ -492,22 +491,25 @@ static int latest_add(void *ud, const char *name, enum store_entry kind)
 	free(path);
 	if (r < 0)
 		return L->err;
-	int cmp = !L->best ? 1 : rd->m.step != L->best_step ? (rd->m.step > L->best_step ? 1 : -1) :
-		  strcmp(rd->m.time, L->best_time) ? strcmp(rd->m.time, L->best_time) :
-						     strcmp(name, L->best);
-	if (cmp > 0) {
-		char *n = strdup(name);
-		if (!n) {
-			ckpt_reader_close(rd);
-			L->err = -ENOMEM;
-			return -ENOMEM;
-		}
-		free(L->best);
-		L->best = n;
-		L->best_step = rd->m.step;
-		snprintf(L->best_time, sizeof(L->best_time), "%s", rd->m.time);
+	const struct manifest *b = L->best ? &L->best->m : NULL;
+	int cmp = !b ? 1 : rd->m.step != b->step ? (rd->m.step > b->step ? 1 : -1) :
+		  strcmp(rd->m.time, b->time) ? strcmp(rd->m.time, b->time) :
+						strcmp(name, L->best_name);
+	if (cmp <= 0) {
+		ckpt_reader_close(rd);
+		return 0;
 	}
-	ckpt_reader_close(rd);
+	char *n = strdup(name);
+	if (!n) {
+		ckpt_reader_close(rd);
+		L->err = -ENOMEM;
+		return -ENOMEM;
+	}
+	/* The winner stays open: its manifest is not read a second time. */
+	ckpt_reader_close(L->best);
+	free(L->best_name);
+	L->best = rd;
+	L->best_name = n;
 	return 0;
 }
 
@@ -516,7 +518,6 @@ int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 	struct latest L = { .root = root };
 	struct s3_loc loc;
 	bool s3 = false;
-	char *path;
 	int r;
 
 	if (!root || !ret_reader) {
@@ -538,13 +539,14 @@ int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 		s3 = true;
 	}
 	r = store_routed.list(root, "", latest_add, &L);
-	if (L.err && L.err != -ENOMEM) {
-		free(L.best);
-		return L.err; /* latest_add's message stands */
+	if (r < 0 || L.err) {
+		ckpt_reader_close(L.best);
+		free(L.best_name);
 	}
+	if (L.err && L.err != -ENOMEM)
+		return L.err; /* latest_add's message stands */
 	if (r < 0 || L.err) {
 		r = L.err ? L.err : r;
-		free(L.best);
 		/* A prefix that holds nothing lists as empty: on S3 -ENOENT
 		 * is the bucket's answer (NoSuchBucket). */
 		if (s3 && r == -ENOENT)
@@ -560,15 +562,7 @@ int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 			      L.skipped ? " (some could not be read: see the log)" : "");
 		return -ENOENT;
 	}
-	path = child_path(root, L.best);
-	free(L.best);
-	if (!path) {
-		cli_set_error("ckpt_reader_open_latest: out of memory");
-		return -ENOMEM;
-	}
-	/* Opened again: a checkpoint removed in between fails here, never
-	 * silently falls back to an older one. */
-	r = ckpt_reader_open(path, ret_reader);
-	free(path);
-	return r;
+	free(L.best_name);
+	*ret_reader = L.best;
+	return 0;
 }
