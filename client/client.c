@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/internal.h"
@@ -26,6 +27,7 @@ static void broadcast_all(struct ckpt_client *c)
 	pthread_cond_broadcast(&c->slot_cv);
 	pthread_cond_broadcast(&c->copy_cv);
 	pthread_cond_broadcast(&c->save_cv);
+	pthread_cond_broadcast(&c->res_cv);
 }
 
 void cli_conn_dead_locked(struct ckpt_client *c, const char *detail)
@@ -77,6 +79,90 @@ static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *de
 	}
 }
 
+/* A RESIDENT_REPLY and the fd that came with it (taken or closed). */
+static int on_resident_locked(struct ckpt_client *c, const struct proto_resident_reply *m,
+			      int fd, char *detail, size_t dlen)
+{
+	if ((m->err == 0) != (fd >= 0)) {
+		if (fd >= 0)
+			close(fd);
+		snprintf(detail, dlen, "RESIDENT_REPLY %s a descriptor",
+			 m->err ? "with an error carries" : "lacks");
+		return -EBADMSG;
+	}
+	if (m->token == 0 || m->token != c->res_token) {
+		/* The answer to a request that timed out. */
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	c->res_token = 0;
+	c->res_done = true;
+	c->res_err = m->err;
+	c->res_fd = fd;
+	c->res_size = m->size;
+	snprintf(c->res_msg, sizeof(c->res_msg), "%s", m->msg);
+	pthread_cond_broadcast(&c->res_cv);
+	return 0;
+}
+
+int cli_resident_get(struct ckpt_client *c, const char *attempt, uint32_t rank,
+		     int64_t timeout_ms, int *ret_fd, uint64_t *ret_size)
+{
+	struct proto_resident_req req;
+	struct timespec dl;
+	int r = 0;
+
+	if (strlen(attempt) >= sizeof(req.attempt))
+		return -EINVAL;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (timeout_ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&c->lock);
+	while (c->res_busy && !c->dead && r == 0)
+		r = -pthread_cond_timedwait(&c->res_cv, &c->lock, &dl);
+	if (c->dead || r) {
+		pthread_mutex_unlock(&c->lock);
+		return c->dead ? -ECONNRESET : -ETIMEDOUT;
+	}
+	c->res_busy = true;
+	c->res_done = false;
+	c->res_token = ++c->res_next ? c->res_next : ++c->res_next;
+	proto_init(&req.h, PROTO_RESIDENT_REQ, sizeof(req));
+	req.token = c->res_token;
+	req.rank = rank;
+	snprintf(req.attempt, sizeof(req.attempt), "%s", attempt);
+	pthread_mutex_unlock(&c->lock);
+
+	/* Saves send on this socket from other threads too: a SEQPACKET
+	 * message goes out whole, never interleaved. */
+	r = proto_send(c->sock, &req, sizeof(req), -1);
+
+	pthread_mutex_lock(&c->lock);
+	while (r == 0 && !c->res_done && !c->dead) {
+		int w = pthread_cond_timedwait(&c->res_cv, &c->lock, &dl);
+		if (w == ETIMEDOUT && !c->res_done)
+			r = -ETIMEDOUT;
+	}
+	if (r == 0 && !c->res_done)
+		r = -ECONNRESET;
+	if (r == 0) {
+		r = c->res_err;
+		*ret_fd = c->res_fd;
+		*ret_size = c->res_size;
+	}
+	c->res_fd = -1;
+	c->res_token = 0;
+	c->res_busy = false;
+	pthread_cond_broadcast(&c->res_cv);
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
 static void *recv_thread_main(void *arg)
 {
 	struct ckpt_client *c = arg;
@@ -87,7 +173,8 @@ static void *recv_thread_main(void *arg)
 	char detail[PROTO_MSG_LEN];
 
 	for (;;) {
-		ssize_t n = proto_recv(c->sock, buf.b, NULL);
+		int fd = -1;
+		ssize_t n = proto_recv(c->sock, buf.b, &fd);
 		int type, r;
 
 		if (n <= 0) {
@@ -105,7 +192,14 @@ static void *recv_thread_main(void *arg)
 		}
 		type = proto_check(buf.b, (size_t)n, detail, sizeof(detail));
 		pthread_mutex_lock(&c->lock);
-		r = type < 0 ? type : handle_msg(c, type, buf.b, detail, sizeof(detail));
+		if (type == PROTO_RESIDENT_REPLY) {
+			r = on_resident_locked(c, (const void *)buf.b, fd, detail, sizeof(detail));
+		} else {
+			/* Only a resident reply carries a descriptor. */
+			if (fd >= 0)
+				close(fd);
+			r = type < 0 ? type : handle_msg(c, type, buf.b, detail, sizeof(detail));
+		}
 		if (r < 0 && !c->stopping) {
 			char why[PROTO_MSG_LEN + 32];
 			snprintf(why, sizeof(why), "bad message from ckptd: %s", detail);
@@ -169,6 +263,9 @@ static void client_destroy(struct ckpt_client *c)
 	pthread_cond_destroy(&c->slot_cv);
 	pthread_cond_destroy(&c->copy_cv);
 	pthread_cond_destroy(&c->save_cv);
+	pthread_cond_destroy(&c->res_cv);
+	if (c->res_fd >= 0)
+		close(c->res_fd);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -198,8 +295,8 @@ static int check_opts(const struct ckpt_connect_opts *o)
 			      (int)o->cuda_pin);
 		return -EINVAL;
 	}
-	if (o->reserved != 0) {
-		cli_set_error("ckpt_connect: the reserved field must be 0");
+	if (o->flags & ~CKPT_CONNECT_RESIDENT) {
+		cli_set_error("ckpt_connect: unknown flags 0x%x", o->flags & ~CKPT_CONNECT_RESIDENT);
 		return -EINVAL;
 	}
 	if (o->copy_threads > CLI_MAX_COPY_THREADS) {
@@ -240,6 +337,7 @@ static int make_hello(struct ckpt_client *c, const struct ckpt_connect_opts *o,
 	hello->rank = o->rank;
 	hello->world = o->world;
 	hello->umask = mask;
+	hello->flags = o->flags & CKPT_CONNECT_RESIDENT ? PROTO_HELLO_RESIDENT : 0;
 	hello->arena_bytes = o->arena_bytes ? o->arena_bytes : CLI_DEFAULT_ARENA;
 	snprintf(hello->job, sizeof(hello->job), "%s", o->job);
 	snprintf(hello->run, sizeof(hello->run), "%s", c->run);
@@ -303,6 +401,7 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 	c->rank = o.rank;
 	c->world = o.world;
 	c->next_token = 1;
+	c->res_fd = -1;
 	snprintf(c->job, sizeof(c->job), "%s", o.job);
 	r = make_hello(c, &o, &hello);
 	if (r < 0) {
@@ -317,7 +416,8 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 	}
 	if ((r = cond_init_monotonic(&c->slot_cv)) < 0 ||
 	    (r = cond_init_monotonic(&c->copy_cv)) < 0 ||
-	    (r = cond_init_monotonic(&c->save_cv)) < 0) {
+	    (r = cond_init_monotonic(&c->save_cv)) < 0 ||
+	    (r = cond_init_monotonic(&c->res_cv)) < 0) {
 		/* Unreachable in practice (glibc cannot fail here). */
 		cli_set_error("ckpt_connect: pthread_cond_init: %s", strerror(-r));
 		pthread_mutex_destroy(&c->lock);

@@ -462,6 +462,17 @@ struct ckpt_client {
 
 	void *cuda;                       /* struct cuxfer (client/cuda.c) */
 
+	/* RESIDENT_REQ, one at a time (cli_resident_get): [lock] */
+	pthread_cond_t res_cv;            /* the reply came, the slot is free,
+	                                   * or the connection died */
+	bool res_busy;                    /* a request is out */
+	uint32_t res_token;               /* its token (0: none awaited) */
+	uint32_t res_next;                /* tokens handed out */
+	bool res_done;
+	int res_err, res_fd;
+	uint64_t res_size;
+	char res_msg[PROTO_MSG_LEN];
+
 	pthread_t recv_thread, save_thread;
 	pthread_t copy_threads[CLI_MAX_COPY_THREADS];
 	unsigned n_copy;
@@ -472,6 +483,17 @@ struct ckpt_client {
  * -ECONNRESET ("connection to ckptd lost: <detail>"), wakes every waiter
  * and shuts the socket down.  Caller holds c->lock. */
 void cli_conn_dead_locked(struct ckpt_client *c, const char *detail);
+
+/*
+ * Asks the daemon for the resident image of `rank`'s file of checkpoint
+ * attempt `attempt` (resident.h of the daemon).  Returns 0 with a read-only
+ * fd in *ret_fd (the caller closes it) and the file's size in *ret_size;
+ * -ENOENT if the daemon does not hold it; -ECONNRESET if the connection is
+ * lost; -ETIMEDOUT (no answer within timeout_ms); -EINVAL (attempt too
+ * long).  Any thread; one request goes out at a time.
+ */
+int cli_resident_get(struct ckpt_client *c, const char *attempt, uint32_t rank,
+		     int64_t timeout_ms, int *ret_fd, uint64_t *ret_size);
 
 /* Returns how many saves of checkpoint `name` this client began before, and
  * counts this one.  Caller holds c->lock. */

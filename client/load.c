@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -103,6 +104,13 @@ struct ckpt_load {
 
 	struct plan *plan;
 	int *fds;                     /* per manifest file; -1 unused */
+	struct ckpt_client *client;   /* ckpt_load_set_client(), or NULL */
+	struct limage {               /* per manifest file: its resident image */
+		const char *map;      /* read-only mapping, or NULL: storage */
+		uint64_t len;         /* the file's size (manifest) */
+	} *imgs;
+	atomic_uint_least64_t bytes_resident;
+	uint32_t files_resident;
 	struct ckpt_future done;
 
 	pthread_mutex_t lock;
@@ -658,6 +666,13 @@ static int read_bytes(struct ckpt_load *ld, const struct plan_read *rd, uint64_t
 	const char *file = ld->rd->m.files[rd->file].path;
 	uint64_t got = 0;
 
+	if (ld->imgs[rd->file].map) {
+		/* The plan keeps reads inside the manifest's file size, which
+		 * the image has (ckpt_load_start checked). */
+		memcpy(buf, ld->imgs[rd->file].map + off, (size_t)len);
+		atomic_fetch_add_explicit(&ld->bytes_resident, len, memory_order_relaxed);
+		return 0;
+	}
 	if (ld->rd->s3) {
 		int r = store_s3.read_range(ld->rd->path, file, off, len, buf);
 		if (r < 0)
@@ -797,6 +812,17 @@ static int do_direct(struct ckpt_load *ld, const struct plan_read *rd, struct io
 	size_t v = 0;
 	int r;
 
+	if (ld->imgs[rd->file].map) {
+		/* Copied, then checked where it landed: the daemon may reuse
+		 * the image meanwhile (resident.h), which the check catches. */
+		for (size_t i = 0; i < rd->n_copies; i++) {
+			memcpy(iov[i].iov_base, ld->imgs[rd->file].map + off, iov[i].iov_len);
+			off += iov[i].iov_len;
+		}
+		atomic_fetch_add_explicit(&ld->bytes_resident, rd->end - rd->begin,
+					  memory_order_relaxed);
+		return check_direct(ld, rd, iov);
+	}
 	if (ld->rd->s3) {
 		r = read_bytes(ld, rd, rd->begin, rd->end - rd->begin, iov[0].iov_base);
 		return r < 0 ? r : check_direct(ld, rd, iov);
@@ -1004,6 +1030,83 @@ static int cuda_start(struct ckpt_load *ld, unsigned n_threads, char *err, size_
 	return 0;
 }
 
+int ckpt_load_set_client(struct ckpt_load *load, struct ckpt_client *client)
+{
+	if (!load || !client) {
+		cli_set_error("ckpt_load_set_client: NULL argument");
+		return -EINVAL;
+	}
+	if (!building(load, "ckpt_load_set_client"))
+		return -EBUSY;
+	load->client = client;
+	return 0;
+}
+
+static void drop_images(struct ckpt_load *load)
+{
+	if (!load->imgs)
+		return;
+	for (size_t i = 0; i < load->rd->m.n_files; i++)
+		if (load->imgs[i].map)
+			munmap((void *)load->imgs[i].map, (size_t)load->imgs[i].len);
+	free(load->imgs);
+	load->imgs = NULL;
+	load->files_resident = 0;
+}
+
+/* Maps the daemon's images of the files the plan reads, where it has them
+ * (ckpt_load_set_client).  Anything short of a usable image leaves the file
+ * to storage: the image is an accelerator, never the only way. */
+static void attach_images(struct ckpt_load *load)
+{
+	const struct manifest *m = &load->rd->m;
+
+	if (!m->attempt[0])
+		return; /* a checkpoint no ckptd committed */
+	for (size_t i = 0; i < load->plan->n_reads; i++) {
+		uint32_t f = load->plan->reads[i].file;
+		const struct manifest_file *mf = &m->files[f];
+		uint64_t size = 0;
+		struct stat st;
+		void *map;
+		int fd, r;
+
+		if (load->imgs[f].map || load->imgs[f].len == UINT64_MAX || mf->size == 0 ||
+		    mf->size > SIZE_MAX)
+			continue;
+		load->imgs[f].len = UINT64_MAX; /* asked once */
+		r = cli_resident_get(load->client, m->attempt, mf->rank, 10000, &fd, &size);
+		if (r < 0) {
+			if (r != -ENOENT)
+				cli_log(CKPT_LOG_WARNING, "no resident image of %s/%s: %s",
+					load->rd->path, mf->path, strerror(-r));
+			continue;
+		}
+		if (size != mf->size || fstat(fd, &st) < 0 || (uint64_t)st.st_size < mf->size) {
+			cli_log(CKPT_LOG_WARNING, "ckptd's image of %s/%s has %llu bytes, the "
+				"manifest says %llu: reading storage", load->rd->path, mf->path,
+				(unsigned long long)size, (unsigned long long)mf->size);
+			close(fd);
+			continue;
+		}
+		map = mmap(NULL, (size_t)mf->size, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (map == MAP_FAILED) {
+			cli_log(CKPT_LOG_WARNING, "cannot map ckptd's image of %s/%s: %s",
+				load->rd->path, mf->path, strerror(errno));
+			continue;
+		}
+		load->imgs[f].map = map;
+		load->imgs[f].len = mf->size;
+		load->files_resident++;
+		cli_log(CKPT_LOG_DEBUG, "%s/%s: read from ckptd's memory", load->rd->path,
+			mf->path);
+	}
+	for (size_t f = 0; f < m->n_files; f++)
+		if (!load->imgs[f].map)
+			load->imgs[f].len = 0;
+}
+
 int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 {
 	static const char fn[] = "ckpt_load_start";
@@ -1057,10 +1160,18 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	}
 	for (size_t i = 0; i < rd->m.n_files; i++)
 		load->fds[i] = -1;
+	load->imgs = calloc(rd->m.n_files ? rd->m.n_files : 1, sizeof(*load->imgs));
+	if (!load->imgs) {
+		r = -ENOMEM;
+		snprintf(err, sizeof(err), "out of memory");
+		goto out_unplan;
+	}
+	if (load->client)
+		attach_images(load);
 	if (!rd->s3) {
 		for (size_t i = 0; i < load->plan->n_reads; i++) {
 			uint32_t f = load->plan->reads[i].file;
-			if (load->fds[f] >= 0)
+			if (load->fds[f] >= 0 || load->imgs[f].map)
 				continue;
 			r = cli_reader_fd(rd, f, err, sizeof(err));
 			if (r < 0)
@@ -1112,6 +1223,7 @@ out_unplan:
 	cli_set_error("%s: %s", fn, err);
 	free(load->fds);
 	load->fds = NULL;
+	drop_images(load);
 	plan_free(load->plan);
 	load->plan = NULL;
 	return r;
@@ -1124,18 +1236,26 @@ int ckpt_load_stats(const struct ckpt_load *load, struct ckpt_load_stats *ret_st
 {
 	struct ckpt_load_stats s = { CKPT_LOAD_STATS_INIT };
 
-	if (!load || !ret_stats || ret_stats->size < sizeof(s)) {
+	size_t n;
+
+	/* The first 0.5 builds had the struct without the resident fields. */
+	if (!load || !ret_stats ||
+	    ret_stats->size < offsetof(struct ckpt_load_stats, bytes_resident)) {
 		cli_set_error("ckpt_load_stats: NULL argument or size below "
 			      "sizeof(struct ckpt_load_stats)");
 		return -EINVAL;
 	}
+	n = ret_stats->size < sizeof(s) ? ret_stats->size : sizeof(s);
+	s.size = (uint32_t)n;
+	s.bytes_resident = atomic_load(&load->bytes_resident);
+	s.files_resident = load->files_resident;
 	s.missing = load->missing;
 	if (load->plan) {
 		s.bytes_wanted = load->plan->bytes_wanted;
 		s.bytes_read = load->plan->bytes_read;
 		s.reads = load->plan->n_reads;
 	}
-	memcpy(ret_stats, &s, sizeof(s));
+	memcpy(ret_stats, &s, n);
 	return 0;
 }
 
@@ -1151,6 +1271,7 @@ void ckpt_load_free(struct ckpt_load *load)
 		munmap(load->arena, load->arena_len);
 	plan_free(load->plan);
 	free(load->fds);
+	drop_images(load);
 	free(load->dims);
 	free(load->dsts);
 	free(load->added);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/status.h"
 #include "format/desc.h"
@@ -423,7 +424,9 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 	want = m->arena_bytes ? m->arena_bytes : (1ull << 30);
 	if (want > srv->cfg.arena_max)
 		want = srv->cfg.arena_max;
-	avail = srv->cfg.arena_total - srv->arena_in_use;
+	/* Staging comes before keeping old checkpoints in memory. */
+	images_make_room(srv, arena_round(want));
+	avail = srv->cfg.arena_total - srv->arena_in_use - srv->resident_bytes;
 	if (want > avail)
 		want = avail;
 	want = arena_round(want);
@@ -431,11 +434,14 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 		uint64_t slot = arena_slot_bytes(want);
 		want = want > slot ? (want / slot - 1) * slot : 0;
 	}
-	if (want < ARENA_MIN_BYTES || srv->arena_in_use + want > srv->cfg.arena_total) {
+	if (want < ARENA_MIN_BYTES ||
+	    srv->arena_in_use + srv->resident_bytes + want > srv->cfg.arena_total) {
 		snprintf(err, errlen,
-			 "no room for a staging arena: %llu of arena_total %llu bytes in use",
-			 (unsigned long long)srv->arena_in_use,
-			 (unsigned long long)srv->cfg.arena_total);
+			 "no room for a staging arena: %llu of arena_total %llu bytes in use "
+			 "(%llu by images of saves filling them)",
+			 (unsigned long long)(srv->arena_in_use + srv->resident_bytes),
+			 (unsigned long long)srv->cfg.arena_total,
+			 (unsigned long long)srv->resident_bytes);
 		return -ENOMEM;
 	}
 	c->arena_bytes = want;
@@ -444,6 +450,7 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 	snprintf(c->run, sizeof(c->run), "%s", m->run);
 	c->rank = m->rank;
 	c->world = m->world;
+	c->resident = m->flags & PROTO_HELLO_RESIDENT;
 	c->creds.umask = (mode_t)(m->umask & 0777);
 
 	/* Reserve the bytes now, so concurrent handshakes respect
@@ -609,6 +616,7 @@ void conn_event(struct conn *c, uint32_t events)
 		struct proto_save_begin begin;
 		struct proto_extent extent;
 		struct proto_save_abort abort;
+		struct proto_resident_req resident;
 	} u;
 	char err[256];
 
@@ -676,6 +684,11 @@ void conn_event(struct conn *c, uint32_t events)
 		}
 		case PROTO_STATUS_REQ:
 			on_status(c);
+			break;
+		case PROTO_RESIDENT_REQ:
+			if (c->state != CONN_READY)
+				goto wrong;
+			resident_on_req(c, &u.resident);
 			break;
 		default:
 			goto wrong;

@@ -62,6 +62,7 @@ struct conn {
 	char run[CKPT_MAX_RUN_LEN + 1];
 	uint32_t rank, world;
 	uint32_t max_token;     /* largest save token accepted so far */
+	bool resident;          /* HELLO_RESIDENT: saves fill images (resident.h) */
 
 	/* The arena: made on an arena worker while ARENA (only that job
 	 * touches these fields then). */

@@ -27,6 +27,7 @@
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
 #include "store/fsutil.h"
@@ -531,6 +532,7 @@ static void teardown(struct server *srv)
 	workers_stop(&srv->work);
 	workers_stop(&srv->arenas);
 	workers_stop(&srv->uploads); /* cancelled by saves_stop: they end soon */
+	images_free_all(srv); /* no job is left that could copy into one */
 	store_spill_stop();
 	store_s3_stop();
 	registry_close(&srv->reg);
@@ -578,6 +580,7 @@ int main(int argc, char **argv)
 
 	list_init(&srv.conns);
 	list_init(&srv.saves);
+	list_init(&srv.images);
 	srv.start_ms = now_ms();
 	r = setup(&srv);
 	if (r < 0) {

@@ -18,6 +18,7 @@
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/resident.h"
 #include "daemon/server.h"
 #include "format/index.h"
 #include "store/fsutil.h"
@@ -58,6 +59,7 @@ struct sjob {
 	struct store_shard *out_shard;
 	struct store_attempt *out_att;
 	bool out_created;
+	int img_err;             /* shard: making the rank's image failed */
 	char out_root[PATH_MAX];
 	int poll;
 };
@@ -429,6 +431,10 @@ static void shard_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
 
+	/* The rank's image (resident.h) is made before the ACK, so the first
+	 * checksum finds it; failing to make it costs the image, not the save. */
+	if (j->r->img && !j->r->img->map)
+		j->img_err = image_make(j->r->img);
 	w->res = j->store->shard_create(j->att, j->r->rank, j->r->layout.file_size,
 					j->extent, j->cfg->o_direct, &j->out_shard, w->err,
 					sizeof(w->err));
@@ -468,7 +474,11 @@ static void shard_done(struct work *w)
 		r->state = RANK_STAGING;
 		const struct store_ops *st = s->srv->store;
 
+		if (j->img_err)
+			log_warn("save '%s/%s' (job '%s'): rank %u: no resident image: %s", s->root,
+				 s->key.name, s->key.job, r->rank, strerror(-j->img_err));
 		r->wt = (struct wtarget){ .shard = r->shard, .layout = &r->layout, .crcs = r->crcs,
+					  .image = r->img && !r->img->broken ? r->img->map : NULL,
 					  .crc_first = st->shard_wants_crc &&
 						       st->shard_wants_crc(r->shard),
 					  .extent_done = extent_done };
@@ -1062,6 +1072,15 @@ int save_begin(struct server *srv, struct conn *c, uint32_t token, uint32_t atte
 	if (r->rank == 0)
 		s->coordinator = true;
 	s->bytes += r->layout.file_size;
+	if (c->resident) {
+		char why[256];
+
+		r->img = image_take(srv, c->creds.uid, c->job, c->rank, r->layout.file_size, why,
+				    sizeof(why));
+		if (!r->img)
+			log_info("save '%s' (job '%s'): rank %u keeps no image in memory: %s",
+				 r->layout.name, c->job, c->rank, why);
+	}
 	if (s->state != SAVE_OPENING)
 		shard_submit(r);
 	return 0;
@@ -1221,6 +1240,11 @@ static bool rank_free(struct rank *r)
 	if (!r->told)
 		rank_tell(r);
 	r->save->srv->store->shard_close(r->shard);
+	/* Every extent was copied into the image by its checksum job (none is
+	 * in flight: wt.held is 0), and a committed save's ranks all had all
+	 * their extents checksummed. */
+	if (r->img)
+		image_finish(r->save->srv, r->img, r->save, r->save->state == SAVE_COMMITTED);
 	free(r->crcs);
 	free(r->got);
 	layout_free(&r->layout);

@@ -43,6 +43,7 @@
 #include "store/store.h"
 
 struct conn;
+struct image;
 struct server;
 
 enum save_state { SAVE_OPENING, SAVE_ACTIVE, SAVE_COMMITTING, SAVE_COMMITTED, SAVE_FAILED };
@@ -65,6 +66,7 @@ struct rank {
 	uint32_t *crcs;
 	struct wtarget wt;
 	struct store_shard *shard;
+	struct image *img;         /* resident.h: filled by this save, or NULL */
 	uint32_t n_extents, extents_in, extents_done;
 	uint8_t *got;              /* one bit per extent */
 	uint64_t bytes_in, bytes_written;

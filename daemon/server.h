@@ -47,6 +47,8 @@ struct server {
 	unsigned n_conns;
 	uint32_t next_id;
 	uint64_t arena_in_use;
+	struct list images;         /* resident.h, least recently used first */
+	uint64_t resident_bytes;    /* bytes of all images (reserved or made) */
 	bool stopping;
 	int64_t start_ms, last_sweep_ms;
 	bool sweeping;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "daemon/conn.h"
+#include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
 #include "daemon/status.h"
@@ -194,6 +195,15 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 			(double)srv->max_busy_us / 1000.0, "all_users", all);
 	if (!top)
 		return -ENOMEM;
+	{
+		json_t *res = resident_json(srv, uid, all);
+		if (!res || json_object_set_new(top, "resident", res) < 0 ||
+		    json_object_set_new(top, "resident_bytes",
+					json_integer((json_int_t)srv->resident_bytes)) < 0) {
+			json_decref(top);
+			return -ENOMEM;
+		}
+	}
 	if (store_s3_client()) {
 		json_t *s3 = s3_json(srv, now);
 		if (!s3 || json_object_set_new(top, "s3", s3) < 0) {

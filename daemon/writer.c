@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/server.h"
 #include "format/crc32c.h"
@@ -142,6 +143,11 @@ static void crc_run(struct work *job)
 
 	const uint8_t *buf = w->base + (uint64_t)(s - w->slots) * w->slot_bytes;
 
+	/* The copy first: the checksums below then read the slot from the
+	 * cache where it fits.  Offsets and lengths were checked against the
+	 * file size when the extent came (rank_extent). */
+	if (s->t->image)
+		memcpy(s->t->image + s->file_off, buf, s->len);
 	if (s->write_held)
 		s->ext_crc = writer_crc_extent(s->t->layout, s->t->crcs, buf, s->file_off, s->len);
 	else

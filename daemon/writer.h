@@ -51,6 +51,9 @@ struct wtarget {
 	bool crc_first;          /* the store wants each extent's CRC32C with it:
 				  * write after the checksum (shard_write_crc) */
 	unsigned held;           /* slots the writer holds for this target */
+	uint8_t *image;          /* or NULL: the checksum pass copies every
+	                          * extent here at its file offset (resident.h;
+	                          * at least layout->file_size bytes) */
 	/* An extent of `bytes` file bytes is written and checksummed (res 0),
 	 * or its write failed (res < 0).  Its slot is free again already. */
 	void (*extent_done)(struct wtarget *t, uint64_t bytes, int res);

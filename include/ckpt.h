@@ -220,8 +220,24 @@ struct ckpt_connect_opts {
 	                          * environment; "": none */
 	/* libckpt 0.3: */
 	enum ckpt_cuda_pin cuda_pin; /* see enum ckpt_cuda_pin; 0: AUTO */
-	uint32_t reserved;       /* must be 0 */
+	uint32_t flags;          /* 0 or CKPT_CONNECT_* (libckpt 0.5; was a
+	                          * reserved field that had to be 0) */
 };
+
+/*
+ * flags: keep this rank's newest committed checkpoint resident in ckptd's
+ * memory (LIBCKPT_0.5).  The daemon copies every byte of each save into a
+ * per-rank image as it checksums it, and once the save commits keeps that
+ * image until a newer save of the same rank commits, the daemon stops, or
+ * it needs the memory for staging arenas (images count against the
+ * daemon's arena_total; the oldest go first).  A trainer of the same user
+ * and job that restarts on this node (after kill -9, say) loads from there
+ * with ckpt_load_set_client(): a memory copy instead of a read from
+ * storage, every block still CRC-checked against the manifest.  Costs: up
+ * to two images of the rank's shard size (the newest committed one and the
+ * one the next save fills); the first two saves also allocate them.
+ */
+#define CKPT_CONNECT_RESIDENT 0x1u
 
 #define CKPT_CONNECT_OPTS_INIT .size = sizeof(struct ckpt_connect_opts)
 /* Size of the first version of the struct (libckpt 0.2). */
@@ -619,6 +635,11 @@ struct ckpt_load_stats {
 	uint64_t bytes_read;     /* bytes read from storage (>= wanted: CRC
 	                          * blocks are read whole, small gaps with them) */
 	uint64_t reads;          /* read requests */
+	/* libckpt 0.5, ckpt_load_set_client(): */
+	uint64_t bytes_resident; /* of bytes_read, copied from images resident
+	                          * in ckptd's memory instead of storage */
+	uint32_t files_resident; /* files served from such images */
+	uint32_t reserved;
 };
 
 #define CKPT_LOAD_STATS_INIT .size = sizeof(struct ckpt_load_stats)
@@ -646,6 +667,22 @@ CKPT_API int ckpt_load_add_tensor(struct ckpt_load *load, const struct ckpt_load
 /* Adds blob `key`, read into buf (len must equal its size).  Errors as for
  * ckpt_load_add_tensor(). */
 CKPT_API int ckpt_load_add_blob(struct ckpt_load *load, const char *key, void *buf, size_t len);
+
+/*
+ * Serves the load through ckptd where that helps: every file of the
+ * checkpoint whose image the daemon holds in memory for this client's user
+ * and job (saved by a client connected with CKPT_CONNECT_RESIDENT, of the
+ * same checkpoint attempt and size as the manifest says) is read from that
+ * image, read-only, instead of from storage, so a shard deleted or
+ * unreachable since is no obstacle.  Every block is still checked against
+ * the manifest's CRCs; a mismatch fails the load as one read from storage
+ * would.  Files the daemon does not hold are read from storage as without
+ * a client.  The client must stay connected until ckpt_load_start()
+ * returns (the images are asked for there); the load keeps its own
+ * references afterwards.  Returns 0, -EINVAL (NULL argument), -EBUSY
+ * (started).  (LIBCKPT_0.5)
+ */
+CKPT_API int ckpt_load_set_client(struct ckpt_load *load, struct ckpt_client *client);
 
 /*
  * Plans the load and starts it on library threads; returns at once with

@@ -21,6 +21,8 @@ static const size_t proto_sizes[PROTO_TYPE_MAX + 1] = {
 	[PROTO_STATUS_REQ] = sizeof(struct proto_status_req),
 	[PROTO_STATUS_REPLY] = sizeof(struct proto_status_reply),
 	[PROTO_SAVE_DURABLE] = sizeof(struct proto_save_result),
+	[PROTO_RESIDENT_REQ] = sizeof(struct proto_resident_req),
+	[PROTO_RESIDENT_REPLY] = sizeof(struct proto_resident_reply),
 };
 
 _Static_assert(sizeof(struct proto_error) <= PROTO_MSG_MAX, "message too large");
@@ -75,7 +77,8 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 	switch (h->type) {
 	case PROTO_HELLO: {
 		const struct proto_hello *m = buf;
-		if (m->umask & ~0777u || !terminated(m->job, sizeof(m->job)) ||
+		if (m->umask & ~0777u || m->flags & ~PROTO_HELLO_FLAGS || m->reserved ||
+		    !terminated(m->job, sizeof(m->job)) ||
 		    !terminated(m->run, sizeof(m->run)))
 			goto bad_field;
 		break;
@@ -110,6 +113,18 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 	case PROTO_SAVE_ABORT: {
 		const struct proto_save_abort *m = buf;
 		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	case PROTO_RESIDENT_REQ: {
+		const struct proto_resident_req *m = buf;
+		if (!terminated(m->attempt, sizeof(m->attempt)))
+			goto bad_field;
+		break;
+	}
+	case PROTO_RESIDENT_REPLY: {
+		const struct proto_resident_reply *m = buf;
+		if (m->err > 0 || !terminated(m->msg, sizeof(m->msg)))
 			goto bad_field;
 		break;
 	}

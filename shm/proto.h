@@ -34,6 +34,13 @@
  * slot from len up to round_up(len, LAYOUT_ALIGN) so the daemon can write it
  * with O_DIRECT.  The daemon releases each slot exactly once.
  *
+ * Resident images (a client that said HELLO_RESIDENT keeps its rank's
+ * newest committed save in the daemon's memory; any client of the same uid
+ * and job may read it back):
+ *   C: RESIDENT_REQ(token, attempt id, rank)
+ *   D: RESIDENT_REPLY(token, 0, size, step) + read-only memfd
+ *                                          | RESIDENT_REPLY(token, -errno)
+ *
  * Control role (ckptctl): HELLO(role=CONTROL), HELLO_OK without fd, then
  * STATUS_REQ -> STATUS_REPLY(len) + memfd holding a JSON report.
  *
@@ -50,7 +57,7 @@
 #include "ckpt.h"
 
 #define PROTO_MAGIC   0x54504b43u /* "CKPT" in memory order */
-#define PROTO_VERSION 3u
+#define PROTO_VERSION 4u
 #define PROTO_MSG_MAX 1024        /* largest message, bytes */
 #define PROTO_MSG_LEN 512         /* reason strings, bytes incl. NUL */
 
@@ -67,7 +74,9 @@ enum proto_type {
 	PROTO_STATUS_REQ = 10,
 	PROTO_STATUS_REPLY = 11,
 	PROTO_SAVE_DURABLE = 12,
-	PROTO_TYPE_MAX = 12,
+	PROTO_RESIDENT_REQ = 13,
+	PROTO_RESIDENT_REPLY = 14,
+	PROTO_TYPE_MAX = 14,
 };
 
 enum proto_role {
@@ -90,12 +99,18 @@ struct proto_hello {
 	uint32_t world;
 	uint32_t umask;    /* the client's file mode creation mask (<= 0777):
 	                    * files of its saves are created with it */
+	uint32_t flags;    /* PROTO_HELLO_* */
+	uint32_t reserved; /* 0 */
 	uint64_t arena_bytes;
 	char job[CKPT_MAX_JOB_LEN + 1]; /* NUL-terminated */
 	char run[CKPT_MAX_RUN_LEN + 1]; /* NUL-terminated; "" or a name like
 	                                 * job: the same on every rank of one
 	                                 * run of the job, new for each run */
 };
+
+/* HELLO flags. */
+#define PROTO_HELLO_RESIDENT 0x1u /* keep the newest committed save resident */
+#define PROTO_HELLO_FLAGS    0x1u /* every known flag */
 
 struct proto_hello_ok {
 	struct proto_hdr h;
@@ -159,6 +174,26 @@ struct proto_status_req {
 struct proto_status_reply {
 	struct proto_hdr h;
 	uint64_t len; /* JSON bytes in the memfd sent along */
+};
+
+/* Asks for the image of `rank`'s file of the checkpoint attempt `attempt`
+ * (the manifest's "attempt": STORE_ID_LEN hex digits). */
+struct proto_resident_req {
+	struct proto_hdr h;
+	uint32_t token;    /* echoed in the reply */
+	uint32_t rank;
+	char attempt[40];  /* NUL-terminated */
+};
+
+/* err 0: a read-only memfd comes along, holding the file's `size` bytes
+ * from offset 0 (the memfd may be larger). */
+struct proto_resident_reply {
+	struct proto_hdr h;
+	uint32_t token;
+	int32_t err;       /* 0 or negative errno (-ENOENT: not resident) */
+	uint64_t size;
+	uint64_t step;
+	char msg[PROTO_MSG_LEN];
 };
 
 /* Fills in the header of a message of `type` and `size` bytes. */

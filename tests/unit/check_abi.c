@@ -92,7 +92,7 @@ START_TEST(test_connect_opts_size)
 	struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT, .socket_path = sock, .job = "j",
 				       .world = 1 };
 	ck_assert_uint_eq(o.size, sizeof(o));
-	/* 0.3 appended cuda_pin and a reserved field. */
+	/* 0.3 appended cuda_pin and a reserved field, which 0.5 made flags. */
 	ck_assert_uint_eq(CKPT_CONNECT_OPTS_SIZE_VER0 + 8, sizeof(o));
 	/* Valid options reach the socket (which does not exist). */
 	ck_assert_int_eq(ckpt_connect(&o, &c), -ENOENT);
@@ -105,9 +105,11 @@ START_TEST(test_connect_opts_size)
 	ck_assert_int_eq(ckpt_connect(&old, &c), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "cuda_pin"));
 	old = o;
-	old.reserved = 1;
+	old.flags = 0x80000000u; /* not a flag this library knows */
 	ck_assert_int_eq(ckpt_connect(&old, &c), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "reserved"));
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "unknown flags"));
+	old.flags = CKPT_CONNECT_RESIDENT;
+	ck_assert_int_eq(ckpt_connect(&old, &c), -ENOENT);
 
 	struct ckpt_connect_opts bad = o;
 	bad.size = 0; /* a program written for libckpt 0.1 */
@@ -264,7 +266,7 @@ START_TEST(test_symbols)
 		"ckpt_load_begin", "ckpt_load_add_tensor", "ckpt_load_add_blob",
 		"ckpt_load_start", "ckpt_load_stats", "ckpt_load_free",
 		"ckpt_reader_open_latest", "ckpt_dl_first", "ckpt_dl_restore",
-		"ckpt_save_add_dl_table",
+		"ckpt_save_add_dl_table", "ckpt_load_set_client",
 	};
 	for (size_t i = 0; i < sizeof(v05) / sizeof(v05[0]); i++)
 		ck_assert_msg(dlvsym(h, v05[i], "LIBCKPT_0.5") != NULL, "%s@LIBCKPT_0.5: %s",

@@ -37,6 +37,8 @@ static const struct {
 	{ PROTO_STATUS_REQ, sizeof(struct proto_status_req), "STATUS_REQ" },
 	{ PROTO_STATUS_REPLY, sizeof(struct proto_status_reply), "STATUS_REPLY" },
 	{ PROTO_SAVE_DURABLE, sizeof(struct proto_save_result), "SAVE_DURABLE" },
+	{ PROTO_RESIDENT_REQ, sizeof(struct proto_resident_req), "RESIDENT_REQ" },
+	{ PROTO_RESIDENT_REPLY, sizeof(struct proto_resident_reply), "RESIDENT_REPLY" },
 };
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -213,6 +215,11 @@ static const struct {
 	  "EXTENT.reserved" },
 	{ PROTO_SAVE_ABORT, F_RESERVED, offsetof(struct proto_save_abort, reserved), 4,
 	  "SAVE_ABORT.reserved" },
+	{ PROTO_HELLO, F_RESERVED, offsetof(struct proto_hello, reserved), 4, "HELLO.reserved" },
+	{ PROTO_RESIDENT_REQ, F_STRING, offsetof(struct proto_resident_req, attempt),
+	  sizeof(((struct proto_resident_req *)0)->attempt), "RESIDENT_REQ.attempt" },
+	{ PROTO_RESIDENT_REPLY, F_STRING, offsetof(struct proto_resident_reply, msg),
+	  PROTO_MSG_LEN, "RESIDENT_REPLY.msg" },
 };
 
 static int type_index(unsigned type)
@@ -281,6 +288,28 @@ START_TEST(test_hello_umask)
 	m->umask = umasks[_i].umask;
 	ck_assert_msg(check(len, err, sizeof(err)) == (umasks[_i].ok ? PROTO_HELLO : -EBADMSG),
 		      "umask %#o: '%s'", umasks[_i].umask, err);
+}
+END_TEST
+
+/* HELLO flags: only the known ones; RESIDENT_REPLY: err <= 0. */
+START_TEST(test_hello_flags_and_resident_err)
+{
+	struct proto_hello *m = (struct proto_hello *)buf;
+	struct proto_resident_reply *rr = (struct proto_resident_reply *)buf;
+	char err[256];
+	size_t len;
+
+	for (unsigned bit = 0; bit < 32; bit++) {
+		len = make(type_index(PROTO_HELLO));
+		m->flags = 1u << bit;
+		ck_assert_int_eq(check(len, err, sizeof(err)),
+				 (1u << bit) & PROTO_HELLO_FLAGS ? PROTO_HELLO : -EBADMSG);
+	}
+	len = make(type_index(PROTO_RESIDENT_REPLY));
+	rr->err = -ENOENT;
+	ck_assert_int_eq(check(len, err, sizeof(err)), PROTO_RESIDENT_REPLY);
+	rr->err = ENOENT;
+	ck_assert_int_eq(check(len, err, sizeof(err)), -EBADMSG);
 }
 END_TEST
 
@@ -538,6 +567,7 @@ static Suite *proto_suite(void)
 	tc = tcase_create("fields");
 	tcase_add_loop_test(tc, test_field, 0, N(fields));
 	tcase_add_loop_test(tc, test_hello_umask, 0, N(umasks));
+	tcase_add_test(tc, test_hello_flags_and_resident_err);
 	tcase_add_loop_test(tc, test_result_err, 0, N(results));
 	tcase_add_test(tc, test_err_buffer);
 	tcase_add_test(tc, test_set_msg);
