@@ -586,6 +586,21 @@ static void status_print(json_t *st)
 		}
 	}
 
+	/* Newer daemons: checkpoints held in memory for restarts. */
+	json_t *res = json_object_get(st, "resident");
+	if (json_is_array(res)) {
+		printf("\nresident in memory: %zu, %s\n", json_array_size(res),
+		       human_size(jget_u64(st, "resident_bytes"), a, sizeof(a)));
+		json_array_foreach(res, i, v) {
+			printf("  %-*.*s rank %-5llu step %-8llu %10s  %s/%s (%s old, %llu load(s))\n",
+			       wj, wj, jget_str(v, "job"), (unsigned long long)jget_u64(v, "rank"),
+			       (unsigned long long)jget_u64(v, "step"),
+			       human_size(jget_u64(v, "bytes"), b, sizeof(b)), jget_str(v, "root"),
+			       jget_str(v, "name"), human_duration(jget_f64(v, "age_s"), c, sizeof(c)),
+			       (unsigned long long)jget_u64(v, "loads"));
+		}
+	}
+
 	printf("\ntotals: %llu committed, %llu failed",
 	       (unsigned long long)jget_u64(totals, "saves_committed"),
 	       (unsigned long long)jget_u64(totals, "saves_failed"));

@@ -331,10 +331,10 @@ cat >"$tmp/fake.py" <<'EOF'
 import json, os, socket, struct, sys
 
 path, mode = sys.argv[1], sys.argv[2]
-MAGIC, VERSION = 0x54504B43, 3
+MAGIC, VERSION = 0x54504B43, 4
 HELLO, HELLO_OK, ERROR, STATUS_REQ, STATUS_REPLY = 1, 2, 3, 10, 11
 HDR = struct.Struct("<IHHII")
-HELLO_SIZE = (HDR.size + 16 + 8 + 129 + 129 + 7) // 8 * 8   # struct proto_hello
+HELLO_SIZE = (HDR.size + 16 + 8 + 8 + 129 + 129 + 7) // 8 * 8   # struct proto_hello
 
 def msg(t, body):
     return HDR.pack(MAGIC, VERSION, t, HDR.size + len(body), 0) + body
@@ -364,6 +364,10 @@ if mode == "new":
     report["uptime_s"] = 43.101
     report["max_loop_stall_ms"] = 3.4
     report["totals"]["saves_refused"] = 2
+    report["resident_bytes"] = 3 << 30
+    report["resident"] = [{"job": "llm-7b", "uid": 1000, "rank": 3, "root": "/data",
+                           "name": "step-000300", "step": 300, "attempt": "ab" * 16,
+                           "bytes": 1536 << 20, "age_s": 75.0, "loads": 2}]
 
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 srv.bind(path)
@@ -372,11 +376,12 @@ print("ready", flush=True)
 conn, _ = srv.accept()
 hello = conn.recv(1024)
 magic, ver, t, size, _ = HDR.unpack_from(hello)
-role, rank, world, _, arena = struct.unpack_from("<IIIIQ", hello, HDR.size)
-job = hello[HDR.size + 24:].split(b"\0")[0]
+role, rank, world, _, flags, _, arena = struct.unpack_from("<IIIIIIQ", hello, HDR.size)
+job = hello[HDR.size + 32:].split(b"\0")[0]
 assert (magic, ver, t, size, len(hello)) == (MAGIC, VERSION, HELLO, HELLO_SIZE, HELLO_SIZE), \
     (magic, ver, t, size, len(hello))
-assert (role, rank, world, arena, job) == (2, 0, 1, 0, b"ckptctl"), (role, rank, world, arena, job)
+assert (role, rank, world, flags, arena, job) == (2, 0, 1, 0, 0, b"ckptctl"), \
+    (role, rank, world, flags, arena, job)
 if mode == "refuse":
     text = b"too many clients".ljust(512, b"\0")
     conn.send(msg(ERROR, struct.pack("<iI", -16, 0) + text))
@@ -433,13 +438,15 @@ stop_fake
 start_fake ok
 "$ctl" -s "$tmp/d.sock" status >"$tmp/out" 2>&1 || fail "status: $(cat "$tmp/out")"
 stop_fake
-if grep -Eq 'refused|stall' "$tmp/out"; then fail "status invents fields: $(cat "$tmp/out")"; fi
+if grep -Eq 'refused|stall|resident' "$tmp/out"; then fail "status invents fields: $(cat "$tmp/out")"; fi
 
 start_fake new
 expect_out 0 \
 	"^ckptd 0\.1\.0, pid 4242, up 43\.1s$" \
 	"^  loop +longest stall 3\.4 ms " \
 	"^totals: 3 committed, 1 failed, 2 refused, 12\.0 GiB written$" \
+	"^resident in memory: 1, 3\.0 GiB$" \
+	"^  llm-7b +rank 3 +step 300 +1\.5 GiB  /data/step-000300 \(1m 15s old, 2 load\(s\)\)$" \
 	-- "$ctl" -s "$tmp/d.sock" status
 stop_fake
 
