@@ -58,7 +58,7 @@ const struct config_key config_keys[] = {
 	KEY("arena_max", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_max, "4G",
 	    "staging arena of one client"),
 	KEY("arena_total", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_total, "16G",
-	    "all arenas together"),
+	    "all arenas and resident images together"),
 	KEY("uring_depth", CONFIG_UINT, 1, 1024, uring_depth, "16",
 	    "writes in flight per client"),
 	KEY("disk_depth", CONFIG_UINT, 0, 65536, disk_depth, "16",
