@@ -103,6 +103,10 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 INTEG_BINS := $(patsubst %.c,$(BUILD)/tests/%,$(notdir $(INTEG_SRCS)))
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 FAKE_CUDART := $(if $(HAVE_CUDA),$(BUILD)/tests/libfakecudart.so)
+# The fake NCCL is compiled against NCCL's own nccl.h (libckpt needs none):
+# built when one is found, else the group-load tests SKIP.
+NCCL_INC ?= $(firstword $(foreach d,$(CUDA_HOME)/include /usr/include /usr/local/include,$(if $(wildcard $(d)/nccl.h),$(d))))
+FAKE_NCCL := $(if $(HAVE_CUDA),$(if $(NCCL_INC),$(BUILD)/tests/libfakenccl.so))
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 TOOL_BINS   := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOL_SRCS))
 
@@ -242,7 +246,14 @@ $(BUILD)/tests/libfakecudart.so: tests/fakes/fake_cudart.c tests/fakes/fake_cuda
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS) -isystem $(CUDA_HOME)/include $(CFLAGS) $(LDFLAGS) -shared -o $@ $< -lpthread
 
-tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS) $(TOOL_BINS) $(FAKE_CUDART) $(BENCH_BINS)
+# The fake NCCL (tests/fakes/fake_nccl.c): ranks are threads of the test;
+# it uses the fake CUDA runtime for memory and streams (dlopen at run time).
+$(BUILD)/tests/libfakenccl.so: tests/fakes/fake_nccl.c tests/fakes/fake_nccl.h $(CUDA_STAMP) | $(DEPS_STAMP)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CPPFLAGS) -isystem $(CUDA_HOME)/include -isystem $(NCCL_INC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $< -lpthread -ldl
+
+tests-build: all $(UNIT_BINS) $(INTEG_BINS) $(EXAMPLE_BINS) $(TOOL_BINS) $(FAKE_CUDART) $(FAKE_NCCL) $(BENCH_BINS)
 
 # `make test`: installs what is missing, builds, runs every test and prints
 # one summary line.  TESTS=name,name limits the run; see tests/run.sh.

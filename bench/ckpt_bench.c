@@ -7,6 +7,7 @@
  *   ckpt_bench --socket S --root R --bytes B [--tensors T] [--ranks K]
  *              [--client NAME:THREADS]... [--arena B] [--max-depth D]
  *              [--timeout S] [--gpu] [--cols C] [--reshard M]
+ *              [--job PREFIX] [--resident] [--no-limits]
  *
  * It forks K rank processes (also for K = 1, so that every command runs the
  * same way).  Each rank builds its state (B bytes in T fp32 tensors, touched
@@ -41,11 +42,16 @@
  *                               from its registered buffers in 8 MiB O_DIRECT
  *                               blocks, DEPTH in flight, fsync of the file and
  *                               then of DIR; timed from open to the last fsync
- *   load [one] [reshard]        the kept checkpoint (of the "one" view with
+ *   load [one] [reshard] [via CLIENT] [from NAME]
+ *                               the kept checkpoint (of the "one" view with
  *                               "one") loaded back with ckpt_load_*, page
  *                               cache dropped first; "reshard": by the first
  *                               M ranks (--reshard M), each loading a column
- *                               band of every tensor
+ *                               band of every tensor; "via": through CLIENT
+ *                               (ckpt_load_set_client: files whose image
+ *                               ckptd holds come from its memory); "from":
+ *                               checkpoint NAME under the root instead, saved
+ *                               by another ckpt_bench (see "restarts" below)
  *   read DEPTH [one]            the built-in reader (the read limit): each
  *                               rank's shard files of the kept checkpoint
  *                               read with O_DIRECT io_uring in 8 MiB blocks,
@@ -82,6 +88,22 @@
  * verifies what it uses must read (format/layout.h: LAYOUT_CRC_BLOCK).
  * Verification runs after the clock has stopped.  Loads and reads need a
  * directory root and a host state (no --gpu).
+ *
+ * Restarts.  A trainer killed after a committed save and started again
+ * loads what its earlier life saved.  Two ckpt_bench processes play the two
+ * lives: both get the same --job PREFIX (each client is then rank r of job
+ * PREFIX-CLIENT in either process, not of a job named after the process),
+ * the first connects with --resident (CKPT_CONNECT_RESIDENT) and runs "save
+ * CLIENT keep" as its first save, and is then killed; the second runs "load
+ * via CLIENT from NAME".  A first save never changes the state first, and
+ * state_init makes the same state in every process with the same --bytes,
+ * --tensors, --ranks and --cols, so the second process verifies the loaded
+ * bytes against its own state as state_init made it: "from" is refused once
+ * this process's state has changed.  A checkpoint loaded "from" is not
+ * this program's: it is never removed here.  --no-limits leaves out the
+ * limits' memfd (a second copy of the state: memory and set-up time a
+ * process that only saves, or only loads "from", has no use for); copy,
+ * write, read, d2h and loads of a kept checkpoint are then refused.
  *
  * Every rank runs each command at once: the parent hands the command to
  * every rank, waits until all are ready (state mutated, names chosen), then
@@ -173,6 +195,9 @@ struct opts {
 	bool s3_root;     /* root is s3://...: saves are not removed here */
 	uint64_t cols;    /* 0: 1-D tensors; else [rows, cols] (--cols) */
 	unsigned reshard; /* loaders of "load reshard" (--reshard); 0: none */
+	char job[64];     /* --job: clients' jobs are JOB-CLIENT; "": bench-PID-CLIENT */
+	bool resident;    /* --resident: connect with CKPT_CONNECT_RESIDENT */
+	bool no_limits;   /* --no-limits: no limits' memfd */
 	struct client_spec clients[MAX_CLIENTS];
 	unsigned n_clients;
 };
@@ -217,6 +242,8 @@ struct rec {
 	/* REC_RESULT of a load (its loaders), or a read */
 	uint32_t idle;  /* this rank took no part (a rank >= M of a reshard) */
 	uint64_t bytes_read, bytes_wanted, reads, floor_bytes; /* floor: UINT64_MAX unknown */
+	uint64_t bytes_resident; /* of bytes_read, from images in ckptd's memory ("via") */
+	uint32_t files_resident;
 	double verify_ms;
 	/* REC_RESULT of a save (to staged) or a copy (to its end) */
 	struct cost {
@@ -353,9 +380,14 @@ static void usage(void)
 		"  --gpu                the state on a CUDA device (rank r: device r %% count)\n"
 		"  --cols C             2-D tensors of C columns, row-sharded across ranks\n"
 		"  --reshard M          ranks 0..M-1 load column bands ('load reshard'; 2-D)\n"
+		"  --job PREFIX         clients' jobs: PREFIX-CLIENT (default bench-PID-CLIENT)\n"
+		"  --resident           connect with CKPT_CONNECT_RESIDENT (images kept by ckptd)\n"
+		"  --no-limits          no limits' memfd: no copy, write, read, d2h;\n"
+		"                       loads 'from' only\n"
 		"commands: save CLIENT [one] [notify] [keep] | copy memcpy|stream CLIENT |\n"
 		"          write DIR DEPTH | d2h whole|chunked CLIENT (--gpu) |\n"
-		"          load [one] [reshard] | read DEPTH [one] | quit\n");
+		"          load [one] [reshard] [via CLIENT] [from NAME] | read DEPTH [one] |\n"
+		"          quit\n");
 	exit(2);
 }
 
@@ -417,6 +449,23 @@ static void parse_client(struct opts *o, const char *arg)
 	o->n_clients++;
 }
 
+/* --job PREFIX: the characters a job id may hold ([A-Za-z0-9._-]), and room
+ * for "-CLIENT" (a client's name is shorter than 32) within a job id. */
+static void parse_job(struct opts *o, const char *arg)
+{
+	size_t n = strlen(arg);
+
+	_Static_assert(sizeof(o->job) + 32 <= CKPT_MAX_JOB_LEN, "PREFIX-CLIENT fits a job id");
+	if (n == 0 || n >= sizeof(o->job))
+		die("--job: 1 to %zu characters, not '%s'", sizeof(o->job) - 1, arg);
+	for (size_t i = 0; i < n; i++)
+		if (!(arg[i] == '-' || arg[i] == '_' || arg[i] == '.' ||
+		      (arg[i] >= '0' && arg[i] <= '9') || (arg[i] >= 'a' && arg[i] <= 'z') ||
+		      (arg[i] >= 'A' && arg[i] <= 'Z')))
+			die("--job '%s': letters, digits, '.', '-' and '_' only", arg);
+	memcpy(o->job, arg, n + 1);
+}
+
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
@@ -432,6 +481,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "gpu", no_argument, NULL, 'g' },
 		{ "cols", required_argument, NULL, 'C' },
 		{ "reshard", required_argument, NULL, 'M' },
+		{ "job", required_argument, NULL, 'J' },
+		{ "resident", no_argument, NULL, 'R' },
+		{ "no-limits", no_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -453,6 +505,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'g': o->gpu = true; break;
 		case 'C': o->cols = parse_size(optarg, "--cols"); break;
 		case 'M': o->reshard = parse_uint(optarg, "--reshard", 1, MAX_RANKS); break;
+		case 'J': parse_job(o, optarg); break;
+		case 'R': o->resident = true; break;
+		case 'N': o->no_limits = true; break;
 		default: usage();
 		}
 	}
@@ -470,6 +525,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (o->reshard && (!o->cols || o->reshard > o->ranks || o->reshard > o->cols))
 		die("--reshard %u wants --cols and at most --ranks loaders (and columns)",
 		    o->reshard);
+	if (o->no_limits && o->gpu)
+		die("--no-limits: --gpu pins the limits' memfd (its D2H limit copies into it)");
 	/* The daemon accepts absolute roots only; resolve a relative one here
 	 * rather than fail on the first save.  An S3 root goes as it is. */
 	if (!strncmp(root, "s3://", 5)) {
@@ -491,7 +548,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 
 static struct ckpt_connect_opts connect_opts(const char *socket_path, const char *job,
 					     unsigned rank, unsigned world, uint64_t arena_bytes,
-					     unsigned copy_threads, bool pin)
+					     unsigned copy_threads, bool pin, bool resident)
 {
 	return (struct ckpt_connect_opts){
 		CKPT_CONNECT_OPTS_INIT,
@@ -504,6 +561,7 @@ static struct ckpt_connect_opts connect_opts(const char *socket_path, const char
 		/* --gpu: pinned at connect (failing it if it cannot be), not
 		 * inside the first save, and never silently pageable. */
 		.cuda_pin = pin ? CKPT_CUDA_PIN_ON : CKPT_CUDA_PIN_AUTO,
+		.flags = resident ? CKPT_CONNECT_RESIDENT : 0,
 	};
 }
 
@@ -1326,12 +1384,15 @@ static uint64_t floor_bytes(const struct manifest_tensor *t, const uint64_t *off
  * Loads checkpoint `path` as view v: plainly (loader < 0: this rank's own
  * chunk of every tensor into its state buffers) or as loader `loader` of
  * o->reshard (its column band of every global tensor into dst, back to
- * back).  Timed from ckpt_reader_open until the done future completes;
- * fills rec's times, cost, ckpt_load_stats figures and floor.  Returns 0 or
- * -errno with rec->err set.
+ * back); with `via`, through that client (ckpt_load_set_client), so that
+ * files whose image ckptd holds are copied from its memory.  Timed from
+ * ckpt_reader_open until the done future completes; fills rec's times,
+ * cost, ckpt_load_stats figures and floor.  Returns 0 or -errno with
+ * rec->err set.
  */
 static int timed_load(const struct opts *o, const struct state *s, const struct view *v,
-		      const char *path, int loader, float *dst, struct rec *rec)
+		      const char *path, int loader, float *dst, struct ckpt_client *via,
+		      struct rec *rec)
 {
 	struct ckpt_load_stats st = { CKPT_LOAD_STATS_INIT };
 	struct ckpt_reader *rd = NULL;
@@ -1381,6 +1442,14 @@ static int timed_load(const struct opts *o, const struct state *s, const struct 
 			goto out;
 		}
 	}
+	if (via) {
+		r = ckpt_load_set_client(ld, via);
+		if (r < 0) {
+			rec_err(rec, "ckpt_load_set_client: %s (%s)", strerror(-r),
+				ckpt_last_error());
+			goto out;
+		}
+	}
 	r = ckpt_load_start(ld, &done);
 	if (r < 0) {
 		rec_err(rec, "ckpt_load_start: %s (%s)", strerror(-r), ckpt_last_error());
@@ -1401,6 +1470,8 @@ static int timed_load(const struct opts *o, const struct state *s, const struct 
 	rec->bytes_read = st.bytes_read;
 	rec->bytes_wanted = st.bytes_wanted;
 	rec->reads = st.reads;
+	rec->bytes_resident = st.bytes_resident;
+	rec->files_resident = st.files_resident;
 
 	/* The floor, from the same boxes (after the clock stopped). */
 	for (unsigned t = 0; t < v->count && rec->floor_bytes != UINT64_MAX; t++) {
@@ -1439,6 +1510,24 @@ static int verify_plain(const struct state *s, const char *expect, char *err, si
 		}
 	}
 	return -EIO;
+}
+
+/* A plain load "from" another process's checkpoint against the state as
+ * state_init makes it (what that process saved, and what this one held
+ * before its state was overwritten for the load).  Returns 0 or -EIO with
+ * err naming the first wrong element. */
+static int verify_initial(const struct state *s, char *err, size_t errlen)
+{
+	for (uint64_t i = 0; i < s->bytes / 4; i++) {
+		float want = state_value(s->rank, i);
+
+		if (memcmp(&s->buf[i], &want, sizeof(want))) {
+			snprintf(err, errlen, "load: element %" PRIu64 " of the state is %g, the "
+				 "saving process held %g", i, (double)s->buf[i], (double)want);
+			return -EIO;
+		}
+	}
+	return 0;
 }
 
 /* Loader j's band of view v against the values of the ranks that saved
@@ -1763,11 +1852,12 @@ enum cmd_kind { CMD_SAVE, CMD_COPY, CMD_WRITE, CMD_D2H, CMD_LOAD, CMD_READ, CMD_
 
 struct cmd {
 	enum cmd_kind kind;
-	int client;    /* save, copy */
+	int client;    /* save, copy; load "via" (-1: none) */
 	bool one;      /* save, load, read: the "one" view */
 	bool notify;   /* save */
 	bool keep;     /* save */
 	bool reshard;  /* load */
+	char from[CKPT_MAX_NAME_LEN + 1]; /* load: another process's checkpoint; "": the kept one */
 	bool stream;   /* copy */
 	bool whole;    /* d2h */
 	char dir[PATH_MAX]; /* write */
@@ -1839,6 +1929,11 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 		}
 		return true;
 	}
+	if (o->no_limits && (!strcmp(argv[0], "copy") || !strcmp(argv[0], "write") ||
+			     !strcmp(argv[0], "read") || !strcmp(argv[0], "d2h"))) {
+		snprintf(err, errlen, "%s: no limits' memfd (--no-limits)", argv[0]);
+		return false;
+	}
 	if (!strcmp(argv[0], "copy") && argc == 3) {
 		c->kind = CMD_COPY;
 		if (!strcmp(argv[1], "stream")) {
@@ -1885,11 +1980,12 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 		}
 		return cmd_client(o, argv[2], c, err, errlen);
 	}
-	if ((!strcmp(argv[0], "load") && argc <= 3) || (!strcmp(argv[0], "read") && argc >= 2 &&
+	if ((!strcmp(argv[0], "load") && argc <= 7) || (!strcmp(argv[0], "read") && argc >= 2 &&
 							 argc <= 3)) {
 		bool load = argv[0][0] == 'l';
 
 		c->kind = load ? CMD_LOAD : CMD_READ;
+		c->client = -1;
 		if (o->s3_root || o->gpu) {
 			snprintf(err, errlen, "%s: needs a directory root and a host state", argv[0]);
 			return false;
@@ -1916,10 +2012,31 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 					return false;
 				}
 				c->reshard = true;
+			} else if (load && i + 1 < argc && !strcmp(argv[i], "via") &&
+				   c->client < 0) {
+				if (!cmd_client(o, argv[++i], c, err, errlen))
+					return false;
+			} else if (load && i + 1 < argc && !strcmp(argv[i], "from") &&
+				   !c->from[0]) {
+				const char *n = argv[++i];
+
+				/* A name directly under the root, as saves make them. */
+				if (strlen(n) > CKPT_MAX_NAME_LEN || n[0] == '.' ||
+				    strchr(n, '/')) {
+					snprintf(err, errlen, "load from: '%s' is not a "
+						 "checkpoint name", n);
+					return false;
+				}
+				snprintf(c->from, sizeof(c->from), "%s", n);
 			} else {
 				snprintf(err, errlen, "%s: unknown word '%s'", argv[0], argv[i]);
 				return false;
 			}
+		}
+		if (load && o->no_limits && !c->from[0]) {
+			snprintf(err, errlen, "load: --no-limits: only 'load ... from NAME' "
+				 "(the kept checkpoint is verified against the limits' memfd)");
+			return false;
 		}
 		return true;
 	}
@@ -1931,6 +2048,16 @@ static bool parse_cmd(const struct opts *o, char *line, struct cmd *c, char *err
 static void save_name(char *buf, size_t len, pid_t job_pid, const char *client, unsigned i)
 {
 	snprintf(buf, len, "bench-%ld-%s-%u", (long)job_pid, client, i);
+}
+
+/* The job of client i: named after this program's process, so that two
+ * runs never share one, unless --job names it (a restarted trainer's). */
+static void job_name(char *buf, size_t len, const struct opts *o, pid_t job_pid, unsigned i)
+{
+	if (o->job[0])
+		snprintf(buf, len, "%s-%s", o->job, o->clients[i].name);
+	else
+		snprintf(buf, len, "bench-%ld-%s", (long)job_pid, o->clients[i].name);
 }
 
 static void limit_path(char *buf, size_t len, const char *dir, pid_t job_pid, unsigned rank)
@@ -2014,14 +2141,14 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		}
 	}
 	for (unsigned i = 0; i < o->n_clients; i++) {
-		char job[96];
+		char job[CKPT_MAX_JOB_LEN + 1];
 		struct ckpt_connect_opts co;
 		unsigned before, after;
 
-		snprintf(job, sizeof(job), "bench-%ld-%s", (long)job_pid, o->clients[i].name);
+		job_name(job, sizeof(job), o, job_pid, i);
 		co = connect_opts(o->socket_path, job, rank, o->ranks,
 				  o->arena ? o->arena : default_arena(o->bytes, o->tensors),
-				  o->clients[i].threads, o->gpu);
+				  o->clients[i].threads, o->gpu, o->resident);
 		memset(&rec, 0, sizeof(rec));
 		rec.rank = (int32_t)rank;
 		rec.kind = REC_HELLO;
@@ -2060,13 +2187,15 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 	rec.rank = (int32_t)rank;
 	rec.kind = REC_SETUP;
 	t0 = now_ns();
-	r = limit_buf_init(&lb, &st, o->max_depth);
+	/* --no-limits: lb stays empty; no command that uses it is accepted. */
+	memset(&lb, 0, sizeof(lb));
+	r = o->no_limits ? 0 : limit_buf_init(&lb, &st, o->max_depth);
 	rec.setup_ms = ms_between(t0, now_ns());
 	rec.rc = r;
 	if (r < 0)
 		rec_err(&rec, "limit buffer of %" PRIu64 " bytes: %s", o->bytes,
 			 strerror(-r));
-	else if (!lb.registered)
+	else if (!lb.registered && !o->no_limits)
 		rec_err(&rec, "%s", lb.why_not);
 	rec.registered = lb.registered;
 	if (r == 0 && o->gpu) {
@@ -2101,7 +2230,16 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 		rec.kind = REC_RESULT;
 		if (c.kind == CMD_SAVE || c.kind == CMD_COPY || c.kind == CMD_D2H)
 			cli = &rc[c.client];
-		if (c.kind == CMD_LOAD || c.kind == CMD_READ) {
+		if (c.kind == CMD_LOAD && c.from[0]) {
+			/* The parent refuses "from" once the state changed. */
+			v = c.one ? &st.one : &st.many;
+			if (st.version != 0) {
+				fprintf(stderr, "ckpt_bench rank %u: load from: the state "
+					"changed\n", rank);
+				_exit(1);
+			}
+			kept_path(path, sizeof(path), o, c.from);
+		} else if (c.kind == CMD_LOAD || c.kind == CMD_READ) {
 			/* The parent refuses these without a kept checkpoint
 			 * that still holds the state. */
 			v = c.one ? &st.one : &st.many;
@@ -2118,9 +2256,12 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 				loader = rank < o->reshard ? (int)rank : -2;
 			/* The bytes to restore are first overwritten (NaNs), so
 			 * a load that leaves one out fails verification; a plain
-			 * load keeps the state's copy in the limits' memfd. */
+			 * load of the kept checkpoint keeps the state's copy in
+			 * the limits' memfd ("from": the state is state_init's,
+			 * which verify_initial recomputes). */
 			if (loader == -1) {
-				memcpy(lb.addr, st.buf, st.bytes);
+				if (!c.from[0])
+					memcpy(lb.addr, st.buf, st.bytes);
 				memset(st.buf, 0xff, st.bytes);
 			} else if (loader >= 0) {
 				memset(band, 0xff, band_elems(v, o->ranks, o->reshard, rank) * 4);
@@ -2170,13 +2311,19 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 				rec.idle = 1;
 				break;
 			}
-			rec.rc = timed_load(o, &st, v, path, loader, band, &rec);
+			rec.rc = timed_load(o, &st, v, path, loader, band,
+					    c.client >= 0 ? rc[c.client].cl : NULL, &rec);
 			if (rec.rc == 0) {
 				uint64_t tv = now_ns();
 
-				rec.rc = loader < 0 ? verify_plain(&st, lb.addr, rec.err, sizeof(rec.err)) :
-						      verify_band(&st, v, o->reshard, (unsigned)loader,
-								  band, rec.err, sizeof(rec.err));
+				if (loader >= 0)
+					rec.rc = verify_band(&st, v, o->reshard, (unsigned)loader,
+							     band, rec.err, sizeof(rec.err));
+				else if (c.from[0])
+					rec.rc = verify_initial(&st, rec.err, sizeof(rec.err));
+				else
+					rec.rc = verify_plain(&st, lb.addr, rec.err,
+							      sizeof(rec.err));
 				rec.verify_ms = ms_between(tv, now_ns());
 			}
 			break;
@@ -2325,6 +2472,7 @@ static void gather_ready(const struct opts *o, pid_t pid)
 	bool fake = false;
 	double gpu_setup_max = 0;
 	uint64_t device_mask = 0;
+	char job[CKPT_MAX_JOB_LEN + 1];
 
 	printf("{\"event\": \"ready\", \"pid\": %ld, \"ranks\": %u, \"bytes_per_rank\": %" PRIu64
 	       ", \"tensors\": %u, \"clients\": {",
@@ -2357,12 +2505,16 @@ static void gather_ready(const struct opts *o, pid_t pid)
 				  o->clients[i].name);
 		client_info[i].copy_threads = threads;
 		client_info[i].slot_bytes = slot;
+		job_name(job, sizeof(job), o, pid, i);
 		printf("%s", i ? ", " : "");
 		print_json_str(o->clients[i].name);
-		printf(": {\"threads_asked\": %u, \"copy_threads\": %u, \"threads_started\": %u, "
-		       "\"expected_copy_threads\": %u, \"arena_bytes\": %" PRIu64
-		       ", \"slot_bytes\": %" PRIu64 ", \"connect_ms\": %.3f}",
-		       o->clients[i].threads, threads, started, expected, arena, slot, connect_max);
+		printf(": {\"job\": ");
+		print_json_str(job);
+		printf(", \"resident\": %s, \"threads_asked\": %u, \"copy_threads\": %u, "
+		       "\"threads_started\": %u, \"expected_copy_threads\": %u, \"arena_bytes\": %"
+		       PRIu64 ", \"slot_bytes\": %" PRIu64 ", \"connect_ms\": %.3f}",
+		       o->resident ? "true" : "false", o->clients[i].threads, threads, started,
+		       expected, arena, slot, connect_max);
 	}
 	for (unsigned r = 0; r < k; r++) {
 		struct rec rec;
@@ -2372,7 +2524,7 @@ static void gather_ready(const struct opts *o, pid_t pid)
 			die_ranks("rank %u: unexpected record %d at set-up", r, rec.kind);
 		if (rec.rc < 0)
 			fail_cmd("setup", r, rec.err);
-		if (!rec.registered) {
+		if (!rec.registered && !o->no_limits) {
 			registered = false;
 			snprintf(why_not, sizeof(why_not), "%s", rec.err);
 		}
@@ -2390,13 +2542,18 @@ static void gather_ready(const struct opts *o, pid_t pid)
 		setup_max = rec.setup_ms > setup_max ? rec.setup_ms : setup_max;
 	}
 	limit_registered = registered;
-	printf("}, \"limit_buffer\": {\"setup_ms\": %.3f, \"registered\": %s, \"stream_copy\": %s",
-	       setup_max, registered ? "true" : "false", HAVE_STREAM ? "true" : "false");
-	if (!registered) {
-		printf(", \"not_registered\": ");
-		print_json_str(why_not);
+	if (o->no_limits) {
+		printf("}, \"limit_buffer\": null");
+	} else {
+		printf("}, \"limit_buffer\": {\"setup_ms\": %.3f, \"registered\": %s, "
+		       "\"stream_copy\": %s", setup_max, registered ? "true" : "false",
+		       HAVE_STREAM ? "true" : "false");
+		if (!registered) {
+			printf(", \"not_registered\": ");
+			print_json_str(why_not);
+		}
+		printf("}");
 	}
-	printf("}");
 	if (o->gpu) {
 		printf(", \"gpu\": {\"devices\": %d, \"devices_used\": %d, \"cuda_runtime\": ", devices,
 		       __builtin_popcountll(device_mask));
@@ -2515,13 +2672,15 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	struct rec *recs = calloc(k, sizeof(*recs));
 	double *staged = calloc(k, sizeof(*staged)), *end = calloc(k, sizeof(*end));
 	uint64_t start = UINT64_MAX, t_call = 0, t_staged = 0, t_end = 0;
-	uint64_t bytes_read = 0, bytes_wanted = 0, reads = 0, floor = 0;
+	uint64_t bytes_read = 0, bytes_wanted = 0, reads = 0, floor = 0, bytes_resident = 0;
+	uint64_t files_resident = 0;
 	double verify_ms = 0;
 	struct cost cost = { 0 };
 	struct drop_info drop = { 0 };
 	char buf[MAX_RANKS], g = 'g';
 	char saved[CKPT_MAX_NAME_LEN + 1] = ""; /* a save's checkpoint name */
-	char ckpt_dir[PATH_MAX] = "";          /* load, read: the kept checkpoint */
+	char ckpt_dir[PATH_MAX] = "";          /* load, read: the checkpoint read */
+	const char *ckpt_name = "";
 	const char *what = names[c->kind];
 	uint64_t total = o->bytes * k;
 	int view = c->one ? VIEW_ONE : VIEW_MANY;
@@ -2529,8 +2688,13 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	_Static_assert(sizeof(names) / sizeof(names[0]) == CMD_QUIT + 1, "a name per command");
 	if (!recs || !staged || !end)
 		die_ranks("out of memory");
-	if (c->kind == CMD_LOAD || c->kind == CMD_READ)
+	if (c->kind == CMD_LOAD && c->from[0]) {
+		kept_path(ckpt_dir, sizeof(ckpt_dir), o, c->from);
+		ckpt_name = c->from;
+	} else if (c->kind == CMD_LOAD || c->kind == CMD_READ) {
 		snprintf(ckpt_dir, sizeof(ckpt_dir), "%s", kept_ckpt[view].path);
+		ckpt_name = kept_ckpt[view].name;
+	}
 	for (unsigned r = 0; r < k; r++)
 		if (!write_all(ranks_io[r].cmd_w, line, strlen(line)) ||
 		    !write_all(ranks_io[r].cmd_w, "\n", 1))
@@ -2577,6 +2741,8 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		bytes_read += recs[r].bytes_read;
 		bytes_wanted += recs[r].bytes_wanted;
 		reads += recs[r].reads;
+		bytes_resident += recs[r].bytes_resident;
+		files_resident += recs[r].files_resident;
 		floor = floor == UINT64_MAX || recs[r].floor_bytes == UINT64_MAX ?
 				UINT64_MAX : floor + recs[r].floor_bytes;
 		verify_ms = recs[r].verify_ms > verify_ms ? recs[r].verify_ms : verify_ms;
@@ -2687,7 +2853,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	case CMD_LOAD:
 	case CMD_READ:
 		printf(", \"view\": \"%s\", \"name\": ", c->one ? "one" : "many");
-		print_json_str(kept_ckpt[view].name);
+		print_json_str(ckpt_name);
 		printf(", \"ms\": %.3f, \"gibps\": %.4f, \"bytes_read\": %" PRIu64,
 		       ms_between(start, t_end),
 		       gibps(c->kind == CMD_LOAD ? total : bytes_read, ms_between(start, t_end)),
@@ -2697,6 +2863,15 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 			       ", \"reads\": %" PRIu64 ", \"read_amplification\": %.4f",
 			       c->reshard ? "true" : "false", active, bytes_wanted, reads,
 			       bytes_wanted ? (double)bytes_read / (double)bytes_wanted : 0.0);
+			/* Summed over the loaders: a file served to two of them
+			 * counts twice, as its bytes do in bytes_read. */
+			printf(", \"from\": %s, \"via\": ", c->from[0] ? "true" : "false");
+			if (c->client >= 0)
+				print_json_str(o->clients[c->client].name);
+			else
+				printf("null");
+			printf(", \"bytes_resident\": %" PRIu64 ", \"files_resident\": %" PRIu64,
+			       bytes_resident, files_resident);
 			if (floor != UINT64_MAX)
 				printf(", \"floor_bytes\": %" PRIu64 ", \"floor_amplification\": %.4f",
 				       floor, bytes_wanted ? (double)floor / (double)bytes_wanted : 0.0);
@@ -2735,11 +2910,19 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 
 /* Whether c can run now: a load or a read needs a kept checkpoint of its
  * view, and a load one that still holds the state (the ranks verify the
- * loaded bytes against it).  Sets err if not. */
+ * loaded bytes against it); a load "from" another process's checkpoint
+ * needs the state as start-up made it (see "restarts").  Sets err if not. */
 static bool cmd_allowed(const struct cmd *c, char *err, size_t errlen)
 {
 	int view = c->one ? VIEW_ONE : VIEW_MANY;
 
+	if (c->kind == CMD_LOAD && c->from[0]) {
+		if (state_version == 0)
+			return true;
+		snprintf(err, errlen, "load from: the state changed since start-up (a save without "
+			 "keep came first), so the bytes cannot be verified");
+		return false;
+	}
 	if (c->kind != CMD_LOAD && c->kind != CMD_READ)
 		return true;
 	if (!kept_ckpt[view].name[0]) {

@@ -21,9 +21,9 @@ as their median, min and max (and a ceiling where one is defined).
 Environment: BUILD (build directory, default "build"), QUICK (non-empty and
 not "0": small sizes, 2 rounds: a smoke check), SCENARIOS (comma-separated
 subset of save-2g, save-many, save-8ranks, two-jobs, save-gpu-2g,
-save-s3-1g, s3-sink-2g, load-2g, reshard-8to3; reshard-8to3 brings load-2g
-with it), BENCH_SKIP_S3=1 (the S3 scenarios report null
-with the reason instead of running),
+save-s3-1g, s3-sink-2g, load-2g, reshard-8to3, restore-ram-2g; reshard-8to3
+and restore-ram-2g bring load-2g with them), BENCH_SKIP_S3=1 (the S3
+scenarios report null with the reason instead of running),
 BENCH_ROUNDS (override the number of rounds, >= 2; fewer than 5 is noted as
 not a protocol run), BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out;
 its fields are then null with a reason), BENCH_OUT (output JSON path; default
@@ -53,7 +53,11 @@ every load: load-2g one rank's 2 GiB against the read limit of the same
 file (O_DIRECT: fio and ckpt_bench's reader) and DCP's load of the same
 state; reshard-8to3, in the same rounds, 8 ranks' row-sharded tensors
 loaded by 3 ranks as column bands (and reshard-8to3-wide, the same bytes
-as one tensor per rank).
+as one tensor per rank).  restore-ram-2g, also in load-2g's rounds, is a
+trainer killed with SIGKILL after a committed save and a new one loading
+that checkpoint from the daemon's memory (CKPT_CONNECT_RESIDENT,
+ckpt_load_set_client): each of its measurements starts a saver and, once
+the saver is killed, a loader (two ckpt_bench processes of one job).
 
   python3 bench/run.py --markdown FILE   prints a results file as Markdown
 
@@ -98,6 +102,10 @@ report.TARGETS += [
     ("scale-1024", "scaling_exponent_plan_all", "<=", 1.2, "value"),
 ]
 report.RATIOS += ["merge_vs_parse", "plan_one_vs_open"]
+# restore-ram-2g (issue 10): a restarted trainer's load from ckptd's memory
+# against load-2g's load from the disk, in the same round.
+report.TARGETS += [("restore-ram-2g", "ram_vs_load_2g", ">=", 3.0, "ratio")]
+report.RATIOS += ["ram_vs_load_2g"]
 
 
 def _mib_row(key):
@@ -127,8 +135,14 @@ report.ROWS[_at:_at] = [
      if "load_reads" in s or "reshard_reads" in s else "-"),
     ("KiB resident after drop", lambda s: "%.0f" % (s["resident_after_drop_bytes"] / 1024)
      if s.get("resident_after_drop_bytes") is not None else "-"),
-    ("load CPU ms", lambda s: report.fmt(s.get("load_cpu_ms", s.get("reshard_cpu_ms")), 0)
-     if "load_cpu_ms" in s or "reshard_cpu_ms" in s else "-"),
+    ("load CPU ms", lambda s: report.fmt(s.get("load_cpu_ms", s.get("reshard_cpu_ms", s.get("ram_cpu_ms"))), 0)
+     if "load_cpu_ms" in s or "reshard_cpu_ms" in s or "ram_cpu_ms" in s else "-"),
+    ("ram_load_s (restarted trainer)", report._val("ram_load_s", 3)),
+    ("first_ram_load_s", report._val("first_ram_load_s", 3)),
+    ("ram_gibps", report._val("ram_gibps", 2)),
+    ("MiB / files from ckptd's memory", lambda s: "%.0f / %d" % (s["ram_bytes_resident"] / MIB,
+                                                                 s["ram_files_resident"])
+     if s.get("ram_bytes_resident") is not None else "-"),
     ("scale: chunks (largest world)", report._val("scale_chunks", 0)),
     ("scale: manifest MiB (largest world)", lambda s: "%.1f" % (s["scale_manifest_bytes"] / MIB)
      if s.get("scale_manifest_bytes") is not None else "-"),
@@ -189,6 +203,7 @@ if QUICK:
         "s3-sink-2g": dict(kind="s3", server="sink", bytes=256 * MIB, tensors=256, ranks=1),
         "load-2g": dict(kind="load", bytes=256 * MIB, tensors=256, ranks=1),
         "reshard-8to3": dict(kind="reshard", bytes=32 * MIB, tensors=32, ranks=8, cols=4096, loaders=3),
+        "restore-ram-2g": dict(kind="restore", bytes=256 * MIB, tensors=256, ranks=1),
         "scale-1024": dict(kind="scale", bytes=0, tensors=50, ranks=128, worlds="16,32,64,128"),
     }
 else:
@@ -205,6 +220,9 @@ else:
         # 8 ranks x 32 chunks of [512, 4096] fp32: 32 global [4096, 4096]
         # tensors (the size of a 7B model's attention projections).
         "reshard-8to3": dict(kind="reshard", bytes=256 * MIB, tensors=32, ranks=8, cols=4096, loaders=3),
+        # load-2g's state, saved and loaded back by a restarted trainer
+        # through the daemon's memory, in load-2g's rounds.
+        "restore-ram-2g": dict(kind="restore", bytes=2 * GIB, tensors=256, ranks=1),
         # Synthetic checkpoints of 128..1024 ranks x 500 tensors, each sharded
         # over every rank: merge, open and load planning (bench/ckpt_scale.c).
         "scale-1024": dict(kind="scale", bytes=0, tensors=500, ranks=1024, worlds="128,256,512,1024"),
@@ -219,6 +237,9 @@ TWO_THREADS = "save-8ranks-2threads"
 # more than its band (see analyse_reshard), reported as a scenario of its
 # own.
 WIDE = "reshard-8to3-wide"
+# restore-ram-2g runs in load-2g's rounds too (ram_vs_load_2g divides
+# load-2g's load time by its own, per round).
+RESTORE = "restore-ram-2g"
 
 T_START = time.monotonic()
 
@@ -1632,6 +1653,16 @@ DCP_LOAD_THREADS = (1, 4)
 # checkpoints (untimed), so they need not hold a shard at once.
 LOAD_ARENA = 256 * MIB
 RESHARD_ARENA = 64 * MIB
+# restore-ram-2g's loader stages nothing: its connection only serves the
+# load, so it asks for a small arena (the saver gets LOAD_ARENA).
+RESTORE_LOADER_ARENA = 16 * MIB
+
+
+def restore_image_bytes(ram):
+    """What restore-ram-2g's image takes of arena_total: the shard file
+    (the state, a header of ~100 bytes per tensor), rounded up to 2 MiB by
+    the daemon; arena_for's allowance covers both."""
+    return arena_for(ram["bytes"], ram["tensors"])
 
 
 def shard_files(data, name):
@@ -1666,11 +1697,13 @@ def fio_read(files, depth):
             "bytes_read": rd["io_bytes"], "depth": depth, "files": len(files)}
 
 
-def load_memory_plan(sc, rsc, uring_depth):
+def load_memory_plan(sc, rsc, uring_depth, ram=None):
     """Bytes the load scenarios' workers hold at once: ckpt_bench (state,
     the limits' memfd, the arena; the reshard's loaders their band
-    buffers), the DCP worker (the state and torch) and fio's buffers.  The
-    page cache the loads fill is dropped before each one."""
+    buffers), the DCP worker (the state and torch), fio's buffers and, for
+    restore-ram-2g, the daemon's image, one ckpt_bench without limits
+    (saver and loader never run at once) and their arenas.  The page cache
+    the loads fill is dropped before each one."""
     plan = {"ckpt_bench": 2 * sc["bytes"] + LOAD_ARENA + 64 * MIB,
             "dcp": sc["bytes"] + 600 * MIB,
             "fio": 2 * uring_depth * 8 * MIB * max(1, rsc["ranks"] if rsc else 1),
@@ -1679,16 +1712,130 @@ def load_memory_plan(sc, rsc, uring_depth):
         total = rsc["bytes"] * rsc["ranks"]
         plan["ckpt_bench_reshard"] = (rsc["ranks"] * (2 * rsc["bytes"] + RESHARD_ARENA) +
                                       rsc["loaders"] * (total // rsc["loaders"] + MIB) + 64 * MIB)
+    if ram:
+        plan["restore"] = (restore_image_bytes(ram) + ram["bytes"] + LOAD_ARENA + RESTORE_LOADER_ARENA +
+                           64 * MIB)
     return plan
 
 
+class RestoreCycles:
+    """restore-ram-2g's measurement.  Each call is one trainer's two lives,
+    both ckpt_bench processes of one job (--job), without the limits'
+    memfd (--no-limits: they need no second copy of the state):
+
+    - the saver connects with CKPT_CONNECT_RESIDENT (--resident), saves
+      its state as its first save ("save default keep", so the state is
+      state_init's and stays on disk) and answers once the save has
+      committed; then it is killed with SIGKILL (its process group, by PID:
+      the rank process holding the client dies with it) and reaped;
+    - the loader, a new process, builds and touches its state and connects
+      (no flag: serving needs none); once it is ready, the daemon's status
+      is read (which image it holds), then "load via default from X" loads
+      X into the state through the client (ckpt_load_set_client), timed
+      from ckpt_reader_open to the done future as load-2g's load is, X's
+      files dropped from the page cache first, the bytes checked against
+      the saved state after the clock stopped.  The loader quits; X is
+      removed.
+
+    The figure must be a load from memory: a call whose load took any file
+    or byte from storage fails (not a figure).  Every call has a job of its
+    own: a job's newest image stays while its next save fills another, so
+    one job for every call would keep two images (4 GiB at full size); with
+    a job per call, a new image evicts the last call's when arena_total has
+    no room for both (it has room for one)."""
+
+    def __init__(self, daemon, ram, run_dir):
+        self.daemon = daemon
+        self.ram = ram
+        self.run_dir = run_dir
+        self.calls = 0
+        self.env = worker_env(1)
+
+    def argv(self, job, arena):
+        return ckpt_argv(self.daemon, self.ram["bytes"], self.ram["tensors"], 1, ["default:0"], arena) + [
+            "--job", job, "--no-limits"]
+
+    def image(self, job):
+        """The daemon's status entry of job's image (rank 0), the status's
+        resident_bytes, and an error text if the status could not be read."""
+        try:
+            st = self.daemon.status()
+        except BenchError as e:
+            return None, None, str(e)
+        found = [x for x in (st.get("resident") or []) if x.get("job") == job + "-default"
+                 and x.get("rank") == 0]
+        return (found[0] if found else None), st.get("resident_bytes"), None
+
+    def __call__(self):
+        self.calls += 1
+        job = "restore-%d-%d" % (os.getpid(), self.calls)
+        tag = "%02d" % self.calls
+        fig = {"job": job + "-default"}
+        saver = Worker("restore_saver", self.argv(job, LOAD_ARENA) + ["--resident"],
+                       os.path.join(self.run_dir, "restore_saver_%s.log" % tag), env=self.env)
+        ckpt_dir = None
+        try:
+            try:
+                sready = saver.ready()
+                if not sready["clients"]["default"].get("resident"):
+                    raise BenchError("restore saver: its client did not connect with CKPT_CONNECT_RESIDENT")
+                saved = saver.cmd("save default keep")
+                ckpt_dir = os.path.join(self.daemon.data, saved["name"])
+            finally:
+                # kill -9 of the trainer, committed or not: SIGKILL to its
+                # group, reaped before anything else runs.
+                saver.kill()
+                saver.log.close()
+            fig["saver_exit"] = saver.proc.returncode
+            if saver.proc.returncode != -signal.SIGKILL:
+                raise BenchError("restore saver: exit status %s, not SIGKILL's" % saver.proc.returncode)
+            fig["name"] = saved["name"]
+            fig["save"] = {k: saved.get(k) for k in ("staged_ms", "committed_ms")}
+
+            t0 = time.monotonic()
+            loader = Worker("restore_loader", self.argv(job, RESTORE_LOADER_ARENA),
+                            os.path.join(self.run_dir, "restore_loader_%s.log" % tag), env=self.env)
+            try:
+                lready = loader.ready()
+                fig["loader_start_s"] = round(time.monotonic() - t0, 3)
+                fig["loader_connect_ms"] = lready["clients"]["default"]["connect_ms"]
+                img, fig["resident_bytes"], why = self.image(job)
+                fig["image_before_load"] = img if why is None else {"status_error": why}
+                ld = loader.cmd("load via default from %s" % saved["name"])
+            finally:
+                rc = loader.close()
+            if rc != 0:
+                raise BenchError("restore loader exited with status %s: %s"
+                                 % (rc, log_tail(loader.log_path, 3)))
+        finally:
+            if ckpt_dir:
+                shutil.rmtree(ckpt_dir, ignore_errors=True)
+        for k in ("ms", "gibps", "bytes", "bytes_read", "bytes_resident", "files_resident", "reads",
+                  "verify_ms", "cost", "drop"):
+            fig[k] = ld.get(k)
+        fig["seconds"] = ld["ms"] / 1e3
+        # The claim of the figure: every byte of the one shard came from
+        # the image the saver left in the daemon.
+        if (ld.get("files_resident") != 1 or ld.get("bytes_resident") != ld.get("bytes_read")
+                or ld.get("bytes") != self.ram["bytes"]):
+            raise BenchError("restore: the load took %s of %s file(s) and %s of its %s bytes read from ckptd's "
+                             "memory (want 1 file and every byte; %s bytes wanted of %d): not a load from memory. "
+                             "The daemon's image of job '%s' before the load: %s"
+                             % (ld.get("files_resident"), self.ram["ranks"], ld.get("bytes_resident"),
+                                ld.get("bytes_read"), ld.get("bytes"), self.ram["bytes"], fig["job"],
+                                json.dumps(fig["image_before_load"])))
+        return fig
+
+
 def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
-    """load-2g and, with rsc, reshard-8to3 and reshard-8to3-wide, in the
-    same rounds: ckptd's loads of kept checkpoints (made before round 1),
-    the read limit of the same files (the built-in reader and fio, O_DIRECT,
-    at the daemon's depth and twice it) and DCP's load of the same state.
-    Returns {scenario name: result}."""
+    """load-2g and, with rsc, reshard-8to3 and reshard-8to3-wide, and with
+    sc["restore"] restore-ram-2g, in the same rounds: ckptd's loads of kept
+    checkpoints (made before round 1), the read limit of the same files
+    (the built-in reader and fio, O_DIRECT, at the daemon's depth and twice
+    it), DCP's load of the same state and a restarted trainer's load from
+    the daemon's memory (RestoreCycles).  Returns {scenario name: result}."""
     nbytes, tensors = sc["bytes"], sc["tensors"]
+    ram = sc.get("restore")
     gib = nbytes / GIB
     notes, rnotes = [], []
     detail = {}
@@ -1697,7 +1844,7 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
         raise BenchError("cannot read the daemon's uring_depth from its status")
     depths = (uring_depth, 2 * uring_depth)
 
-    plan = load_memory_plan(sc, rsc, uring_depth)
+    plan = load_memory_plan(sc, rsc, uring_depth, ram)
     avail = meminfo("MemAvailable")
     want_dcp = bool(py) and not SKIP_DCP
     detail["memory_plan_gib"] = {k: round(v / GIB, 2) for k, v in plan.items()}
@@ -1712,8 +1859,10 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
             notes.append("only %.1f GiB of memory available, ckpt_bench and fio want ~%.1f GiB"
                          % (avail / GIB, base / GIB))
 
-    progress("%s: starting ckpt_bench%s%s" % (name, ", ckpt_bench for reshard-8to3" if rsc else "",
-                                              ", DCP" if want_dcp else ""))
+    progress("%s: starting ckpt_bench%s%s%s" % (name, ", ckpt_bench for reshard-8to3" if rsc else "",
+                                                ", DCP" if want_dcp else "",
+                                                " (restore-ram-2g starts its own in every measurement)"
+                                                if ram else ""))
     ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, 1, ["default:0"], LOAD_ARENA),
                         run_dir, worker_env(1), notes)
     ckpt8 = None
@@ -1787,6 +1936,10 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
 
         items = [("ckptd", lambda: ckpt.cmd("load"), ckpt)]
         blocks = [["ckptd"]]
+        if ram:
+            # Next to load-2g's load, which its ratio divides.
+            items.append(("ckptd_ram", RestoreCycles(daemon, ram, run_dir), None))
+            blocks[0].append("ckptd_ram")
         for d in depths:
             items.append(("read_builtin_d%d" % d, (lambda d=d: ckpt.cmd("read %d" % d)), ckpt))
             items.append(("read_fio_d%d" % d, (lambda d=d: fio_read(files, d)), None))
@@ -1821,6 +1974,8 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
                                   ("ckptd_reshard_wide", WIDE, "one")):
             res[sname] = analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, gib, read8,
                                          list(notes), detail, made, res[name])
+    if ram:
+        res[RESTORE] = analyse_restore(RESTORE, ram, rounds, list(notes), detail)
     return res
 
 
@@ -2051,6 +2206,89 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
     r["notes"] = notes
     r["detail"] = d
     return r
+
+
+def analyse_restore(name, sc, rounds, notes, detail):
+    """restore-ram-2g's JSON from the rounds: the restarted trainer's load
+    from the daemon's memory against load-2g's load in the same round."""
+    item = "ckptd_ram"
+    gib = sc["bytes"] / GIB
+    r = {"bytes": sc["bytes"], "tensors": sc["tensors"], "ranks": 1, "rounds": len(rounds.rounds)}
+    ram_r = rounds.series(item, "ms")
+    load_r = rounds.series("ckptd", "ms")
+    ms = median(ram_r)
+    r["ram_load_ms"] = ms
+    r["ram_load_s"] = ms / 1e3 if ms else None
+    r["ram_gibps"] = ratio(gib, r["ram_load_s"])
+    first = rounds.rounds[0]["warmup"].get(item) if rounds.rounds else None
+    r["first_ram_load_s"] = first["seconds"] if first else None
+    lm = median(load_r)
+    r["load_2g_load_s"] = lm / 1e3 if lm else None
+    last = next((rd["figures"][item] for rd in reversed(rounds.rounds) if item in rd["figures"]), {})
+    r["ram_bytes_read"] = last.get("bytes_read")
+    r["ram_bytes_resident"] = last.get("bytes_resident")
+    r["ram_files_resident"] = last.get("files_resident")
+    r["ram_reads"] = last.get("reads")
+
+    per = []
+    round_ratios = []
+    for i in range(len(rounds.rounds)):
+        x = ratio(load_r[i], ram_r[i])
+        per.append(x)
+        round_ratios.append({"ram_vs_load_2g": x})
+    r["ratios"] = {"ram_vs_load_2g": spread(per)}
+    if r["ram_load_ms"] is None:
+        notes.append("ram_vs_load_2g: no restore from memory succeeded (see the rounds' errors)")
+    elif not any(x is not None for x in per):
+        notes.append("ram_vs_load_2g: load-2g's load did not succeed in any round that restored")
+    notes.append("every measurement is one trainer's two lives: a ckpt_bench connected with "
+                 "CKPT_CONNECT_RESIDENT saves the state (committed; not timed) and is killed with SIGKILL, "
+                 "then a new ckpt_bench of the same job connects and loads that checkpoint through its "
+                 "client (ckpt_load_set_client), timed from ckpt_reader_open to the done future as load-2g's "
+                 "load is, its files dropped from the page cache first; a load that took any file or byte "
+                 "from storage fails the run. A save per measurement (two per round with the warm-up) "
+                 "rather than one before the rounds: the scenario is a kill after a save and a load by a "
+                 "process that has never loaded, and the save is the one step that makes the image. So "
+                 "every figure is a new process's first load, while load-2g's are a long-lived process's")
+    r["resident_after_drop_bytes"] = resident_note(rounds, {}, [item], notes)
+    r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
+    cost = load_cost(rounds, item)
+    r["ram_cpu_ms"] = cost.get("cpu_ms")
+    r["bound"] = restore_bound(r, cost)
+    notes.append("bound: " + r["bound"])
+
+    d = dict(detail)
+    d["restore"] = {"saver": "ckpt_bench --job J --no-limits --resident --arena %d: 'save default keep'"
+                             % LOAD_ARENA,
+                    "loader": "ckpt_bench --job J --no-limits --arena %d: 'load via default from NAME'"
+                              % RESTORE_LOADER_ARENA,
+                    "job": "a job of its own per measurement (see RestoreCycles)"}
+    d["cpu"] = {item: cost}
+    d["rounds"] = [{"order": rd["order"],
+                    "figures": {k: v for k, v in rd["figures"].items() if k in (item, "ckptd")},
+                    "warmup": {k: v for k, v in rd.get("warmup", {}).items() if k == item},
+                    "errors": rd["errors"], "ratios": rr}
+                   for rd, rr in zip(rounds.rounds, round_ratios)]
+    r["notes"] = notes
+    r["detail"] = d
+    return r
+
+
+def restore_bound(r, cost):
+    """One line: what bounds restore-ram-2g's figures."""
+    s = r.get("ram_load_s")
+    if not s:
+        return "n/a (no restore from memory succeeded)"
+    parts = ["the load copies %.0f MiB from the daemon's image (a read-only mapping of its memfd, the "
+             "pages mapped afresh by every new process) into the state and checks every 1 MiB block's "
+             "CRC32C: %.2f GiB/s" % ((r.get("ram_bytes_resident") or 0) / MIB, r["ram_gibps"])]
+    if cost.get("cpu_ms") is not None:
+        parts.append("%.0f ms of CPU in %.0f ms (%.2f cores of %d), %s minor faults"
+                     % (cost["cpu_ms"], s * 1e3, cost["cpu_ms"] / (s * 1e3), cpus(),
+                        "%.0f" % cost["minflt"] if cost.get("minflt") is not None else "n/a"))
+    if r.get("load_2g_load_s"):
+        parts.append("load-2g reads the same bytes from the disk in %.2f s" % r["load_2g_load_s"])
+    return "; ".join(parts)
 
 
 def fmt_bytes(n):
@@ -2742,17 +2980,26 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         if devices < 1:
             return {name: empty_result(name, sc, "no GPU, so not run: %s" % why)}
         sc = dict(sc, fake=fake or FAKE_CUDA)
-    rsc = None
+    rsc = ram = None
+    images = 0
     if sc["kind"] == "two":
         arenas = [arena_for(sc["bytes"], sc["tensors"]), arena_for(sc["second_bytes"], sc["second_tensors"])]
     elif sc["kind"] == "load":
         rsc = sc.get("reshard")
+        ram = sc.get("restore")
         arenas = [LOAD_ARENA] + ([RESHARD_ARENA] * rsc["ranks"] if rsc else [])
+        if ram:
+            # The saver's and the loader's arenas (a killed saver's may
+            # not be reaped yet when the loader connects), and room for
+            # one image: arena_total counts images too, and a HELLO that
+            # finds no room evicts them.
+            arenas += [LOAD_ARENA, RESTORE_LOADER_ARENA]
+            images = restore_image_bytes(ram)
     else:
         per = arena_for(sc["bytes"], sc["tensors"])
         arenas = [per] * (ranks * (2 if sc["kind"] == "ranks" else 1))
     arena_max = (max(arenas) // MIB + 64) * MIB
-    arena_total = (sum(arenas) // MIB + 256) * MIB
+    arena_total = ((sum(arenas) + images) // MIB + 256) * MIB
     sdir = os.path.join(run_dir, name)
     os.makedirs(sdir, exist_ok=True)
     if sc["kind"] == "s3":
@@ -2791,6 +3038,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         if rsc:
             for n in ("reshard-8to3", WIDE):
                 res[n] = empty_result(n, rsc, "not run: %s" % e)
+        if ram:
+            res[RESTORE] = empty_result(RESTORE, ram, "not run: %s" % e)
     finally:
         alive = daemon.alive()
         rc = daemon.stop()
@@ -2840,9 +3089,14 @@ def main():
             sys.exit("bench: unknown scenario '%s' (SCENARIOS= any of %s)" % (s, ", ".join(SCENARIOS)))
     if wanted:
         wanted = ["save-8ranks" if s == TWO_THREADS else "reshard-8to3" if s == WIDE else s for s in wanted]
-        if "reshard-8to3" in wanted and "load-2g" not in wanted:
-            notes.append("load-2g runs with reshard-8to3: vs_load_2g divides by its figure of the same round")
-            wanted.append("load-2g")
+        # Scenarios measured in load-2g's rounds, and what they take from it.
+        why = {"reshard-8to3": "vs_load_2g divides by its figure of the same round",
+               RESTORE: "ram_vs_load_2g divides its load time of the same round by restore-ram-2g's"}
+        pulled = "load-2g" not in wanted
+        for n in [n for n in why if n in wanted and pulled]:
+            if "load-2g" not in wanted:
+                wanted.append("load-2g")
+            notes.append("load-2g runs with %s: %s" % (n, why[n]))
     names = [n for n in SCENARIOS if not wanted or n in wanted]
     if os.environ.get("BENCH_ROUNDS"):
         try:
@@ -2879,12 +3133,15 @@ def main():
 
     py = None
     if any(SCENARIOS[n]["kind"] not in ("two", "s3") for n in names) and not (
-            SKIP_DCP and (SKIP_TORCH or all(SCENARIOS[n]["kind"] in ("load", "reshard") for n in names))):
+            SKIP_DCP and (SKIP_TORCH or all(SCENARIOS[n]["kind"] in ("load", "reshard", "restore")
+                                            for n in names))):
         py = bench_python(notes)
-    if "load-2g" in names and "reshard-8to3" in names:
-        # One group: reshard-8to3 is measured in load-2g's rounds.
-        names.remove("reshard-8to3")
-        SCENARIOS["load-2g"] = dict(SCENARIOS["load-2g"], reshard=SCENARIOS["reshard-8to3"])
+    # One group: reshard-8to3 and restore-ram-2g are measured in load-2g's
+    # rounds.
+    for n, key in (("reshard-8to3", "reshard"), (RESTORE, "restore")):
+        if "load-2g" in names and n in names:
+            names.remove(n)
+            SCENARIOS["load-2g"] = dict(SCENARIOS["load-2g"], **{key: SCENARIOS[n]})
     scenarios = {}
     for n in names:
         scenarios.update(run_scenario(n, SCENARIOS[n], py, run_dir, data, failures))

@@ -48,6 +48,9 @@ void cli_conn_dead_locked(struct ckpt_client *c, const char *detail)
 
 /* Handles one valid message.  Returns 0, or -EBADMSG with the reason in
  * detail: the daemon broke the protocol and the connection must die. */
+static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_done *m,
+			       char *detail, size_t dlen);
+
 static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *detail, size_t dlen)
 {
 	switch (type) {
@@ -68,6 +71,8 @@ static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *de
 		return save_on_done_locked(c, buf, detail, dlen);
 	case PROTO_SAVE_DURABLE:
 		return save_on_durable_locked(c, buf, detail, dlen);
+	case PROTO_LOAD_DONE:
+		return on_load_done_locked(c, buf, detail, dlen);
 	case PROTO_ERROR: {
 		const struct proto_error *m = buf;
 		snprintf(detail, dlen, "ckptd: %.490s", m->msg[0] ? m->msg : strerror(-m->err));
@@ -77,6 +82,158 @@ static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *de
 		snprintf(detail, dlen, "unexpected message type %d", type);
 		return -EBADMSG;
 	}
+}
+
+/* A LOAD_READ waiting for its LOAD_DONE. */
+struct lwait {
+	uint32_t token;
+	bool done;
+	int err;
+	uint64_t got;
+	struct lwait *next;
+};
+
+static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_done *m,
+			       char *detail, size_t dlen)
+{
+	for (struct lwait *w = c->lwaits; w; w = w->next) {
+		if (w->token == m->token && !w->done) {
+			w->done = true;
+			w->err = m->err;
+			w->got = m->got;
+			pthread_cond_broadcast(&c->res_cv);
+			return 0;
+		}
+	}
+	snprintf(detail, dlen, "LOAD_DONE for token %u, which no read awaits", m->token);
+	return -EBADMSG;
+}
+
+static void abs_deadline(struct timespec *dl, int64_t timeout_ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, dl);
+	dl->tv_sec += timeout_ms / 1000;
+	dl->tv_nsec += (timeout_ms % 1000) * 1000000;
+	if (dl->tv_nsec >= 1000000000) {
+		dl->tv_sec++;
+		dl->tv_nsec -= 1000000000;
+	}
+}
+
+int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle)
+{
+	struct proto_load_file m;
+	uint32_t h = PROTO_LOAD_FILES;
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < PROTO_LOAD_FILES / 64 && h == PROTO_LOAD_FILES; i++)
+		if (~c->lhandles[i])
+			h = i * 64 + (uint32_t)__builtin_ctzll(~c->lhandles[i]);
+	if (h < PROTO_LOAD_FILES)
+		c->lhandles[h / 64] |= 1ull << (h % 64);
+	r = c->dead ? -ECONNRESET : h == PROTO_LOAD_FILES ? -EMFILE : 0;
+	pthread_mutex_unlock(&c->lock);
+	if (r == -ECONNRESET) {
+		cli_load_unlend(c, h);
+		return r;
+	}
+	if (r)
+		return r;
+	proto_init(&m.h, PROTO_LOAD_FILE, sizeof(m));
+	m.handle = h;
+	r = proto_send(c->sock, &m, sizeof(m), fd);
+	if (r < 0) {
+		pthread_mutex_lock(&c->lock);
+		c->lhandles[h / 64] &= ~(1ull << (h % 64));
+		pthread_mutex_unlock(&c->lock);
+		return r;
+	}
+	*ret_handle = h;
+	return 0;
+}
+
+void cli_load_unlend(struct ckpt_client *c, uint32_t handle)
+{
+	struct proto_load_close m;
+
+	if (handle >= PROTO_LOAD_FILES)
+		return;
+	proto_init(&m.h, PROTO_LOAD_CLOSE, sizeof(m));
+	m.handle = handle;
+	/* Sent before the handle is free again: the daemon closes the old
+	 * descriptor before any LOAD_FILE that reuses the handle arrives. */
+	(void)proto_send(c->sock, &m, sizeof(m), -1);
+	pthread_mutex_lock(&c->lock);
+	c->lhandles[handle / 64] &= ~(1ull << (handle % 64));
+	pthread_mutex_unlock(&c->lock);
+}
+
+int64_t cli_arena_take(struct ckpt_client *c, uint32_t count, int64_t timeout_ms)
+{
+	struct timespec dl;
+	int64_t first;
+	int w = 0;
+
+	if (count == 0 || count > c->slots.n_slots)
+		return -E2BIG;
+	abs_deadline(&dl, timeout_ms);
+	pthread_mutex_lock(&c->lock);
+	while ((first = arena_slots_take(&c->slots, count)) < 0 && !c->dead && w != ETIMEDOUT)
+		w = pthread_cond_timedwait(&c->slot_cv, &c->lock, &dl);
+	if (first < 0)
+		first = c->dead ? -ECONNRESET : -ETIMEDOUT;
+	pthread_mutex_unlock(&c->lock);
+	return first;
+}
+
+void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count)
+{
+	pthread_mutex_lock(&c->lock);
+	(void)arena_slots_put(&c->slots, first, count);
+	pthread_cond_broadcast(&c->slot_cv);
+	pthread_mutex_unlock(&c->lock);
+}
+
+int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
+		      uint64_t arena_off)
+{
+	struct proto_load_read m;
+	struct lwait w = { 0 }, **pp;
+	int64_t r = 0;
+
+	proto_init(&m.h, PROTO_LOAD_READ, sizeof(m));
+	pthread_mutex_lock(&c->lock);
+	if (c->dead) {
+		pthread_mutex_unlock(&c->lock);
+		return -ECONNRESET;
+	}
+	w.token = ++c->lread_next;
+	w.next = c->lwaits;
+	c->lwaits = &w;
+	pthread_mutex_unlock(&c->lock);
+	m.token = w.token;
+	m.handle = handle;
+	m.file_off = file_off;
+	m.len = len;
+	m.arena_off = arena_off;
+	r = proto_send(c->sock, &m, sizeof(m), -1);
+
+	pthread_mutex_lock(&c->lock);
+	/* No timeout: the daemon answers every read (a disk that hangs
+	 * hangs the read as it would a pread); a dead connection ends it. */
+	while (r == 0 && !w.done && !c->dead)
+		pthread_cond_wait(&c->res_cv, &c->lock);
+	for (pp = &c->lwaits; *pp; pp = &(*pp)->next) {
+		if (*pp == &w) {
+			*pp = w.next;
+			break;
+		}
+	}
+	if (r == 0)
+		r = !w.done ? -ECONNRESET : w.err ? w.err : (int64_t)w.got;
+	pthread_mutex_unlock(&c->lock);
+	return r;
 }
 
 /* A RESIDENT_REPLY and the fd that came with it (taken or closed). */
@@ -106,14 +263,14 @@ static int on_resident_locked(struct ckpt_client *c, const struct proto_resident
 	return 0;
 }
 
-int cli_resident_get(struct ckpt_client *c, const char *attempt, uint32_t rank,
-		     int64_t timeout_ms, int *ret_fd, uint64_t *ret_size)
+int cli_resident_get(struct ckpt_client *c, const char *attempt, const char *where,
+		     uint32_t rank, int64_t timeout_ms, int *ret_fd, uint64_t *ret_size)
 {
 	struct proto_resident_req req;
 	struct timespec dl;
 	int r = 0;
 
-	if (strlen(attempt) >= sizeof(req.attempt))
+	if (strlen(attempt) >= sizeof(req.attempt) || strlen(where) >= sizeof(req.where))
 		return -EINVAL;
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_sec += timeout_ms / 1000;
@@ -136,6 +293,7 @@ int cli_resident_get(struct ckpt_client *c, const char *attempt, uint32_t rank,
 	req.token = c->res_token;
 	req.rank = rank;
 	snprintf(req.attempt, sizeof(req.attempt), "%s", attempt);
+	snprintf(req.where, sizeof(req.where), "%s", where);
 	pthread_mutex_unlock(&c->lock);
 
 	/* Saves send on this socket from other threads too: a SEQPACKET

@@ -473,6 +473,11 @@ struct ckpt_client {
 	uint64_t res_size;
 	char res_msg[PROTO_MSG_LEN];
 
+	/* Reads through the daemon (LOAD_*): [lock] */
+	struct lwait *lwaits;             /* LOAD_READs awaiting LOAD_DONE */
+	uint32_t lread_next;              /* tokens handed out */
+	uint64_t lhandles[PROTO_LOAD_FILES / 64]; /* handles in use: 1 bits */
+
 	pthread_t recv_thread, save_thread;
 	pthread_t copy_threads[CLI_MAX_COPY_THREADS];
 	unsigned n_copy;
@@ -486,14 +491,39 @@ void cli_conn_dead_locked(struct ckpt_client *c, const char *detail);
 
 /*
  * Asks the daemon for the resident image of `rank`'s file of checkpoint
- * attempt `attempt` (resident.h of the daemon).  Returns 0 with a read-only
+ * attempt `attempt` at the checkpoint path whose hash is `where` (proto.h,
+ * RESIDENT_REQ; resident.h of the daemon).  Returns 0 with a read-only
  * fd in *ret_fd (the caller closes it) and the file's size in *ret_size;
  * -ENOENT if the daemon does not hold it; -ECONNRESET if the connection is
  * lost; -ETIMEDOUT (no answer within timeout_ms); -EINVAL (attempt too
  * long).  Any thread; one request goes out at a time.
  */
-int cli_resident_get(struct ckpt_client *c, const char *attempt, uint32_t rank,
-		     int64_t timeout_ms, int *ret_fd, uint64_t *ret_size);
+int cli_resident_get(struct ckpt_client *c, const char *attempt, const char *where,
+		     uint32_t rank, int64_t timeout_ms, int *ret_fd, uint64_t *ret_size);
+
+/*
+ * Reads through the daemon (proto.h LOAD_*; daemon/loadio.h).
+ *
+ * cli_load_lend: lends the daemon descriptor fd (a regular file the caller
+ * opened for reading; the caller keeps its own) under a new handle, in
+ * *ret_handle.  Returns 0, -EMFILE (no handle free), -ECONNRESET, -errno.
+ * cli_load_unlend: gives the handle back (LOAD_CLOSE).
+ * cli_arena_take: takes `count` contiguous slots of the client's arena for
+ * reads, waiting up to timeout_ms for saves to give some back; the first
+ * slot, or -ETIMEDOUT, -ECONNRESET, -E2BIG (more than the arena has).
+ * cli_arena_put: gives them back.
+ * cli_load_read: reads file bytes [file_off, +len) of handle into the
+ * arena at arena_off (all multiples of PROTO_LOAD_ALIGN, len at most
+ * PROTO_LOAD_MAX, inside slots the caller took) and waits for the answer:
+ * the bytes read (fewer than len only at the end of the file) or -errno.
+ * Any thread.
+ */
+int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle);
+void cli_load_unlend(struct ckpt_client *c, uint32_t handle);
+int64_t cli_arena_take(struct ckpt_client *c, uint32_t count, int64_t timeout_ms);
+void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count);
+int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
+		      uint64_t arena_off);
 
 /* Returns how many saves of checkpoint `name` this client began before, and
  * counts this one.  Caller holds c->lock. */

@@ -40,6 +40,9 @@
  * cuxfer (which unpins) before it unmaps the arena.  load.lock is never
  * held across a CUDA call.  The reader is only read by the threads (its
  * manifest, and the descriptors opened at start on the caller's thread).
+ *
+ * A load with a group (ckpt_load_set_group) runs one thread instead, which
+ * shares the reads with the other ranks over NCCL: see "Groups" below.
  */
 #include <errno.h>
 #include <limits.h>
@@ -51,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -60,11 +64,19 @@
 #include "format/errmsg.h"
 #include "format/grow.h"
 #include "format/plan.h"
+#include "format/readassign.h"
+#include "store/s3_addr.h"
+#include "store/store.h"
 #include "store/store_s3.h"
+#ifdef CKPT_HAVE_CUDA
+#include "cuda/cudart.h"
+#include "cuda/nccl.h"
+#endif
 
 #define LOAD_THREADS  4
 #define LOAD_MAX_DIMS (1u << 26) /* dims entries the boxes may take */
 #define LOAD_ALIGN    4096u      /* arena slots and stages start on a page */
+#define LOAD_NO_HANDLE UINT32_MAX /* a file not lent to the daemon */
 
 enum load_state { LOAD_BUILDING, LOAD_RUNNING, LOAD_DONE };
 
@@ -108,9 +120,22 @@ struct ckpt_load {
 	struct limage {               /* per manifest file: its resident image */
 		const char *map;      /* read-only mapping, or NULL: storage */
 		uint64_t len;         /* the file's size (manifest) */
+		atomic_bool bad;      /* a block did not match: storage from now */
+		int open_err;         /* opening the file in storage failed (the
+		                       * fallback then fails too) */
 	} *imgs;
-	atomic_uint_least64_t bytes_resident;
-	uint32_t files_resident;
+	atomic_uint_least64_t bytes_resident; /* verified bytes from images */
+	uint32_t *lhandles;           /* per manifest file: lent to the daemon
+	                               * (cli_load_lend), or LOAD_NO_HANDLE */
+	atomic_uint_least64_t bytes_daemon;   /* bytes the daemon read for us */
+	/* ckpt_load_set_group() (see "Groups" below): set on the caller's
+	 * thread before start; the counts are written by the group thread. */
+	bool grouped;
+	struct ckpt_load_group group;
+	uint32_t g_rank, g_size;
+	const struct nccl *g_nccl;
+	const struct cudart *g_rt;
+	atomic_uint_least64_t g_bytes_read, g_reads;
 	struct ckpt_future done;
 
 	pthread_mutex_t lock;
@@ -666,13 +691,6 @@ static int read_bytes(struct ckpt_load *ld, const struct plan_read *rd, uint64_t
 	const char *file = ld->rd->m.files[rd->file].path;
 	uint64_t got = 0;
 
-	if (ld->imgs[rd->file].map) {
-		/* The plan keeps reads inside the manifest's file size, which
-		 * the image has (ckpt_load_start checked). */
-		memcpy(buf, ld->imgs[rd->file].map + off, (size_t)len);
-		atomic_fetch_add_explicit(&ld->bytes_resident, len, memory_order_relaxed);
-		return 0;
-	}
 	if (ld->rd->s3) {
 		int r = store_s3.read_range(ld->rd->path, file, off, len, buf);
 		if (r < 0)
@@ -752,9 +770,12 @@ static bool direct_iov(struct ckpt_load *ld, const struct plan_read *rd, struct 
 	return pos == rd->end;
 }
 
-/* Checks the spans of a direct read: the bytes are in the destinations,
- * so each piece is checksummed across the iovecs it spans. */
-static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const struct iovec *iov)
+/* The spans of read rd against its bytes in the iovecs (in file order from
+ * rd->begin), each piece checksummed across the iovecs it spans.  Returns
+ * 0; -EBADMSG with the first bad piece's offset and item in *ret_bad and
+ * *ret_item; or -EIO if a span steps backwards (a bug). */
+static int crc_iov(const struct ckpt_load *ld, const struct plan_read *rd,
+		   const struct iovec *iov, uint64_t *ret_bad, uint32_t *ret_item)
 {
 	const struct plan *p = ld->plan;
 	size_t v = 0;
@@ -775,11 +796,8 @@ static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const 
 				 * own disjoint bytes: manifest_parse, plan.c);
 				 * one that does not is a bug, never a read
 				 * before a destination. */
-				if (at < vbase) {
-					fail(ld, -EBADMSG, "internal error: a check span of %s "
-					     "steps backwards", ld->rd->m.files[rd->file].path);
-					return -EBADMSG;
-				}
+				if (at < vbase)
+					return -EIO;
 				while (at >= vbase + iov[v].iov_len) {
 					vbase += iov[v].iov_len;
 					v++;
@@ -792,17 +810,91 @@ static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const 
 				at += n;
 			}
 			if (crc != c->crcs[pos / LAYOUT_CRC_BLOCK - c->begin / LAYOUT_CRC_BLOCK]) {
-				fail(ld, -EBADMSG, "CRC mismatch in %s/%s at offset %llu (%s '%s'): "
-				     "the destination holds unverified bytes", ld->rd->path,
-				     ld->rd->m.files[rd->file].path, (unsigned long long)pos,
-				     ld->rd->m.items[ck->item].kind == ITEM_BLOB ? "blob" : "tensor",
-				     item_name(ld, ck->item));
+				*ret_bad = pos;
+				*ret_item = ck->item;
 				return -EBADMSG;
 			}
 			pos = stop;
 		}
 	}
 	return 0;
+}
+
+/* Checks the spans of a direct read: the bytes are in the destinations. */
+static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const struct iovec *iov)
+{
+	uint64_t bad = 0;
+	uint32_t item = 0;
+	int r = crc_iov(ld, rd, iov, &bad, &item);
+
+	if (r == -EIO) {
+		/* Spans move forward through the iovecs (chunks own disjoint
+		 * bytes: manifest_parse, plan.c); one that does not is a bug,
+		 * never a read before a destination. */
+		fail(ld, -EBADMSG, "internal error: a check span of %s steps backwards",
+		     ld->rd->m.files[rd->file].path);
+		return -EBADMSG;
+	}
+	if (r)
+		fail(ld, -EBADMSG, "CRC mismatch in %s/%s at offset %llu (%s '%s'): "
+		     "the destination holds unverified bytes", ld->rd->path,
+		     ld->rd->m.files[rd->file].path, (unsigned long long)bad,
+		     ld->rd->m.items[item].kind == ITEM_BLOB ? "blob" : "tensor",
+		     item_name(ld, item));
+	return r;
+}
+
+/* Reads the bytes of rd from the daemon's image of its file into the
+ * iovecs and checks them, quietly.  Returns true if they are all good.
+ * Else the image is not used again by this load (its other reads go to
+ * storage), and the caller reads rd from storage: the image is a faster
+ * source, never the only one -- a checkpoint saved again at the same
+ * path with the same attempt id, or a daemon that reused the image
+ * meanwhile, must not fail a load that storage can serve. */
+static bool image_read(struct ckpt_load *ld, const struct plan_read *rd, const struct iovec *iov,
+		       size_t n_iov)
+{
+	struct limage *im = &ld->imgs[rd->file];
+	uint64_t off = rd->begin, bad = 0;
+	uint32_t item = 0;
+	int r;
+
+	for (size_t i = 0; i < n_iov; i++) {
+		memcpy(iov[i].iov_base, im->map + off, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	r = crc_iov(ld, rd, iov, &bad, &item);
+	if (r == 0) {
+		atomic_fetch_add_explicit(&ld->bytes_resident, rd->end - rd->begin,
+					  memory_order_relaxed);
+		return true;
+	}
+	if (!atomic_exchange(&im->bad, true))
+		cli_log(CKPT_LOG_WARNING, "ckptd's in-memory copy of %s/%s does not match the "
+			"manifest at offset %llu: reading the file from storage instead",
+			ld->rd->path, ld->rd->m.files[rd->file].path, (unsigned long long)bad);
+	return false;
+}
+
+/* True if reads of `file` come from the daemon's image. */
+static bool image_use(struct ckpt_load *ld, uint32_t file)
+{
+	return ld->imgs[file].map && !atomic_load_explicit(&ld->imgs[file].bad,
+							   memory_order_relaxed);
+}
+
+/* An image failed its check and storage is the fallback: 0 if the file
+ * can be read there, else the load fails saying both. */
+static int image_fallback(struct ckpt_load *ld, const struct plan_read *rd)
+{
+	int err = ld->imgs[rd->file].open_err;
+
+	if (ld->rd->s3 || ld->fds[rd->file] >= 0)
+		return 0;
+	fail(ld, -EBADMSG, "ckptd's in-memory copy of %s/%s does not match the manifest, "
+	     "and the file cannot be read from storage: %s", ld->rd->path,
+	     ld->rd->m.files[rd->file].path, strerror(err ? -err : ENOENT));
+	return -EBADMSG;
 }
 
 static int do_direct(struct ckpt_load *ld, const struct plan_read *rd, struct iovec *iov)
@@ -812,16 +904,12 @@ static int do_direct(struct ckpt_load *ld, const struct plan_read *rd, struct io
 	size_t v = 0;
 	int r;
 
-	if (ld->imgs[rd->file].map) {
-		/* Copied, then checked where it landed: the daemon may reuse
-		 * the image meanwhile (resident.h), which the check catches. */
-		for (size_t i = 0; i < rd->n_copies; i++) {
-			memcpy(iov[i].iov_base, ld->imgs[rd->file].map + off, iov[i].iov_len);
-			off += iov[i].iov_len;
-		}
-		atomic_fetch_add_explicit(&ld->bytes_resident, rd->end - rd->begin,
-					  memory_order_relaxed);
-		return check_direct(ld, rd, iov);
+	/* Copied, then checked where it landed (image_read). */
+	if (image_use(ld, rd->file)) {
+		if (image_read(ld, rd, iov, rd->n_copies))
+			return 0;
+		if ((r = image_fallback(ld, rd)) < 0)
+			return r;
 	}
 	if (ld->rd->s3) {
 		r = read_bytes(ld, rd, rd->begin, rd->end - rd->begin, iov[0].iov_base);
@@ -859,11 +947,12 @@ static int do_direct(struct ckpt_load *ld, const struct plan_read *rd, struct io
 	return check_direct(ld, rd, iov);
 }
 
-/* The bounce path: read, verify, then copy into place (device copies
- * return when done, so the buffer is free again when this returns). */
+static int serve_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lthread *th,
+			const char *buf);
+
+/* The bounce path: read, verify, then copy into place (serve_bounce). */
 static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lthread *th)
 {
-	const struct plan *p = ld->plan;
 	uint64_t len = rd->end - rd->begin;
 	int r;
 
@@ -883,9 +972,28 @@ static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 			return -ENOMEM;
 		}
 	}
+	if (image_use(ld, rd->file)) {
+		/* Checked here quietly, and again by serve_bounce: a bounce
+		 * read from an image pays the CRC twice. */
+		struct iovec one = { th->buf, (size_t)len };
+		if (image_read(ld, rd, &one, 1))
+			return serve_bounce(ld, rd, th, th->buf);
+		if ((r = image_fallback(ld, rd)) < 0)
+			return r;
+	}
 	r = read_bytes(ld, rd, rd->begin, len, th->buf);
-	if (r == 0)
-		r = check_spans(ld, rd, th->buf, rd->begin, false);
+	return r ? r : serve_bounce(ld, rd, th, th->buf);
+}
+
+/* Verifies the bytes of read rd at buf (file offset rd->begin), then
+ * copies each of its copies into place (device copies return when done,
+ * so buf is free again when this returns). */
+static int serve_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lthread *th,
+			const char *buf)
+{
+	const struct plan *p = ld->plan;
+	int r = check_spans(ld, rd, buf, rd->begin, false);
+
 	if (r)
 		return r;
 	if (rd->n_copies)
@@ -894,7 +1002,7 @@ static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		const struct plan_copy *cp = &p->copies[i];
 		const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
 		size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
-		const char *src = th->buf + (cp->src - rd->begin);
+		const char *src = buf + (cp->src - rd->begin);
 		uint64_t ss[CKPT_MAX_NDIM];
 
 		plan_chunk_strides(t, &t->chunks[cp->chunk], esize, ss);
@@ -911,12 +1019,78 @@ static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	return 0;
 }
 
+/*
+ * Through the daemon: it reads the read's bytes, widened to the O_DIRECT
+ * grid, into slots of the client's arena (registered with io_uring and
+ * faulted in long ago); then they are checked and scattered there as a
+ * bounce buffer's would be.  Returns 1 if the read does not fit the arena
+ * (the caller reads it itself), 0, or -errno with the load failed.
+ */
+static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lthread *th)
+{
+	struct ckpt_client *c = ld->client;
+	uint64_t a0 = rd->begin / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
+	uint64_t a1 = cli_div_up(rd->end, PROTO_LOAD_ALIGN) * PROTO_LOAD_ALIGN;
+	uint64_t n_slots = cli_div_up(a1 - a0, c->slot_bytes);
+	int64_t first, got;
+	int r;
+
+	/* Half the arena at most, so two reads always fit at once. */
+	if (a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2)
+		return 1;
+	first = cli_arena_take(c, (uint32_t)n_slots, 600000);
+	if (first < 0) {
+		fail(ld, (int)first, "reading %s/%s through ckptd: no arena slots: %s",
+		     ld->rd->path, ld->rd->m.files[rd->file].path, strerror((int)-first));
+		return (int)first;
+	}
+	got = cli_load_read(c, ld->lhandles[rd->file], a0, a1 - a0,
+			    (uint64_t)first * c->slot_bytes);
+	if (got >= 0 && (uint64_t)got < rd->end - a0)
+		got = -ENODATA;
+	if (got < 0) {
+		fail(ld, got == -ENODATA ? -EBADMSG : (int)got,
+		     "reading %s/%s [%llu, %llu) through ckptd: %s", ld->rd->path,
+		     ld->rd->m.files[rd->file].path, (unsigned long long)rd->begin,
+		     (unsigned long long)rd->end,
+		     got == -ENODATA ? "the file is truncated" : strerror((int)-got));
+		cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
+		return got == -ENODATA ? -EBADMSG : (int)got;
+	}
+	atomic_fetch_add_explicit(&ld->bytes_daemon, rd->end - rd->begin, memory_order_relaxed);
+	r = serve_bounce(ld, rd, th,
+			 (const char *)c->arena + (uint64_t)first * c->slot_bytes + (rd->begin - a0));
+	cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
+	return r;
+}
+
+/* A load thread stops.  The last one out reports; ld->err is final once
+ * every thread stopped.  A failure after any destination was written says
+ * so, whichever read failed: the caller must not take the rest for the
+ * checkpoint's state. */
+static void load_thread_exit(struct ckpt_load *ld)
+{
+	bool last;
+
+	pthread_mutex_lock(&ld->lock);
+	last = --ld->running == 0;
+	pthread_mutex_unlock(&ld->lock);
+	if (!last)
+		return;
+	if (ld->err && atomic_load_explicit(&ld->wrote, memory_order_relaxed) &&
+	    !strstr(ld->errmsg, "partly written")) {
+		size_t n = strlen(ld->errmsg);
+		snprintf(ld->errmsg + n, sizeof(ld->errmsg) - n,
+			 "; destinations may be partly written");
+	}
+	future_complete(&ld->done, ld->err, ld->err ? ld->errmsg : "");
+}
+
 static void *load_thread(void *arg)
 {
 	struct ckpt_load *ld = arg;
 	const struct plan *p = ld->plan;
 	struct lthread th = { .owned = true };
-	bool last;
 
 	if (ld->arena) {
 		unsigned slot;
@@ -942,6 +1116,15 @@ static void *load_thread(void *arg)
 		}
 		i = ld->next_read++;
 		pthread_mutex_unlock(&ld->lock);
+		if (ld->lhandles && ld->lhandles[p->reads[i].file] != LOAD_NO_HANDLE &&
+		    !image_use(ld, p->reads[i].file)) {
+			int r = do_daemon(ld, &p->reads[i], &th);
+			if (r < 0)
+				break;
+			if (r == 0)
+				continue;
+			/* Too large for the arena: read here, as without it. */
+		}
 		if (direct_iov(ld, &p->reads[i], th.iov)) {
 			/* preadv writes the destinations before they are checked. */
 			atomic_store_explicit(&ld->wrote, true, memory_order_relaxed);
@@ -954,22 +1137,7 @@ static void *load_thread(void *arg)
 	if (th.owned)
 		free(th.buf);
 	free(th.iov);
-	pthread_mutex_lock(&ld->lock);
-	last = --ld->running == 0;
-	pthread_mutex_unlock(&ld->lock);
-	/* The last one out reports; ld->err is final once every thread
-	 * stopped.  A failure after any destination was written says so,
-	 * whichever read failed: the caller must not take the rest for the
-	 * checkpoint's state. */
-	if (last) {
-		if (ld->err && atomic_load_explicit(&ld->wrote, memory_order_relaxed) &&
-		    !strstr(ld->errmsg, "partly written")) {
-			size_t n = strlen(ld->errmsg);
-			snprintf(ld->errmsg + n, sizeof(ld->errmsg) - n,
-				 "; destinations may be partly written");
-		}
-		future_complete(&ld->done, ld->err, ld->err ? ld->errmsg : "");
-	}
+	load_thread_exit(ld);
 	return NULL;
 }
 
@@ -1005,6 +1173,13 @@ static int cuda_start(struct ckpt_load *ld, unsigned n_threads, char *err, size_
 	}
 	ld->bounce_bytes = align_up((size_t)p->max_read);
 	ld->stage_bytes = align_up((size_t)stage);
+	if (ld->grouped) {
+		/* The group thread assembles reads in buffers of its own and
+		 * uses only the stage (a page at least: never an empty map). */
+		ld->bounce_bytes = 0;
+		if (!ld->stage_bytes)
+			ld->stage_bytes = LOAD_ALIGN;
+	}
 	ld->slot_bytes = ld->bounce_bytes + ld->stage_bytes;
 	len = ld->slot_bytes * n_threads;
 	arena = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1030,6 +1205,619 @@ static int cuda_start(struct ckpt_load *ld, unsigned n_threads, char *err, size_
 	return 0;
 }
 
+/* ---- groups: read once across replicas (ckpt_load_set_group) ---- */
+
+/*
+ * Groups.  Every rank of the caller's communicator plans its own load as
+ * usual, then one library thread per rank (group_thread) does the rest:
+ *
+ *   1. exchange: an all-gather of (number of reads, fingerprint of the
+ *      checkpoint), then one of every rank's reads as (file, begin, end),
+ *      padded to the longest list, both through a device buffer;
+ *   2. ra_assign() on what every rank wants: the same input on every
+ *      rank, so the same regions and readers (readassign.h);
+ *   3. rounds over the regions in plan order, each at most GROUP_ROUND
+ *      bytes: the reader of a region reads it from storage (or ckptd's
+ *      image) into host memory and, if others want it, copies it to the
+ *      staging buffer on the device; one ncclGroupStart/End holds every
+ *      send and receive of the round; a receiver copies what it got back
+ *      to host memory;
+ *   4. each region's bytes go into the host buffers of this rank's plan
+ *      reads that overlap it; a read whose bytes are all there is checked
+ *      against its CRCs, whoever read it, and only then scattered into its
+ *      destinations (serve_bounce, as a bounce read without a group).
+ *
+ * Deadlock freedom.  The sequence of NCCL calls depends only on what every
+ * rank has after step 1 (the same bytes on every rank) and on the plan
+ * ra_assign computes from it (a pure function): every rank makes the same
+ * all-gathers, then the same number of rounds, each one group; within a
+ * round every rank walks the same regions in the same order, so the k-th
+ * send from a to b in a group is the k-th receive of b from a, the order in
+ * which NCCL matches them; and inside a group the order among peers does
+ * not matter.  A rank that fails on its own (a bad block, a failed read or
+ * device copy) stops using bytes but goes on sending and receiving to the
+ * end, so no other rank waits for it.  Only a failed CUDA or NCCL call on
+ * the staging path stops a rank early (as any NCCL failure, it may leave
+ * the others waiting), and a failure that every rank sees alike (another
+ * checkpoint, too many reads) stops all of them before the next call.
+ *
+ * Memory: the staging buffer and a host buffer of the round's bytes this
+ * rank handles (at most GROUP_ROUND), plus the plan reads being assembled
+ * (regions come in file order, so only those that straddle a round).
+ */
+#ifdef CKPT_HAVE_CUDA
+
+#define GROUP_REGION     (4u << 20)  /* ra_assign max_region: on the CRC grid */
+#define GROUP_ROUND      (16u << 20) /* bytes of regions per round */
+#define GROUP_MAX_RANGES (1u << 20)  /* reads one rank may announce */
+_Static_assert(GROUP_REGION % LAYOUT_CRC_BLOCK == 0 && GROUP_ROUND >= GROUP_REGION,
+	       "regions on the CRC grid, one at least per round");
+
+/* What every rank sends first.  The ranks of one job run one build on one
+ * architecture, so host byte order is the wire order. */
+struct ghdr {
+	uint64_t n_ranges;
+	uint64_t fingerprint;
+};
+
+struct grange {
+	uint64_t file, begin, end;
+};
+
+struct gctx {
+	struct ckpt_load *ld;
+	const struct nccl *nc;
+	const struct cudart *rt;
+	ncclComm_t comm;
+	cudaStream_t st;
+	char *dev;             /* device buffer: exchange, then staging */
+	size_t dev_len;
+	char *host;            /* the round's bytes this rank handles */
+	struct ra_plan *plan;
+	const struct ra_region *regs;
+	size_t n_regs;
+	uint8_t *mine;         /* per region: this rank wants it */
+	uint32_t *peers;       /* g_size entries */
+	char **rbuf;           /* per plan read: its bytes being assembled */
+	uint64_t *rfill;       /* per plan read: bytes there */
+	size_t lo;             /* plan reads before it are complete */
+	struct lthread th;
+};
+
+static bool load_failed(struct ckpt_load *ld)
+{
+	bool f;
+
+	pthread_mutex_lock(&ld->lock);
+	f = ld->err != 0;
+	pthread_mutex_unlock(&ld->lock);
+	return f;
+}
+
+static int g_cuda(struct gctx *g, cudaError_t e, const char *what)
+{
+	char msg[512];
+
+	cudart_errmsg(g->rt, e, msg, sizeof(msg), "%s", what);
+	fail(g->ld, cudart_errno(e), "loading across the group (rank %u): %s", g->ld->g_rank, msg);
+	return cudart_errno(e);
+}
+
+static int g_nccl(struct gctx *g, ncclResult_t e, const char *what)
+{
+	char msg[512];
+
+	nccl_errmsg(g->nc, e, msg, sizeof(msg), "%s", what);
+	fail(g->ld, nccl_errno(e), "loading across the group (rank %u): %s", g->ld->g_rank, msg);
+	return nccl_errno(e);
+}
+
+/* A device buffer of at least len bytes (its old bytes are not kept). */
+static int g_dev(struct gctx *g, size_t len)
+{
+	ncclResult_t e;
+
+	if (len <= g->dev_len)
+		return 0;
+	if (g->dev)
+		g->nc->MemFree(g->dev);
+	g->dev = NULL;
+	g->dev_len = 0;
+	e = g->nc->MemAlloc((void **)&g->dev, len);
+	if (e != ncclSuccess)
+		return g_nccl(g, e, "ncclMemAlloc");
+	g->dev_len = len;
+	return 0;
+}
+
+static int g_copy(struct gctx *g, void *dst, const void *src, size_t len, enum cudaMemcpyKind k)
+{
+	cudaError_t e = g->rt->MemcpyAsync(dst, src, len, k, g->st);
+
+	return e == cudaSuccess ? 0 : g_cuda(g, e, k == cudaMemcpyHostToDevice ?
+					     "cudaMemcpyAsync to the staging buffer" :
+					     "cudaMemcpyAsync from the staging buffer");
+}
+
+static int g_sync(struct gctx *g)
+{
+	cudaError_t e = g->rt->StreamSynchronize(g->st);
+
+	return e == cudaSuccess ? 0 : g_cuda(g, e, "cudaStreamSynchronize of the group's stream");
+}
+
+/* All-gather of len bytes from every rank: src (host) -> out (host,
+ * g_size * len), through the device buffer. */
+static int g_allgather(struct gctx *g, const void *src, void *out, size_t len)
+{
+	size_t n = g->ld->g_size;
+	ncclResult_t e;
+	int r;
+
+	r = g_dev(g, (n + 1) * len);
+	if (r == 0)
+		r = g_copy(g, g->dev, src, len, cudaMemcpyHostToDevice);
+	if (r)
+		return r;
+	e = g->nc->AllGather(g->dev, g->dev + len, len, ncclUint8, g->comm, g->st);
+	if (e != ncclSuccess)
+		return g_nccl(g, e, "ncclAllGather of the ranks' reads");
+	r = g_copy(g, out, g->dev + len, n * len, cudaMemcpyDeviceToHost);
+	return r ? r : g_sync(g);
+}
+
+/* The same on every rank that loads the same checkpoint, whatever its
+ * path there: the attempt that committed it and its files. */
+static uint64_t fingerprint(const struct manifest *m)
+{
+	uint32_t c = crc32c(m->attempt, strlen(m->attempt), 0);
+
+	for (size_t i = 0; i < m->n_files; i++) {
+		c = crc32c(m->files[i].path, strlen(m->files[i].path) + 1, c);
+		c = crc32c(&m->files[i].size, sizeof(m->files[i].size), c);
+	}
+	return (uint64_t)c << 32 | (uint32_t)m->n_files;
+}
+
+/* Steps 1 and 2: what every rank reads, then the readers.  A failure that
+ * depends only on the exchanged bytes is the same on every rank. */
+static int g_assign(struct gctx *g)
+{
+	struct ckpt_load *ld = g->ld;
+	const struct manifest *m = &ld->rd->m;
+	const struct plan *p = ld->plan;
+	size_t n = ld->g_size, max = 0, len;
+	struct ghdr me = { .n_ranges = p->n_reads, .fingerprint = fingerprint(m) }, *hdrs;
+	struct grange *mine = NULL, *all = NULL;
+	struct ra_range *ranges = NULL;
+	struct ra_request *reqs = NULL;
+	char err[256];
+	int r;
+
+	hdrs = calloc(n, sizeof(*hdrs));
+	if (!hdrs)
+		goto nomem;
+	r = g_allgather(g, &me, hdrs, sizeof(me));
+	if (r)
+		goto out;
+	for (size_t k = 0; k < n; k++) {
+		if (hdrs[k].fingerprint != me.fingerprint) {
+			fail(ld, -EINVAL, "loading across the group: rank %zu loads another checkpoint "
+			     "than rank %u (%s)", k, ld->g_rank, ld->rd->path);
+			r = -EINVAL;
+			goto out;
+		}
+		if (hdrs[k].n_ranges > GROUP_MAX_RANGES) {
+			fail(ld, -E2BIG, "loading across the group: rank %zu needs %llu reads, more "
+			     "than %u", k, (unsigned long long)hdrs[k].n_ranges, GROUP_MAX_RANGES);
+			r = -E2BIG;
+			goto out;
+		}
+		if (hdrs[k].n_ranges > max)
+			max = (size_t)hdrs[k].n_ranges;
+	}
+	r = 0;
+	if (max == 0)
+		goto out; /* nobody wants a byte */
+	len = max * sizeof(struct grange);
+	mine = calloc(max, sizeof(*mine));
+	all = malloc(n * len);
+	ranges = malloc(n * max * sizeof(*ranges));
+	reqs = calloc(n, sizeof(*reqs));
+	if (!mine || !all || !ranges || !reqs)
+		goto nomem;
+	for (size_t i = 0; i < p->n_reads; i++)
+		mine[i] = (struct grange){ p->reads[i].file, p->reads[i].begin, p->reads[i].end };
+	r = g_allgather(g, mine, all, len);
+	if (r)
+		goto out;
+	for (size_t k = 0; k < n; k++) {
+		reqs[k] = (struct ra_request){ .rank = (uint32_t)k, .ranges = ranges + k * max,
+					       .n_ranges = (size_t)hdrs[k].n_ranges };
+		for (size_t i = 0; i < reqs[k].n_ranges; i++) {
+			const struct grange *a = &all[k * max + i];
+
+			if (a->file >= m->n_files || a->begin > a->end ||
+			    a->end > m->files[a->file].size) {
+				fail(ld, -EPROTO, "loading across the group: rank %zu asks for bytes "
+				     "[%llu, %llu) of file %llu, which the checkpoint does not have",
+				     k, (unsigned long long)a->begin, (unsigned long long)a->end,
+				     (unsigned long long)a->file);
+				r = -EPROTO;
+				goto out;
+			}
+			ranges[k * max + i] = (struct ra_range){ (uint32_t)a->file, a->begin, a->end };
+		}
+	}
+	r = ra_assign(reqs, n, GROUP_REGION, &g->plan, err, sizeof(err));
+	if (r)
+		fail(ld, r, "loading across the group: assigning readers: %s", err);
+	goto out;
+nomem:
+	fail(ld, -ENOMEM, "loading across the group: out of memory");
+	r = -ENOMEM;
+out:
+	free(hdrs);
+	free(mine);
+	free(all);
+	free(ranges);
+	free(reqs);
+	return r;
+}
+
+/* Whether this rank handles region j: reads it, or receives it. */
+static bool g_mine(const struct gctx *g, size_t j)
+{
+	return g->mine[j] != 0;
+}
+
+/* Whether region j goes through the staging buffer on this rank. */
+static bool g_staged(const struct gctx *g, size_t j)
+{
+	return g->regs[j].n_wanting > 1 && g_mine(g, j);
+}
+
+/* The round that starts at region j0 ends before the returned region: at
+ * most GROUP_ROUND bytes of regions (every region is at most GROUP_REGION),
+ * the same on every rank. */
+static size_t g_round_end(const struct gctx *g, size_t j0)
+{
+	uint64_t sum = 0;
+	size_t j = j0;
+
+	while (j < g->n_regs && sum + (g->regs[j].end - g->regs[j].begin) <= GROUP_ROUND) {
+		sum += g->regs[j].end - g->regs[j].begin;
+		j++;
+	}
+	return j > j0 ? j : j0 + 1;
+}
+
+/* Step 4: region bytes [b, e) of `file` at src go into the plan reads they
+ * overlap; a read that is complete is verified and served, unless the load
+ * failed already (then its bytes are dropped unused). */
+static void g_deliver(struct gctx *g, uint32_t file, uint64_t b, uint64_t e, const char *src)
+{
+	struct ckpt_load *ld = g->ld;
+	const struct plan *p = ld->plan;
+
+	for (size_t i = g->lo; i < p->n_reads; i++) {
+		const struct plan_read *rd = &p->reads[i];
+		uint64_t len = rd->end - rd->begin, ob, oe;
+
+		if (rd->file > file || (rd->file == file && rd->begin >= e))
+			break;
+		if (rd->file < file || rd->end <= b || g->rfill[i] == len)
+			continue;
+		ob = b > rd->begin ? b : rd->begin;
+		oe = e < rd->end ? e : rd->end;
+		if (!g->rbuf[i]) {
+			g->rbuf[i] = malloc((size_t)len);
+			if (!g->rbuf[i]) {
+				fail(ld, -ENOMEM, "out of memory for a %llu-byte read buffer",
+				     (unsigned long long)len);
+				g->rfill[i] = len; /* dropped */
+				continue;
+			}
+		}
+		memcpy(g->rbuf[i] + (ob - rd->begin), src + (ob - b), (size_t)(oe - ob));
+		g->rfill[i] += oe - ob;
+		if (g->rfill[i] == len) {
+			if (!load_failed(ld))
+				(void)serve_bounce(ld, rd, &g->th, g->rbuf[i]);
+			free(g->rbuf[i]);
+			g->rbuf[i] = NULL;
+		}
+	}
+	while (g->lo < p->n_reads && g->rfill[g->lo] == p->reads[g->lo].end - p->reads[g->lo].begin)
+		g->lo++;
+}
+
+/*
+ * A region's bytes, from ckptd's image of the file when the load has a
+ * usable one (ckpt_load_set_client), else from storage.  Not verified
+ * here: every rank that uses them checks them when its read is complete
+ * (g_deliver).  So a bad image fails the load of every rank that wanted
+ * the bytes, where a load without a group falls back to storage: the
+ * regions of a group load are not on the read boundaries a quiet check
+ * here would need.
+ */
+static int g_read(struct gctx *g, const struct plan_read *at, uint64_t off, uint64_t len,
+		  char *buf)
+{
+	struct ckpt_load *ld = g->ld;
+
+	if (image_use(ld, at->file)) {
+		memcpy(buf, ld->imgs[at->file].map + off, (size_t)len);
+		atomic_fetch_add_explicit(&ld->bytes_resident, len, memory_order_relaxed);
+		return 0;
+	}
+	return read_bytes(ld, at, off, len, buf);
+}
+
+/* Step 3: the rounds. */
+static int g_transfer(struct gctx *g)
+{
+	struct ckpt_load *ld = g->ld;
+	const struct plan *p = ld->plan;
+	uint32_t me = ld->g_rank;
+	struct ra_rank rk;
+	size_t host_len = 0, dev_len = 0;
+	int r;
+
+	g->n_regs = ra_plan_regions(g->plan, &g->regs);
+	g->mine = calloc(g->n_regs ? g->n_regs : 1, 1);
+	g->peers = malloc(ld->g_size * sizeof(*g->peers));
+	g->rbuf = calloc(p->n_reads ? p->n_reads : 1, sizeof(*g->rbuf));
+	g->rfill = calloc(p->n_reads ? p->n_reads : 1, sizeof(*g->rfill));
+	if (!g->mine || !g->peers || !g->rbuf || !g->rfill) {
+		fail(ld, -ENOMEM, "loading across the group: out of memory");
+		return -ENOMEM;
+	}
+	if (ra_plan_rank(g->plan, me, &rk) == 0)
+		for (size_t s = 0; s < rk.n_spans; s++)
+			memset(g->mine + rk.spans[s].first, 1, rk.spans[s].count);
+	for (size_t j0 = 0, j1; j0 < g->n_regs; j0 = j1) {
+		size_t h = 0, d = 0;
+
+		j1 = g_round_end(g, j0);
+		for (size_t j = j0; j < j1; j++) {
+			size_t len = (size_t)(g->regs[j].end - g->regs[j].begin);
+			h += g_mine(g, j) ? len : 0;
+			d += g_staged(g, j) ? len : 0;
+		}
+		host_len = h > host_len ? h : host_len;
+		dev_len = d > dev_len ? d : dev_len;
+	}
+	/* The staging buffer mirrors the host buffer's offsets (regions only
+	 * this rank wants leave holes in it): simpler than a second layout. */
+	r = g_dev(g, dev_len ? host_len : 0);
+	if (r)
+		return r;
+	g->host = malloc(host_len ? host_len : 1);
+	if (!g->host) {
+		fail(ld, -ENOMEM, "loading across the group: out of memory for %zu bytes", host_len);
+		return -ENOMEM;
+	}
+	for (size_t j0 = 0, j1; j0 < g->n_regs; j0 = j1) {
+		size_t off, n_recv = 0;
+		ncclResult_t e = ncclSuccess;
+
+		j1 = g_round_end(g, j0);
+		/* Reads, and what others want of them up to the device.  The
+		 * host buffer and the staging buffer hold this rank's regions
+		 * of the round at the same offsets. */
+		off = 0;
+		for (size_t j = j0; j < j1; j++) {
+			const struct ra_region *rg = &g->regs[j];
+			uint64_t len = rg->end - rg->begin;
+			struct plan_read at = { .file = rg->file };
+
+			if (!g_mine(g, j))
+				continue;
+			if (rg->reader == me) {
+				/* A failed read is recorded (fail) and its zeros
+				 * sent: receivers reject them by their CRCs. */
+				if (g_read(g, &at, rg->begin, len, g->host + off))
+					memset(g->host + off, 0, (size_t)len);
+				atomic_fetch_add_explicit(&ld->g_bytes_read, len, memory_order_relaxed);
+				atomic_fetch_add_explicit(&ld->g_reads, 1, memory_order_relaxed);
+				if (g_staged(g, j)) {
+					r = g_copy(g, g->dev + off, g->host + off, (size_t)len,
+						   cudaMemcpyHostToDevice);
+					if (r)
+						return r;
+				}
+			}
+			off += (size_t)len;
+		}
+		/* One group per round on every rank, even an empty one (see
+		 * "Deadlock freedom"). */
+		e = g->nc->GroupStart();
+		if (e != ncclSuccess)
+			return g_nccl(g, e, "ncclGroupStart");
+		off = 0;
+		for (size_t j = j0; j < j1 && e == ncclSuccess; j++) {
+			const struct ra_region *rg = &g->regs[j];
+			size_t len = (size_t)(rg->end - rg->begin);
+			int n;
+
+			if (!g_mine(g, j))
+				continue;
+			if (rg->n_wanting > 1 && rg->reader == me) {
+				n = ra_plan_wanting(g->plan, (uint32_t)j, g->peers, ld->g_size);
+				for (int k = 0; k < n && e == ncclSuccess; k++)
+					if (g->peers[k] != me)
+						e = g->nc->Send(g->dev + off, len, ncclUint8,
+								(int)g->peers[k], g->comm, g->st);
+			} else if (rg->n_wanting > 1) {
+				e = g->nc->Recv(g->dev + off, len, ncclUint8, (int)rg->reader, g->comm,
+						g->st);
+				n_recv++;
+			}
+			off += len;
+		}
+		if (e != ncclSuccess) {
+			(void)g->nc->GroupEnd();
+			return g_nccl(g, e, "ncclSend/ncclRecv of a round");
+		}
+		e = g->nc->GroupEnd();
+		if (e != ncclSuccess)
+			return g_nccl(g, e, "ncclGroupEnd of a round's sends and receives");
+		/* What came in, back to host memory: it is checked there. */
+		off = 0;
+		for (size_t j = j0; j < j1 && n_recv; j++) {
+			const struct ra_region *rg = &g->regs[j];
+			size_t len = (size_t)(rg->end - rg->begin);
+
+			if (!g_mine(g, j))
+				continue;
+			if (rg->reader != me) {
+				r = g_copy(g, g->host + off, g->dev + off, len, cudaMemcpyDeviceToHost);
+				if (r)
+					return r;
+			}
+			off += len;
+		}
+		/* Also before the next round's reads overwrite the host buffer
+		 * that this round's H2D copies read. */
+		r = g_sync(g);
+		if (r)
+			return r;
+		off = 0;
+		for (size_t j = j0; j < j1; j++) {
+			const struct ra_region *rg = &g->regs[j];
+
+			if (!g_mine(g, j))
+				continue;
+			g_deliver(g, rg->file, rg->begin, rg->end, g->host + off);
+			off += (size_t)(rg->end - rg->begin);
+		}
+	}
+	if (g->lo != p->n_reads && !load_failed(ld))
+		fail(ld, -EIO, "internal error: loading across the group: read %zu of %zu got "
+		     "%llu of its %llu bytes", g->lo, p->n_reads,
+		     (unsigned long long)g->rfill[g->lo],
+		     (unsigned long long)(p->reads[g->lo].end - p->reads[g->lo].begin));
+	return 0;
+}
+
+static void *group_thread(void *arg)
+{
+	struct ckpt_load *ld = arg;
+	struct gctx g = { .ld = ld, .nc = ld->g_nccl, .rt = ld->g_rt,
+			  .comm = (ncclComm_t)ld->group.nccl_comm,
+			  .st = (cudaStream_t)ld->group.cuda_stream, .th = { .owned = true } };
+	cudaError_t e;
+
+	if (ld->arena) {
+		/* Only the stage is used: reads are assembled in g.rbuf. */
+		g.th.buf = ld->arena;
+		g.th.cap = ld->bounce_bytes;
+		g.th.stage = ld->stage_bytes ? ld->arena + ld->bounce_bytes : NULL;
+		g.th.owned = false;
+	}
+	/* The device of the communicator, current on this thread for the
+	 * staging buffer and the calls on its stream. */
+	e = ld->g_rt->SetDevice(ld->group.device_index);
+	if (e != cudaSuccess)
+		g_cuda(&g, e, "cudaSetDevice");
+	else if (g_assign(&g) == 0 && g.plan)
+		(void)g_transfer(&g);
+	if (g.dev)
+		g.nc->MemFree(g.dev);
+	free(g.host);
+	if (g.rbuf)
+		for (size_t i = 0; i < ld->plan->n_reads; i++)
+			free(g.rbuf[i]);
+	free(g.rbuf);
+	free(g.rfill);
+	free(g.mine);
+	free(g.peers);
+	ra_plan_free(g.plan);
+	load_thread_exit(ld);
+	return NULL;
+}
+
+#endif /* CKPT_HAVE_CUDA */
+
+int ckpt_load_set_group(struct ckpt_load *load, const struct ckpt_load_group *group)
+{
+	static const char fn[] = "ckpt_load_set_group";
+	struct ckpt_load_group gr;
+	uint32_t size;
+
+	if (!load || !group) {
+		cli_set_error("%s: NULL argument", fn);
+		return -EINVAL;
+	}
+	if (!building(load, fn))
+		return -EBUSY;
+	memcpy(&size, group, sizeof(size));
+	if (size < sizeof(gr)) {
+		cli_set_error("%s: size %u is below sizeof(struct ckpt_load_group) (use "
+			      "CKPT_LOAD_GROUP_INIT)", fn, size);
+		return -EINVAL;
+	}
+	if (size > ABI_MAX_STRUCT) {
+		cli_set_error("%s: size %u is larger than %u", fn, size, ABI_MAX_STRUCT);
+		return -E2BIG;
+	}
+	for (size_t i = sizeof(gr); i < size; i++)
+		if (((const unsigned char *)group)[i]) {
+			cli_set_error("%s: the struct has a field this libckpt does not know, "
+				      "set (byte %zu)", fn, i);
+			return -E2BIG;
+		}
+	memcpy(&gr, group, sizeof(gr));
+	if (gr.reserved || gr.reserved2) {
+		cli_set_error("%s: reserved fields are not 0", fn);
+		return -EINVAL;
+	}
+	if (!gr.nccl_comm || gr.device_index < 0) {
+		cli_set_error("%s: no communicator, or a negative device_index", fn);
+		return -EINVAL;
+	}
+#ifdef CKPT_HAVE_CUDA
+	{
+		const struct nccl *nc;
+		const struct cudart *rt;
+		char err[512];
+		int count = 0, rank = -1;
+		ncclResult_t e;
+
+		nc = nccl_get(err, sizeof(err));
+		rt = nc ? cudart_get(err, sizeof(err)) : NULL;
+		if (!nc || !rt) {
+			cli_set_error("%s: %s", fn, err);
+			return -ENODEV;
+		}
+		e = nc->CommCount((ncclComm_t)gr.nccl_comm, &count);
+		if (e == ncclSuccess)
+			e = nc->CommUserRank((ncclComm_t)gr.nccl_comm, &rank);
+		if (e != ncclSuccess) {
+			nccl_errmsg(nc, e, err, sizeof(err), "ncclCommCount/ncclCommUserRank");
+			cli_set_error("%s: %s", fn, err);
+			return nccl_errno(e);
+		}
+		if (count < 1 || rank < 0 || rank >= count || (unsigned)count > RA_MAX_RANKS) {
+			cli_set_error("%s: the communicator says rank %d of %d", fn, rank, count);
+			return -EINVAL;
+		}
+		load->group = gr;
+		load->g_nccl = nc;
+		load->g_rt = rt;
+		load->g_rank = (uint32_t)rank;
+		load->g_size = (uint32_t)count;
+		load->grouped = true;
+		return 0;
+	}
+#else
+	cli_set_error("%s: loads across a group need CUDA, which this build does not include "
+		      "(built with CUDA=0 or without the toolkit's headers)", fn);
+	return -EOPNOTSUPP;
+#endif
+}
+
 int ckpt_load_set_client(struct ckpt_load *load, struct ckpt_client *client)
 {
 	if (!load || !client) {
@@ -1051,7 +1839,53 @@ static void drop_images(struct ckpt_load *load)
 			munmap((void *)load->imgs[i].map, (size_t)load->imgs[i].len);
 	free(load->imgs);
 	load->imgs = NULL;
-	load->files_resident = 0;
+}
+
+/* Lends the daemon the files the plan reads that no image serves
+ * (do_daemon).  A file that cannot be lent is read here instead. */
+static void lend_files(struct ckpt_load *load)
+{
+	const struct manifest *m = &load->rd->m;
+
+	load->lhandles = malloc((m->n_files ? m->n_files : 1) * sizeof(*load->lhandles));
+	if (!load->lhandles)
+		return;
+	for (size_t f = 0; f < m->n_files; f++)
+		load->lhandles[f] = LOAD_NO_HANDLE;
+	for (size_t i = 0; i < load->plan->n_reads; i++) {
+		uint32_t f = load->plan->reads[i].file, h;
+		struct stat st;
+		int fd, r;
+
+		if (load->lhandles[f] != LOAD_NO_HANDLE || load->imgs[f].map)
+			continue;
+		/* Our own descriptor: the daemon turns on O_DIRECT in it,
+		 * which the reader's (buffered preads) must not get. */
+		fd = openat(load->rd->dirfd, m->files[f].path,
+			    O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		if (fd < 0)
+			continue; /* the reader's open says why, if it fails too */
+		r = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+		if (r == 0)
+			r = cli_load_lend(load->client, fd, &h);
+		close(fd);
+		if (r == 0)
+			load->lhandles[f] = h;
+		else
+			cli_log(CKPT_LOG_WARNING, "%s/%s: reading it without ckptd: %s",
+				load->rd->path, m->files[f].path, strerror(-r));
+	}
+}
+
+static void unlend_files(struct ckpt_load *load)
+{
+	if (!load->lhandles)
+		return;
+	for (size_t f = 0; f < load->rd->m.n_files; f++)
+		if (load->lhandles[f] != LOAD_NO_HANDLE)
+			cli_load_unlend(load->client, load->lhandles[f]);
+	free(load->lhandles);
+	load->lhandles = NULL;
 }
 
 /* Maps the daemon's images of the files the plan reads, where it has them
@@ -1060,9 +1894,21 @@ static void drop_images(struct ckpt_load *load)
 static void attach_images(struct ckpt_load *load)
 {
 	const struct manifest *m = &load->rd->m;
+	char canon[PATH_MAX], where[STORE_ID_LEN + 1];
 
 	if (!m->attempt[0])
 		return; /* a checkpoint no ckptd committed */
+	/* The checkpoint's path as the daemon spells it (proto.h). */
+	if (load->rd->s3) {
+		struct s3_loc loc;
+		char e[256];
+		if (s3_url_parse(load->rd->path, &loc, e, sizeof(e)) < 0 ||
+		    s3_url_format(&loc, canon, sizeof(canon)) < 0)
+			return;
+	} else if (!realpath(load->rd->path, canon)) {
+		return;
+	}
+	store_hash_hex(canon, strlen(canon), where);
 	for (size_t i = 0; i < load->plan->n_reads; i++) {
 		uint32_t f = load->plan->reads[i].file;
 		const struct manifest_file *mf = &m->files[f];
@@ -1075,7 +1921,7 @@ static void attach_images(struct ckpt_load *load)
 		    mf->size > SIZE_MAX)
 			continue;
 		load->imgs[f].len = UINT64_MAX; /* asked once */
-		r = cli_resident_get(load->client, m->attempt, mf->rank, 10000, &fd, &size);
+		r = cli_resident_get(load->client, m->attempt, where, mf->rank, 10000, &fd, &size);
 		if (r < 0) {
 			if (r != -ENOENT)
 				cli_log(CKPT_LOG_WARNING, "no resident image of %s/%s: %s",
@@ -1098,7 +1944,6 @@ static void attach_images(struct ckpt_load *load)
 		}
 		load->imgs[f].map = map;
 		load->imgs[f].len = mf->size;
-		load->files_resident++;
 		cli_log(CKPT_LOG_DEBUG, "%s/%s: read from ckptd's memory", load->rd->path,
 			mf->path);
 	}
@@ -1144,7 +1989,18 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 					       .offsets = load->dims + d->dims,
 					       .shape = load->dims + d->dims + n };
 	}
-	r = plan_build(rd->plan_ix, wants, load->n_dsts, NULL, &load->plan, err, sizeof(err));
+	/* Reads through the daemon must fit half the client's arena
+	 * (do_daemon), widened to the O_DIRECT grid at both ends. */
+	struct plan_opts po = { 0 };
+	if (load->client && !rd->s3 && load->client->slots.n_slots >= 2) {
+		uint64_t room = (uint64_t)(load->client->slots.n_slots / 2) *
+				load->client->slot_bytes;
+		if (room > 2 * PROTO_LOAD_ALIGN + LAYOUT_CRC_BLOCK)
+			po.max_read = room - 2 * PROTO_LOAD_ALIGN;
+		if (po.max_read > PLAN_DEFAULT_MAX_READ)
+			po.max_read = 0;
+	}
+	r = plan_build(rd->plan_ix, wants, load->n_dsts, &po, &load->plan, err, sizeof(err));
 	free(wants);
 	if (r) {
 		cli_set_error("%s: %s", fn, err[0] ? err : strerror(-r));
@@ -1168,11 +2024,25 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	}
 	if (load->client)
 		attach_images(load);
+	/* Reads through the daemon want an arena with room for two. */
+	if (load->client && !rd->s3 && load->client->slots.n_slots >= 2)
+		lend_files(load);
 	if (!rd->s3) {
 		for (size_t i = 0; i < load->plan->n_reads; i++) {
 			uint32_t f = load->plan->reads[i].file;
-			if (load->fds[f] >= 0 || load->imgs[f].map)
+			if (load->fds[f] >= 0 || load->imgs[f].open_err)
 				continue;
+			if (load->imgs[f].map) {
+				/* Storage is the image's fallback (image_read); a
+				 * file gone from storage is what images are for. */
+				r = cli_reader_fd(rd, f, err, sizeof(err));
+				if (r < 0)
+					load->imgs[f].open_err = r;
+				else
+					load->fds[f] = r;
+				err[0] = '\0';
+				continue;
+			}
 			r = cli_reader_fd(rd, f, err, sizeof(err));
 			if (r < 0)
 				goto out_unplan;
@@ -1181,6 +2051,10 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	}
 	n_threads = load->plan->n_reads < LOAD_THREADS ? (unsigned)load->plan->n_reads :
 							 LOAD_THREADS;
+	/* A group load is collective: its one thread takes part even when
+	 * this rank wants nothing. */
+	if (load->grouped)
+		n_threads = 1;
 	if (load->n_device_dsts && n_threads) {
 		r = cuda_start(load, n_threads, err, sizeof(err));
 		if (r < 0)
@@ -1188,7 +2062,7 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	}
 	load->state = LOAD_RUNNING;
 	*ret_done = &load->done;
-	if (load->plan->n_reads == 0) {
+	if (load->plan->n_reads == 0 && !load->grouped) {
 		future_complete(&load->done, 0, "");
 		return 0;
 	}
@@ -1200,7 +2074,13 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	load->running = n_threads;
 	pthread_mutex_unlock(&load->lock);
 	for (unsigned i = 0; i < n_threads; i++) {
-		r = pthread_create(&load->threads[i], NULL, load_thread, load);
+		void *(*run)(void *) = load_thread;
+
+#ifdef CKPT_HAVE_CUDA
+		if (load->grouped)
+			run = group_thread;
+#endif
+		r = pthread_create(&load->threads[i], NULL, run, load);
 		if (r) {
 			pthread_mutex_lock(&load->lock);
 			load->running -= n_threads - i;
@@ -1223,6 +2103,7 @@ out_unplan:
 	cli_set_error("%s: %s", fn, err);
 	free(load->fds);
 	load->fds = NULL;
+	unlend_files(load);
 	drop_images(load);
 	plan_free(load->plan);
 	load->plan = NULL;
@@ -1248,12 +2129,19 @@ int ckpt_load_stats(const struct ckpt_load *load, struct ckpt_load_stats *ret_st
 	n = ret_stats->size < sizeof(s) ? ret_stats->size : sizeof(s);
 	s.size = (uint32_t)n;
 	s.bytes_resident = atomic_load(&load->bytes_resident);
-	s.files_resident = load->files_resident;
+	s.bytes_daemon = atomic_load(&load->bytes_daemon);
+	for (size_t f = 0; load->imgs && f < load->rd->m.n_files; f++)
+		s.files_resident += load->imgs[f].map && !atomic_load(&load->imgs[f].bad);
 	s.missing = load->missing;
 	if (load->plan) {
 		s.bytes_wanted = load->plan->bytes_wanted;
 		s.bytes_read = load->plan->bytes_read;
 		s.reads = load->plan->n_reads;
+	}
+	if (load->grouped) {
+		/* What this rank read from storage; the rest came from peers. */
+		s.bytes_read = atomic_load(&load->g_bytes_read);
+		s.reads = atomic_load(&load->g_reads);
 	}
 	memcpy(ret_stats, &s, n);
 	return 0;
@@ -1271,6 +2159,7 @@ void ckpt_load_free(struct ckpt_load *load)
 		munmap(load->arena, load->arena_len);
 	plan_free(load->plan);
 	free(load->fds);
+	unlend_files(load);
 	drop_images(load);
 	free(load->dims);
 	free(load->dsts);

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "daemon/loadio.h"
 #include "daemon/log.h"
 #include "daemon/resident.h"
 #include "daemon/save.h"
@@ -280,8 +281,7 @@ void conn_close(struct conn *c, const char *why)
 		writer_crc_due(&c->w);
 }
 
-static void drop(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void drop(struct conn *c, const char *fmt, ...)
+void conn_drop(struct conn *c, const char *fmt, ...)
 {
 	char why[PROTO_MSG_LEN];
 	va_list ap;
@@ -468,7 +468,7 @@ static void on_hello(struct conn *c, const struct proto_hello *m)
 	int r;
 
 	if (c->state != CONN_NEW) {
-		drop(c, "second HELLO");
+		conn_drop(c, "second HELLO");
 		return;
 	}
 	if (m->role == PROTO_ROLE_CONTROL) {
@@ -480,7 +480,7 @@ static void on_hello(struct conn *c, const struct proto_hello *m)
 		return;
 	}
 	if (m->role != PROTO_ROLE_CLIENT) {
-		drop(c, "HELLO with unknown role %u", m->role);
+		conn_drop(c, "HELLO with unknown role %u", m->role);
 		return;
 	}
 	r = hello_client(c, m, err, sizeof(err));
@@ -503,12 +503,12 @@ static void on_save_begin(struct conn *c, const struct proto_save_begin *m)
 	int r;
 
 	if (rank_find(c, m->token)) {
-		drop(c, "SAVE_BEGIN reuses token %u", m->token);
+		conn_drop(c, "SAVE_BEGIN reuses token %u", m->token);
 		return;
 	}
 	if (m->desc_off % c->slot_bytes || m->desc_len == 0 || m->desc_len > DESC_MAX_BYTES ||
 	    m->desc_off >= c->arena_bytes || m->desc_len > c->arena_bytes - m->desc_off) {
-		drop(c, "SAVE_BEGIN descriptor range %llu+%llu is outside the arena",
+		conn_drop(c, "SAVE_BEGIN descriptor range %llu+%llu is outside the arena",
 		     (unsigned long long)m->desc_off, (unsigned long long)m->desc_len);
 		return;
 	}
@@ -548,13 +548,18 @@ static void on_extent(struct conn *c, const struct proto_extent *m)
 	int res;
 
 	if (m->arena_off % c->slot_bytes || m->arena_off >= c->arena_bytes) {
-		drop(c, "EXTENT arena offset %llu is not a slot", (unsigned long long)m->arena_off);
+		conn_drop(c, "EXTENT arena offset %llu is not a slot", (unsigned long long)m->arena_off);
 		return;
 	}
 	slot = m->arena_off / c->slot_bytes;
 	if (writer_slot_held(&c->w, (uint32_t)slot)) {
-		drop(c, "EXTENT in slot %llu, which the daemon still holds",
+		conn_drop(c, "EXTENT in slot %llu, which the daemon still holds",
 		     (unsigned long long)slot);
+		return;
+	}
+	if (c->w.slots[slot].reads) {
+		conn_drop(c, "EXTENT in slot %llu, which a read for a load still fills",
+			  (unsigned long long)slot);
 		return;
 	}
 	r = rank_find(c, m->token);
@@ -562,7 +567,7 @@ static void on_extent(struct conn *c, const struct proto_extent *m)
 		/* A save that ended (and was freed) while the client still had
 		 * extents on the way: give the slot straight back. */
 		if (m->token > c->max_token || m->token == 0) {
-			drop(c, "EXTENT for unknown save token %u", m->token);
+			conn_drop(c, "EXTENT for unknown save token %u", m->token);
 			return;
 		}
 		send_release(&c->w, (uint32_t)slot);
@@ -570,7 +575,7 @@ static void on_extent(struct conn *c, const struct proto_extent *m)
 	}
 	res = rank_extent(r, (uint32_t)slot, m->file_off, m->len, err, sizeof(err));
 	if (res < 0)
-		drop(c, "%s", err);
+		conn_drop(c, "%s", err);
 	else if (res > 0)
 		send_release(&c->w, (uint32_t)slot);
 }
@@ -617,6 +622,9 @@ void conn_event(struct conn *c, uint32_t events)
 		struct proto_extent extent;
 		struct proto_save_abort abort;
 		struct proto_resident_req resident;
+		struct proto_load_file lfile;
+		struct proto_load_read lread;
+		struct proto_load_close lclose;
 	} u;
 	char err[256];
 
@@ -629,8 +637,16 @@ void conn_event(struct conn *c, uint32_t events)
 	/* Bounded, so one busy client cannot starve the others (epoll is
 	 * level-triggered: the rest is read on the next round). */
 	for (int i = 0; i < 32 && c->state != CONN_CLOSED; i++) {
-		ssize_t n = proto_recv(c->fd, u.buf, NULL);
+		int fd = -1;
+		ssize_t n = proto_recv(c->fd, u.buf, &fd);
 		int type;
+
+		/* Only LOAD_FILE lends a descriptor; any other is closed. */
+		if (fd >= 0 && (n <= 0 || proto_check(u.buf, (size_t)n, err, sizeof(err)) !=
+						 PROTO_LOAD_FILE)) {
+			close(fd);
+			fd = -1;
+		}
 
 		if (n == -EAGAIN)
 			return;
@@ -640,7 +656,7 @@ void conn_event(struct conn *c, uint32_t events)
 		}
 		if (n < 0) {
 			if (n == -EMSGSIZE)
-				drop(c, "oversized message");
+				conn_drop(c, "oversized message");
 			else
 				conn_close(c, "connection error");
 			return;
@@ -648,15 +664,19 @@ void conn_event(struct conn *c, uint32_t events)
 		c->last_msg_ms = now_ms();
 		type = proto_check(u.buf, (size_t)n, err, sizeof(err));
 		if (type < 0) {
-			drop(c, "%s", err);
+			conn_drop(c, "%s", err);
 			return;
 		}
+		if (fd >= 0 && c->state != CONN_READY) {
+			close(fd);
+			fd = -1;
+		}
 		if (type != PROTO_HELLO && c->state == CONN_NEW) {
-			drop(c, "message type %d before HELLO", type);
+			conn_drop(c, "message type %d before HELLO", type);
 			return;
 		}
 		if (c->state == CONN_ARENA) {
-			drop(c, "message type %d before HELLO_OK", type);
+			conn_drop(c, "message type %d before HELLO_OK", type);
 			return;
 		}
 		switch (type) {
@@ -690,12 +710,27 @@ void conn_event(struct conn *c, uint32_t events)
 				goto wrong;
 			resident_on_req(c, &u.resident);
 			break;
+		case PROTO_LOAD_FILE:
+			if (c->state != CONN_READY)
+				goto wrong;
+			loadio_on_file(c, &u.lfile, fd);
+			break;
+		case PROTO_LOAD_READ:
+			if (c->state != CONN_READY)
+				goto wrong;
+			loadio_on_read(c, &u.lread);
+			break;
+		case PROTO_LOAD_CLOSE:
+			if (c->state != CONN_READY)
+				goto wrong;
+			loadio_on_close(c, &u.lclose);
+			break;
 		default:
 			goto wrong;
 		}
 		continue;
 wrong:
-		drop(c, "message type %d is not for this connection", type);
+		conn_drop(c, "message type %d is not for this connection", type);
 		return;
 	}
 }
@@ -774,8 +809,9 @@ void conns_reap(struct server *srv)
 
 		if (c->state != CONN_CLOSED || c->freeing || c->arena_job.run ||
 		    !list_empty(&c->ranks) || (c->writer_ok && writer_held(&c->w)) ||
-		    (c->io && srv->store->arena_busy(c->io)))
+		    loadio_busy(c) || (c->io && srv->store->arena_busy(c->io)))
 			continue;
+		loadio_free(c);
 		if (c->io_in_epoll)
 			epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->store->arena_fd(c->io), NULL);
 		if (c->writer_ok)

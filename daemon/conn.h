@@ -63,6 +63,12 @@ struct conn {
 	uint32_t rank, world;
 	uint32_t max_token;     /* largest save token accepted so far */
 	bool resident;          /* HELLO_RESIDENT: saves fill images (resident.h) */
+	struct lfile {          /* loadio.h: lent descriptors, by handle */
+		int fd;         /* or -errno: unusable (-EBADF: never lent) */
+		uint32_t busy;  /* reads queued or in flight */
+		bool closing;   /* LOAD_CLOSE came while busy */
+	} *lfiles;              /* PROTO_LOAD_FILES entries, or NULL */
+	uint32_t load_inflight;
 
 	/* The arena: made on an arena worker while ARENA (only that job
 	 * touches these fields then). */
@@ -95,6 +101,8 @@ void conn_close(struct conn *c, const char *why);
 /* Queues or sends one message (and fd, or -1).  Returns 0, or -errno if
  * the connection was closed for it. */
 int conn_send(struct conn *c, const void *msg, size_t len, int fd);
+/* Ends a connection that broke the protocol: logs why, sends ERROR, closes. */
+void conn_drop(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* SAVE_ACK / SAVE_DONE for a token. */
 void conn_send_result(struct conn *c, enum proto_type type, uint32_t token, int err,
 		      const char *msg);

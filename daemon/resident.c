@@ -26,12 +26,48 @@ static bool same_key(const struct image *img, uid_t uid, const char *job, uint32
 	return img->uid == uid && img->rank == rank && strcmp(img->job, job) == 0;
 }
 
+/* Unmapping a populated gigabyte takes a good fraction of a second: a
+ * worker does it (as conns_reap does for arenas), never the loop. */
+struct unmap_job {
+	struct work w;
+	uint8_t *map;
+	uint64_t cap;
+	int fd;
+};
+
+static void unmap_run(struct work *w)
+{
+	struct unmap_job *j = (struct unmap_job *)w;
+
+	if (j->map)
+		munmap(j->map, j->cap);
+	if (j->fd >= 0)
+		close(j->fd);
+}
+
+static void unmap_done(struct work *w)
+{
+	free(w);
+}
+
+/* The bytes count as free at once: for the moment the worker takes to
+ * unmap them, the daemon may hold up to that much more than arena_total. */
 static void image_free(struct server *srv, struct image *img)
 {
-	if (img->map)
-		munmap(img->map, img->cap);
-	if (img->fd >= 0)
-		close(img->fd);
+	if (img->map || img->fd >= 0) {
+		struct unmap_job *j = calloc(1, sizeof(*j));
+		if (j && !srv->stopping) {
+			*j = (struct unmap_job){ .w = { .run = unmap_run, .done = unmap_done },
+						 .map = img->map, .cap = img->cap, .fd = img->fd };
+			workers_submit(&srv->arenas, &j->w);
+		} else {
+			free(j);
+			if (img->map)
+				munmap(img->map, img->cap);
+			if (img->fd >= 0)
+				close(img->fd);
+		}
+	}
 	srv->resident_bytes -= img->cap;
 	free(img->root);
 	list_del(&img->link);
@@ -163,6 +199,32 @@ int image_make(struct image *img)
 	return 0;
 }
 
+/* The hash a client sends for checkpoint ROOT/NAME (proto.h). */
+static void path_hash(const char *root, const char *name, char ret[STORE_ID_LEN + 1])
+{
+	char path[4096 + CKPT_MAX_NAME_LEN + 2];
+	int n = snprintf(path, sizeof(path), "%s/%s", root, name);
+
+	store_hash_hex(path, n > 0 && (size_t)n < sizeof(path) ? (size_t)n : 0, ret);
+}
+
+void images_replaced(struct server *srv, const struct save *s)
+{
+	struct list *p;
+
+	list_for_each(p, &srv->images)
+	{
+		struct image *img = list_entry(p, struct image, link);
+
+		if (img->state == IMAGE_READY && img->root && !strcmp(img->root, s->root) &&
+		    !strcmp(img->name, s->key.name)) {
+			log_info("resident: '%s/%s' was saved again: the image of rank %u of its "
+				 "earlier save is dropped", img->root, img->name, img->rank);
+			img->state = IMAGE_SPARE;
+		}
+	}
+}
+
 void image_finish(struct server *srv, struct image *img, const struct save *s, bool committed)
 {
 	struct list *p;
@@ -187,6 +249,7 @@ void image_finish(struct server *srv, struct image *img, const struct save *s, b
 		return;
 	}
 	img->state = IMAGE_READY;
+	path_hash(s->root, s->key.name, img->where);
 	snprintf(img->attempt, sizeof(img->attempt), "%s", s->id);
 	snprintf(img->name, sizeof(img->name), "%s", s->key.name);
 	img->step = s->key.step;
@@ -227,7 +290,8 @@ void resident_on_req(struct conn *c, const struct proto_resident_req *m)
 		/* Only the user and job that saved it; any rank of that job
 		 * (a resharded restart reads other ranks' files). */
 		if (img->state == IMAGE_READY && img->uid == c->creds.uid && img->rank == m->rank &&
-		    !strcmp(img->job, c->job) && !strcmp(img->attempt, m->attempt)) {
+		    !strcmp(img->job, c->job) && !strcmp(img->attempt, m->attempt) &&
+		    !strcmp(img->where, m->where)) {
 			found = img;
 			break;
 		}

@@ -66,6 +66,7 @@ struct image {
 	char attempt[STORE_ID_LEN + 1];
 	char name[CKPT_MAX_NAME_LEN + 1];
 	char *root;                /* the checkpoint root, owned */
+	char where[STORE_ID_LEN + 1]; /* store_hash_hex of "root/name" */
 	uint64_t step;
 	int64_t ready_ms;
 	uint32_t loads;            /* descriptors handed out */
@@ -93,6 +94,10 @@ int image_make(struct image *img);
  * key becomes SPARE.  Else img becomes SPARE.
  */
 void image_finish(struct server *srv, struct image *img, const struct save *s, bool committed);
+
+/* Save s committed: READY images of other saves at the same checkpoint
+ * path (ROOT/NAME) hold what that path no longer has; they become SPARE. */
+void images_replaced(struct server *srv, const struct save *s);
 
 /* Frees images until `need` more bytes fit in arena_total next to the
  * arenas and the other images; never one FILLING.  True if they fit. */

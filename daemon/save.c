@@ -758,6 +758,7 @@ static void commit_done(struct work *w)
 	} else {
 		s->state = SAVE_COMMITTED;
 		s->srv->saves_committed++;
+		images_replaced(s->srv, s);
 		log_info("committed '%s/%s' (job '%s', %u ranks, %llu bytes here) in %lld ms", s->root,
 			 s->key.name, s->key.job, s->key.world, (unsigned long long)s->bytes,
 			 (long long)(now_ms() - s->started_ms));
@@ -844,6 +845,7 @@ static void poll_done(struct work *w)
 	} else if (j->poll == 1 && !save_final(s)) {
 		s->state = SAVE_COMMITTED;
 		s->srv->saves_committed++;
+		images_replaced(s->srv, s);
 		log_info("committed '%s/%s' (job '%s') by rank 0's daemon", s->root, s->key.name,
 			 s->key.job);
 		list_for_each(p, &s->ranks)

@@ -65,6 +65,8 @@ struct wslot {
 	uint64_t file_off;       /* extent's offset in the file */
 	uint64_t len;            /* file bytes of the extent */
 	bool writing, crc_pending;
+	uint32_t reads;          /* loadio.h reads into it in flight (the
+	                          * client's slot, lent to the daemon) */
 	bool write_held;         /* the write waits for the checksum (crc_first) */
 	uint32_t ext_crc;        /* CRC32C of the extent's len bytes (crc_first) */
 	int res;

@@ -640,6 +640,8 @@ struct ckpt_load_stats {
 	                          * in ckptd's memory instead of storage */
 	uint32_t files_resident; /* files served from such images */
 	uint32_t reserved;
+	uint64_t bytes_daemon;   /* of bytes_read, read by ckptd into the
+	                          * client's arena (O_DIRECT, io_uring) */
 };
 
 #define CKPT_LOAD_STATS_INIT .size = sizeof(struct ckpt_load_stats)
@@ -669,20 +671,68 @@ CKPT_API int ckpt_load_add_tensor(struct ckpt_load *load, const struct ckpt_load
 CKPT_API int ckpt_load_add_blob(struct ckpt_load *load, const char *key, void *buf, size_t len);
 
 /*
- * Serves the load through ckptd where that helps: every file of the
- * checkpoint whose image the daemon holds in memory for this client's user
- * and job (saved by a client connected with CKPT_CONNECT_RESIDENT, of the
- * same checkpoint attempt and size as the manifest says) is read from that
- * image, read-only, instead of from storage, so a shard deleted or
- * unreachable since is no obstacle.  Every block is still checked against
- * the manifest's CRCs; a mismatch fails the load as one read from storage
- * would.  Files the daemon does not hold are read from storage as without
- * a client.  The client must stay connected until ckpt_load_start()
- * returns (the images are asked for there); the load keeps its own
- * references afterwards.  Returns 0, -EINVAL (NULL argument), -EBUSY
- * (started).  (LIBCKPT_0.5)
+ * Serves the load through ckptd (LIBCKPT_0.5):
+ *   - every file of the checkpoint whose image the daemon holds in memory
+ *     for this client's user and job (saved by a client connected with
+ *     CKPT_CONNECT_RESIDENT, the same checkpoint path, attempt and size as
+ *     the manifest says) is read from that image, read-only, instead of
+ *     from storage, so a shard deleted or unreachable since is no
+ *     obstacle;
+ *   - the other local files are opened by the library (with the caller's
+ *     rights) and lent to the daemon, which reads them with io_uring and
+ *     O_DIRECT into the client's staging arena, where the library checks
+ *     and scatters them (a read larger than half the arena is done by the
+ *     library itself; S3 files are read with ranged GETs as without it).
+ * Every block is still checked against the manifest's CRCs.  A block of an
+ * image that does not match sends the rest of that file to storage (a
+ * warning is logged); storage that does not match fails the load.  The
+ * client must stay connected and must not be freed until the load is:
+ * reads go over its connection and into its arena, which saves on the same
+ * client share (a load waits for free slots).  Returns 0, -EINVAL (NULL
+ * argument), -EBUSY (started).
  */
 CKPT_API int ckpt_load_set_client(struct ckpt_load *load, struct ckpt_client *client);
+
+/*
+ * Read once across replicas.  Every rank of an NCCL communicator loads the
+ * SAME checkpoint (each into its own destinations) with the group set, and
+ * every rank calls ckpt_load_start(): the start is then collective.  The
+ * ranks exchange which bytes their loads need; each byte range wanted by
+ * several ranks is read from storage by one of them (a pure function of
+ * what all ask: every rank computes the same readers, balanced) and sent
+ * to the others with NCCL through a device buffer on the caller's stream.
+ * Every rank checks every CRC block it uses, received or read.
+ * ckpt_load_stats() then counts in bytes_read only what this rank read
+ * from storage.
+ *
+ * nccl_comm: the caller's ncclComm_t (NCCL is loaded at run time:
+ * $CKPT_NCCL_LIB, else libnccl.so.2; NCCL 2.19 or later).  cuda_stream:
+ * the cudaStream_t the transfers go on (NULL: the legacy default stream).
+ * device_index: the CUDA device of the communicator.  The communicator
+ * and the stream must stay valid, and must not be used by anything else
+ * that talks to the same peers, until the done future completed: the load
+ * issues collective calls on them from a library thread.  A rank whose
+ * load fails locally (a bad block) still takes part to the end, so the
+ * others do not hang; a failed NCCL call fails the load and may leave the
+ * other ranks waiting, as any NCCL failure does.  Returns 0, -EINVAL (NULL
+ * argument, bad size, reserved fields not 0, no communicator), -E2BIG (a
+ * larger struct with fields this library does not know set), -ENODEV
+ * (NCCL or the CUDA runtime cannot be loaded), -EIO (the communicator
+ * cannot say its size and rank), -EBUSY (started), -EOPNOTSUPP (a build
+ * without CUDA).  (LIBCKPT_0.5)
+ */
+struct ckpt_load_group {
+	uint32_t size;          /* set by CKPT_LOAD_GROUP_INIT */
+	uint32_t reserved;
+	void *nccl_comm;        /* ncclComm_t */
+	void *cuda_stream;      /* cudaStream_t, or NULL */
+	int32_t device_index;   /* CUDA device of the communicator */
+	uint32_t reserved2;
+};
+
+#define CKPT_LOAD_GROUP_INIT .size = sizeof(struct ckpt_load_group)
+
+CKPT_API int ckpt_load_set_group(struct ckpt_load *load, const struct ckpt_load_group *group);
 
 /*
  * Plans the load and starts it on library threads; returns at once with

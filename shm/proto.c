@@ -23,6 +23,10 @@ static const size_t proto_sizes[PROTO_TYPE_MAX + 1] = {
 	[PROTO_SAVE_DURABLE] = sizeof(struct proto_save_result),
 	[PROTO_RESIDENT_REQ] = sizeof(struct proto_resident_req),
 	[PROTO_RESIDENT_REPLY] = sizeof(struct proto_resident_reply),
+	[PROTO_LOAD_FILE] = sizeof(struct proto_load_file),
+	[PROTO_LOAD_READ] = sizeof(struct proto_load_read),
+	[PROTO_LOAD_DONE] = sizeof(struct proto_load_done),
+	[PROTO_LOAD_CLOSE] = sizeof(struct proto_load_close),
 };
 
 _Static_assert(sizeof(struct proto_error) <= PROTO_MSG_MAX, "message too large");
@@ -118,7 +122,26 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 	}
 	case PROTO_RESIDENT_REQ: {
 		const struct proto_resident_req *m = buf;
-		if (!terminated(m->attempt, sizeof(m->attempt)))
+		if (!terminated(m->attempt, sizeof(m->attempt)) ||
+		    !terminated(m->where, sizeof(m->where)))
+			goto bad_field;
+		break;
+	}
+	case PROTO_LOAD_FILE: {
+		const struct proto_load_file *m = buf;
+		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	case PROTO_LOAD_CLOSE: {
+		const struct proto_load_close *m = buf;
+		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	case PROTO_LOAD_DONE: {
+		const struct proto_load_done *m = buf;
+		if (m->err > 0)
 			goto bad_field;
 		break;
 	}

@@ -37,9 +37,22 @@
  * Resident images (a client that said HELLO_RESIDENT keeps its rank's
  * newest committed save in the daemon's memory; any client of the same uid
  * and job may read it back):
- *   C: RESIDENT_REQ(token, attempt id, rank)
+ *   C: RESIDENT_REQ(token, attempt id, hash of the checkpoint's path, rank)
  *   D: RESIDENT_REPLY(token, 0, size, step) + read-only memfd
  *                                          | RESIDENT_REPLY(token, -errno)
+ *
+ * Reads for a client's load (daemon/loadio.c): the client opens each file
+ * itself (so the kernel checks its rights, not the daemon's) and lends the
+ * daemon the descriptor; the daemon reads into the client's arena with
+ * io_uring, O_DIRECT where the file system allows:
+ *   C: LOAD_FILE(handle) + fd              no answer; errors come with reads
+ *   C: LOAD_READ(token, handle, file_off, len, arena_off)
+ *   D: LOAD_DONE(token, bytes read | -errno)
+ *   C: LOAD_CLOSE(handle)
+ * file_off, len and arena_off are multiples of 4096 (PROTO_LOAD_ALIGN);
+ * the arena range is the client's (no slot of it held by the daemon) and
+ * stays the daemon's until LOAD_DONE: an EXTENT for it meanwhile ends the
+ * connection.  At most PROTO_LOAD_FILES handles, PROTO_LOAD_MAX bytes a read.
  *
  * Control role (ckptctl): HELLO(role=CONTROL), HELLO_OK without fd, then
  * STATUS_REQ -> STATUS_REPLY(len) + memfd holding a JSON report.
@@ -76,7 +89,11 @@ enum proto_type {
 	PROTO_SAVE_DURABLE = 12,
 	PROTO_RESIDENT_REQ = 13,
 	PROTO_RESIDENT_REPLY = 14,
-	PROTO_TYPE_MAX = 14,
+	PROTO_LOAD_FILE = 15,
+	PROTO_LOAD_READ = 16,
+	PROTO_LOAD_DONE = 17,
+	PROTO_LOAD_CLOSE = 18,
+	PROTO_TYPE_MAX = 18,
 };
 
 enum proto_role {
@@ -177,12 +194,18 @@ struct proto_status_reply {
 };
 
 /* Asks for the image of `rank`'s file of the checkpoint attempt `attempt`
- * (the manifest's "attempt": STORE_ID_LEN hex digits). */
+ * (the manifest's "attempt": STORE_ID_LEN hex digits) at the checkpoint
+ * directory whose canonical path ("ROOT/NAME", ROOT as the daemon's save
+ * spells it: realpath, or the one spelling of an S3 URL) hashes to `where`
+ * (store_hash_hex).  The attempt id alone is not enough: it names (job,
+ * run, name, step, attempt number), which a later save to another root,
+ * or to the same path after a delete, can repeat. */
 struct proto_resident_req {
 	struct proto_hdr h;
 	uint32_t token;    /* echoed in the reply */
 	uint32_t rank;
 	char attempt[40];  /* NUL-terminated */
+	char where[40];    /* NUL-terminated */
 };
 
 /* err 0: a read-only memfd comes along, holding the file's `size` bytes
@@ -194,6 +217,38 @@ struct proto_resident_reply {
 	uint64_t size;
 	uint64_t step;
 	char msg[PROTO_MSG_LEN];
+};
+
+#define PROTO_LOAD_ALIGN 4096u
+#define PROTO_LOAD_FILES 4096u
+#define PROTO_LOAD_MAX   (256ull << 20)
+
+struct proto_load_file {
+	struct proto_hdr h;
+	uint32_t handle;   /* < PROTO_LOAD_FILES; reusing one replaces it */
+	uint32_t reserved;
+};
+
+struct proto_load_read {
+	struct proto_hdr h;
+	uint32_t token;
+	uint32_t handle;
+	uint64_t file_off;
+	uint64_t len;
+	uint64_t arena_off;
+};
+
+struct proto_load_done {
+	struct proto_hdr h;
+	uint32_t token;
+	int32_t err;       /* 0 or negative errno */
+	uint64_t got;      /* bytes read (< len only at the end of the file) */
+};
+
+struct proto_load_close {
+	struct proto_hdr h;
+	uint32_t handle;
+	uint32_t reserved;
 };
 
 /* Fills in the header of a message of `type` and `size` bytes. */

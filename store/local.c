@@ -95,6 +95,9 @@ void store_key_id(const struct store_key *k, char ret[STORE_ID_LEN + 1])
 
 struct wr {
 	int fd;
+	bool read;         /* a read into the arena (arena_read), not a write */
+	bool nofixed;      /* read: crosses two registered buffers */
+	uint64_t done;     /* read: bytes read so far */
 	unsigned buf_index;
 	uint8_t *buf;
 	uint64_t file_off, len;
@@ -266,7 +269,12 @@ static bool prep(struct store_arena *a, struct wr *w)
 
 	if (a->inflight >= a->depth || disk_full() || !(sqe = io_uring_get_sqe(&a->ring)))
 		return false;
-	if (a->fixed)
+	if (w->read && a->fixed && !w->nofixed)
+		io_uring_prep_read_fixed(sqe, w->fd, w->buf, (unsigned)w->len, w->file_off,
+					 (int)w->buf_index);
+	else if (w->read)
+		io_uring_prep_read(sqe, w->fd, w->buf, (unsigned)w->len, w->file_off);
+	else if (a->fixed)
 		io_uring_prep_write_fixed(sqe, w->fd, w->buf, (unsigned)w->len, w->file_off,
 					  (int)w->buf_index);
 	else
@@ -340,6 +348,31 @@ static void local_shard_write(struct store_shard *s, struct store_arena *a, uint
 		return;
 	}
 	w->fd = s->fd;
+	w->read = false;
+	w->buf_index = (unsigned)(arena_off / FIXED_MAX);
+	w->buf = a->base + arena_off;
+	w->file_off = file_off;
+	w->len = len;
+	w->cb = cb;
+	w->ud = ud;
+	enqueue(a, w);
+}
+
+static void local_arena_read(struct store_arena *a, int fd, uint64_t arena_off,
+			     uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
+{
+	struct wr *w = calloc(1, sizeof(*w));
+
+	/* One SQE reads at most INT_MAX bytes. */
+	if (!w || len == 0 || len > FIXED_MAX || arena_off > a->len || len > a->len - arena_off) {
+		free(w);
+		cb(ud, w ? -EINVAL : -ENOMEM);
+		return;
+	}
+	w->fd = fd;
+	w->read = true;
+	/* A fixed buffer is one registered iovec (<= FIXED_MAX bytes). */
+	w->nofixed = arena_off / FIXED_MAX != (arena_off + len - 1) / FIXED_MAX;
 	w->buf_index = (unsigned)(arena_off / FIXED_MAX);
 	w->buf = a->base + arena_off;
 	w->file_off = file_off;
@@ -375,6 +408,27 @@ static void local_arena_reap(struct store_arena *a)
 			struct wr *w = done[i];
 			a->inflight--;
 			disk.inflight--;
+			if (w->read) {
+				/* A short read goes on from where it stopped if
+				 * that is on a block (O_DIRECT could not go on
+				 * elsewhere: a short read off the grid is the end
+				 * of the file); 0 is the end, and reports what
+				 * came. */
+				if (res[i] > 0 && (uint64_t)res[i] < w->len &&
+				    (w->file_off + (uint64_t)res[i]) % 4096 == 0) {
+					w->done += (uint64_t)res[i];
+					w->file_off += (uint64_t)res[i];
+					w->buf += res[i];
+					w->len -= (uint64_t)res[i];
+					enqueue(a, w);
+					continue;
+				}
+				w->done += res[i] > 0 ? (uint64_t)res[i] : 0;
+				w->cb(w->ud, res[i] < 0 ? res[i] :
+					     w->done > INT32_MAX ? INT32_MAX : (int)w->done);
+				free(w);
+				continue;
+			}
 			if (res[i] > 0 && (uint64_t)res[i] < w->len) {
 				/* Short write (a signal; a full disk about to say
 				 * ENOSPC): go on from where it stopped. */
@@ -911,6 +965,7 @@ const struct store_ops store_local = {
 	.arena_detach = local_arena_detach,
 	.arena_fd = local_arena_fd,
 	.arena_reap = local_arena_reap,
+	.arena_read = local_arena_read,
 	.arena_busy = local_arena_busy,
 	.set_disk_depth = local_set_disk_depth,
 	.attempt_open = local_attempt_open,

@@ -124,6 +124,14 @@ static void r_arena_reap(struct store_arena *x)
 		store_s3.arena_reap(ra->s3);
 }
 
+static void r_arena_read(struct store_arena *x, int fd, uint64_t arena_off, uint64_t file_off,
+			 uint64_t len, store_io_cb cb, void *ud)
+{
+	/* Reads for loads are local files (S3 loads are ranged GETs by the
+	 * client). */
+	store_local.arena_read(RA(x)->local, fd, arena_off, file_off, len, cb, ud);
+}
+
 static unsigned r_arena_busy(const struct store_arena *x)
 {
 	const struct rarena *ra = (const struct rarena *)(const void *)x;
@@ -335,6 +343,7 @@ const struct store_ops store_routed = {
 	.arena_detach = r_arena_detach,
 	.arena_fd = r_arena_fd,
 	.arena_reap = r_arena_reap,
+	.arena_read = r_arena_read,
 	.arena_busy = r_arena_busy,
 	.set_disk_depth = r_set_disk_depth,
 	.attempt_open = r_attempt_open,

@@ -150,6 +150,14 @@ struct store_ops {
 	 * until cb runs).  cb runs from arena_reap, exactly once. */
 	void (*shard_write)(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
 			    uint64_t file_off, uint64_t len, store_io_cb cb, void *ud);
+	/* [loop] Optional (NULL: not offered): queues a read of len bytes of
+	 * the open file fd at file_off into the arena at arena_off (for a
+	 * client's load, daemon/load.c).  O_DIRECT on fd needs file_off, len
+	 * and arena_off multiples of the file system's block size.  cb gets
+	 * the bytes read (>= 0; fewer than len only at the end of the file)
+	 * or -errno, from arena_reap, exactly once. */
+	void (*arena_read)(struct store_arena *a, int fd, uint64_t arena_off, uint64_t file_off,
+			   uint64_t len, store_io_cb cb, void *ud);
 	/* [any] Optional (NULL: never): does s want each extent's CRC32C
 	 * with its write (shard_write_crc instead of shard_write)?  The store
 	 * has the bytes checked against it on receipt (S3 verifies

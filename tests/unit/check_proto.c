@@ -39,6 +39,10 @@ static const struct {
 	{ PROTO_SAVE_DURABLE, sizeof(struct proto_save_result), "SAVE_DURABLE" },
 	{ PROTO_RESIDENT_REQ, sizeof(struct proto_resident_req), "RESIDENT_REQ" },
 	{ PROTO_RESIDENT_REPLY, sizeof(struct proto_resident_reply), "RESIDENT_REPLY" },
+	{ PROTO_LOAD_FILE, sizeof(struct proto_load_file), "LOAD_FILE" },
+	{ PROTO_LOAD_READ, sizeof(struct proto_load_read), "LOAD_READ" },
+	{ PROTO_LOAD_DONE, sizeof(struct proto_load_done), "LOAD_DONE" },
+	{ PROTO_LOAD_CLOSE, sizeof(struct proto_load_close), "LOAD_CLOSE" },
 };
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -216,8 +220,14 @@ static const struct {
 	{ PROTO_SAVE_ABORT, F_RESERVED, offsetof(struct proto_save_abort, reserved), 4,
 	  "SAVE_ABORT.reserved" },
 	{ PROTO_HELLO, F_RESERVED, offsetof(struct proto_hello, reserved), 4, "HELLO.reserved" },
+	{ PROTO_LOAD_FILE, F_RESERVED, offsetof(struct proto_load_file, reserved), 4,
+	  "LOAD_FILE.reserved" },
+	{ PROTO_LOAD_CLOSE, F_RESERVED, offsetof(struct proto_load_close, reserved), 4,
+	  "LOAD_CLOSE.reserved" },
 	{ PROTO_RESIDENT_REQ, F_STRING, offsetof(struct proto_resident_req, attempt),
 	  sizeof(((struct proto_resident_req *)0)->attempt), "RESIDENT_REQ.attempt" },
+	{ PROTO_RESIDENT_REQ, F_STRING, offsetof(struct proto_resident_req, where),
+	  sizeof(((struct proto_resident_req *)0)->where), "RESIDENT_REQ.where" },
 	{ PROTO_RESIDENT_REPLY, F_STRING, offsetof(struct proto_resident_reply, msg),
 	  PROTO_MSG_LEN, "RESIDENT_REPLY.msg" },
 };

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/* loadio.c - reads into a client's arena for its loads (see loadio.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/conn.h"
+#include "daemon/loadio.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "shm/proto.h"
+
+struct lreq {
+	struct conn *c;
+	uint32_t token, handle;
+	uint64_t arena_off, len;
+};
+
+static void send_done(struct conn *c, uint32_t token, int err, uint64_t got)
+{
+	struct proto_load_done m;
+
+	if (c->state == CONN_CLOSED)
+		return;
+	proto_init(&m.h, PROTO_LOAD_DONE, sizeof(m));
+	m.token = token;
+	m.err = err;
+	m.got = got;
+	conn_send(c, &m, sizeof(m), -1);
+}
+
+static bool lfiles_ready(struct conn *c)
+{
+	if (c->lfiles)
+		return true;
+	c->lfiles = malloc(PROTO_LOAD_FILES * sizeof(*c->lfiles));
+	if (!c->lfiles)
+		return false;
+	for (uint32_t i = 0; i < PROTO_LOAD_FILES; i++)
+		c->lfiles[i] = (struct lfile){ .fd = -EBADF };
+	return true;
+}
+
+static void lfile_close(struct lfile *f)
+{
+	if (f->fd >= 0)
+		close(f->fd);
+	f->fd = -EBADF;
+	f->closing = false;
+}
+
+void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
+{
+	struct lfile *f;
+	struct stat st;
+	int fl;
+
+	if (fd < 0) {
+		conn_drop(c, "LOAD_FILE without a descriptor");
+		return;
+	}
+	if (m->handle >= PROTO_LOAD_FILES) {
+		close(fd);
+		conn_drop(c, "LOAD_FILE handle %u is not below %u", m->handle, PROTO_LOAD_FILES);
+		return;
+	}
+	if (!lfiles_ready(c)) {
+		close(fd);
+		conn_drop(c, "out of memory for lent files");
+		return;
+	}
+	f = &c->lfiles[m->handle];
+	if (f->busy) {
+		close(fd);
+		conn_drop(c, "LOAD_FILE replaces handle %u while reads of it are in flight",
+			  m->handle);
+		return;
+	}
+	lfile_close(f);
+	/* Only regular files open for reading: a FIFO, socket or device could
+	 * block a worker or read something that is not a checkpoint. */
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fstat(fd, &st) < 0) {
+		f->fd = -EBADF;
+	} else if (!S_ISREG(st.st_mode)) {
+		f->fd = -EINVAL;
+	} else if ((fl & O_ACCMODE) == O_WRONLY) {
+		f->fd = -EBADF;
+	} else {
+		/* O_DIRECT where the file system has it (this changes the
+		 * client's open file description, lent for this purpose);
+		 * elsewhere (tmpfs) buffered reads. */
+		if (!(fl & O_DIRECT))
+			(void)fcntl(fd, F_SETFL, fl | O_DIRECT);
+		f->fd = fd;
+		return;
+	}
+	close(fd);
+}
+
+static void read_done(void *ud, int res)
+{
+	struct lreq *q = ud;
+	struct conn *c = q->c;
+	struct lfile *f = &c->lfiles[q->handle];
+	uint32_t first = (uint32_t)(q->arena_off / c->slot_bytes);
+	uint32_t last = (uint32_t)((q->arena_off + q->len - 1) / c->slot_bytes);
+
+	for (uint32_t s = first; s <= last; s++)
+		c->w.slots[s].reads--;
+	c->load_inflight--;
+	if (--f->busy == 0 && f->closing)
+		lfile_close(f);
+	send_done(c, q->token, res < 0 ? res : 0, res < 0 ? 0 : (uint64_t)res);
+	free(q);
+}
+
+void loadio_on_read(struct conn *c, const struct proto_load_read *m)
+{
+	struct server *srv = c->srv;
+	struct lfile *f;
+	struct lreq *q;
+	uint32_t first, last;
+
+	if (!srv->store->arena_read) {
+		send_done(c, m->token, -EOPNOTSUPP, 0);
+		return;
+	}
+	if (m->len == 0 || m->len > PROTO_LOAD_MAX || m->file_off % PROTO_LOAD_ALIGN ||
+	    m->len % PROTO_LOAD_ALIGN || m->arena_off % PROTO_LOAD_ALIGN ||
+	    m->arena_off >= c->arena_bytes || m->len > c->arena_bytes - m->arena_off ||
+	    m->file_off > (uint64_t)INT64_MAX - m->len) {
+		conn_drop(c, "LOAD_READ of %llu bytes at file offset %llu into arena offset %llu "
+			  "is not aligned or not inside the arena",
+			  (unsigned long long)m->len, (unsigned long long)m->file_off,
+			  (unsigned long long)m->arena_off);
+		return;
+	}
+	first = (uint32_t)(m->arena_off / c->slot_bytes);
+	last = (uint32_t)((m->arena_off + m->len - 1) / c->slot_bytes);
+	for (uint32_t s = first; s <= last; s++) {
+		if (writer_slot_held(&c->w, s)) {
+			conn_drop(c, "LOAD_READ into slot %u, which the daemon holds for a save", s);
+			return;
+		}
+	}
+	if (c->load_inflight >= LOADIO_MAX_INFLIGHT) {
+		conn_drop(c, "more than %u reads in flight", LOADIO_MAX_INFLIGHT);
+		return;
+	}
+	if (m->handle >= PROTO_LOAD_FILES || !c->lfiles || c->lfiles[m->handle].fd < 0 ||
+	    c->lfiles[m->handle].closing) {
+		send_done(c, m->token,
+			  m->handle < PROTO_LOAD_FILES && c->lfiles && c->lfiles[m->handle].fd < 0 ?
+				  c->lfiles[m->handle].fd :
+				  -EBADF,
+			  0);
+		return;
+	}
+	f = &c->lfiles[m->handle];
+	q = malloc(sizeof(*q));
+	if (!q) {
+		send_done(c, m->token, -ENOMEM, 0);
+		return;
+	}
+	*q = (struct lreq){ .c = c, .token = m->token, .handle = m->handle,
+			    .arena_off = m->arena_off, .len = m->len };
+	for (uint32_t s = first; s <= last; s++)
+		c->w.slots[s].reads++;
+	f->busy++;
+	c->load_inflight++;
+	srv->store->arena_read(c->io, f->fd, m->arena_off, m->file_off, m->len, read_done, q);
+}
+
+void loadio_on_close(struct conn *c, const struct proto_load_close *m)
+{
+	struct lfile *f;
+
+	if (m->handle >= PROTO_LOAD_FILES || !c->lfiles)
+		return;
+	f = &c->lfiles[m->handle];
+	if (f->busy)
+		f->closing = true;
+	else
+		lfile_close(f);
+}
+
+bool loadio_busy(const struct conn *c)
+{
+	return c->load_inflight > 0;
+}
+
+void loadio_free(struct conn *c)
+{
+	if (!c->lfiles)
+		return;
+	for (uint32_t i = 0; i < PROTO_LOAD_FILES; i++)
+		lfile_close(&c->lfiles[i]);
+	free(c->lfiles);
+	c->lfiles = NULL;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * loadio.h - reads for a client's load: files the client opened and lent
+ * the daemon (LOAD_FILE), read with io_uring into the client's own arena
+ * (LOAD_READ -> LOAD_DONE); proto.h has the messages.
+ *
+ * Why through the daemon: its arena is registered with io_uring and
+ * pre-faulted, and it reads with O_DIRECT at the queue depth the disk
+ * wants, where the library alone would read through the page cache into
+ * buffers it touches for the first time.  Why the client's descriptor:
+ * the kernel checked the client's right to read the file when the client
+ * opened it; the daemon, which may run with privileges, never opens a
+ * path for a client.
+ *
+ * What a hostile client can do: lend any descriptor (only regular files
+ * open for reading are used; others fail each read with -EBADF/-EINVAL),
+ * ask for reads into any part of its own arena (never a slot the daemon
+ * holds for a save: that ends the connection, as does an EXTENT for a
+ * slot a read still targets), and flood requests (each costs one io_uring
+ * request; the per-connection limit below bounds them).  A descriptor is
+ * closed only once no read of it is queued or in flight, so a number is
+ * never reused under a queued read.
+ */
+#ifndef CKPTD_LOADIO_H
+#define CKPTD_LOADIO_H
+
+#include <stdbool.h>
+
+struct conn;
+struct proto_load_file;
+struct proto_load_read;
+struct proto_load_close;
+
+/* Reads in flight per connection, at most. */
+#define LOADIO_MAX_INFLIGHT 256u
+
+/* LOAD_FILE with its descriptor (taken over, even on failure: closed). */
+void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd);
+void loadio_on_read(struct conn *c, const struct proto_load_read *m);
+void loadio_on_close(struct conn *c, const struct proto_load_close *m);
+/* True while reads of c are queued or in flight (its arena must stay). */
+bool loadio_busy(const struct conn *c);
+/* The connection is being freed (not busy): closes what it lent. */
+void loadio_free(struct conn *c);
+
+#endif

@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_loadio.c - reads for loads through a real ckptd (daemon/loadio.h),
+ * spoken in raw protocol, so that every check the daemon makes on a
+ * client's LOAD_* messages is reached: bytes land in the arena as the file
+ * has them, short at the end of the file; descriptors that are not regular
+ * files open for reading fail their reads; handles never lent or given
+ * back fail theirs; unaligned reads, reads outside the arena and LOAD_FILE
+ * without a descriptor end the connection, and the daemon serves others
+ * meanwhile.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shm/proto.h"
+#include "tests/lib/testd.h"
+
+#define MiB (1ull << 20)
+#define ARENA (16 * MiB)
+
+struct raw {
+	int fd;
+	uint8_t *arena;
+	uint64_t arena_bytes, slot_bytes;
+};
+
+static void raw_open(struct raw *r, const char *sock, const char *job)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct proto_hello h;
+	struct timeval tv = { 20, 0 };
+	union {
+		char buf[PROTO_MSG_MAX];
+		struct proto_hello_ok ok;
+	} u;
+	char err[256];
+	int afd = -1;
+	ssize_t n;
+
+	r->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(r->fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	ck_assert_int_eq(connect(r->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(r->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	proto_init(&h.h, PROTO_HELLO, sizeof(h));
+	h.role = PROTO_ROLE_CLIENT;
+	h.world = 1;
+	h.umask = 022;
+	h.arena_bytes = ARENA;
+	snprintf(h.job, sizeof(h.job), "%s", job);
+	ck_assert_int_eq(proto_send(r->fd, &h, sizeof(h), -1), 0);
+	n = proto_recv(r->fd, u.buf, &afd);
+	ck_assert_int_eq(proto_check(u.buf, (size_t)n, err, sizeof(err)), PROTO_HELLO_OK);
+	ck_assert_int_ge(afd, 0);
+	r->arena_bytes = u.ok.arena_bytes;
+	r->slot_bytes = u.ok.slot_bytes;
+	r->arena = mmap(NULL, r->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, afd, 0);
+	ck_assert(r->arena != MAP_FAILED);
+	close(afd);
+}
+
+static void raw_close(struct raw *r)
+{
+	munmap(r->arena, r->arena_bytes);
+	close(r->fd);
+}
+
+static void lend(struct raw *r, uint32_t handle, int fd)
+{
+	struct proto_load_file m;
+
+	proto_init(&m.h, PROTO_LOAD_FILE, sizeof(m));
+	m.handle = handle;
+	ck_assert_int_eq(proto_send(r->fd, &m, sizeof(m), fd), 0);
+}
+
+static void give_back(struct raw *r, uint32_t handle)
+{
+	struct proto_load_close m;
+
+	proto_init(&m.h, PROTO_LOAD_CLOSE, sizeof(m));
+	m.handle = handle;
+	ck_assert_int_eq(proto_send(r->fd, &m, sizeof(m), -1), 0);
+}
+
+static void send_read(struct raw *r, uint32_t token, uint32_t handle, uint64_t file_off,
+		      uint64_t len, uint64_t arena_off)
+{
+	struct proto_load_read m;
+
+	proto_init(&m.h, PROTO_LOAD_READ, sizeof(m));
+	m.token = token;
+	m.handle = handle;
+	m.file_off = file_off;
+	m.len = len;
+	m.arena_off = arena_off;
+	ck_assert_int_eq(proto_send(r->fd, &m, sizeof(m), -1), 0);
+}
+
+/* The next message: LOAD_DONE (returns its err or got, token checked) or
+ * ERROR (returns INT64_MIN, its text in msg). */
+static int64_t next_answer(struct raw *r, uint32_t token, char *msg, size_t len)
+{
+	union {
+		char buf[PROTO_MSG_MAX];
+		struct proto_load_done d;
+		struct proto_error e;
+	} u;
+	char err[256];
+	ssize_t n = proto_recv(r->fd, u.buf, NULL);
+	int type;
+
+	ck_assert_msg(n > 0, "no answer: %zd", n);
+	type = proto_check(u.buf, (size_t)n, err, sizeof(err));
+	if (type == PROTO_ERROR) {
+		snprintf(msg, len, "%s", u.e.msg);
+		return INT64_MIN;
+	}
+	ck_assert_int_eq(type, PROTO_LOAD_DONE);
+	ck_assert_uint_eq(u.d.token, token);
+	return u.d.err ? u.d.err : (int64_t)u.d.got;
+}
+
+static int64_t read_once(struct raw *r, uint32_t token, uint32_t handle, uint64_t file_off,
+			 uint64_t len, uint64_t arena_off)
+{
+	char msg[PROTO_MSG_LEN] = "";
+	int64_t v;
+
+	send_read(r, token, handle, file_off, len, arena_off);
+	v = next_answer(r, token, msg, sizeof(msg));
+	ck_assert_msg(v != INT64_MIN, "read dropped the connection: %s", msg);
+	return v;
+}
+
+static uint8_t pattern(uint64_t i)
+{
+	return (uint8_t)((i * 2654435761u) >> 13);
+}
+
+/* A file of `size` pattern bytes at path. */
+static void make_file(const char *path, uint64_t size)
+{
+	uint8_t *b = malloc(size);
+	int fd;
+
+	ck_assert_ptr_nonnull(b);
+	for (uint64_t i = 0; i < size; i++)
+		b[i] = pattern(i);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, b, size), (ssize_t)size);
+	fsync(fd);
+	close(fd);
+	free(b);
+}
+
+static void check_bytes(const uint8_t *got, uint64_t file_off, uint64_t len)
+{
+	for (uint64_t i = 0; i < len; i++)
+		if (got[i] != pattern(file_off + i))
+			ck_abort_msg("byte %llu of the file: %u, want %u",
+				     (unsigned long long)(file_off + i), got[i],
+				     pattern(file_off + i));
+}
+
+START_TEST(test_reads)
+{
+	const uint64_t size = 3 * MiB + 123;
+	struct testd t;
+	struct raw r;
+	char path[TD_PATH], fifo[TD_PATH];
+	int fd, ffd, dfd, wfd;
+
+	td_init(&t, "loadio_reads");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\n"), 0);
+	td_path(path, sizeof(path), "%s/data", t.dir);
+	make_file(path, size);
+	raw_open(&r, td_sock(&t, 0), "lio");
+	ck_assert_uint_ge(r.arena_bytes, 8 * MiB);
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	lend(&r, 0, fd);
+	close(fd); /* the daemon keeps its own */
+
+	/* The whole file, asked for rounded up: short at the end. */
+	memset(r.arena, 0xee, 4 * MiB);
+	ck_assert_int_eq(read_once(&r, 1, 0, 0, 4 * MiB, 0), (int64_t)size);
+	check_bytes(r.arena, 0, size);
+	/* A middle piece into the second slot. */
+	memset(r.arena + r.slot_bytes, 0, MiB);
+	ck_assert_int_eq(read_once(&r, 2, 0, MiB, MiB, r.slot_bytes), (int64_t)MiB);
+	check_bytes(r.arena + r.slot_bytes, MiB, MiB);
+	/* Past the end: nothing, not an error. */
+	ck_assert_int_eq(read_once(&r, 3, 0, 8 * MiB, 4096, 0), 0);
+
+	/* A handle never lent, and one given back. */
+	ck_assert_int_eq(read_once(&r, 4, 7, 0, 4096, 0), -EBADF);
+	give_back(&r, 0);
+	ck_assert_int_eq(read_once(&r, 5, 0, 0, 4096, 0), -EBADF);
+
+	/* Not regular files, and a file not open for reading. */
+	td_path(fifo, sizeof(fifo), "%s/fifo", t.dir);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	ffd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	ck_assert_int_ge(ffd, 0);
+	lend(&r, 1, ffd);
+	close(ffd);
+	ck_assert_int_eq(read_once(&r, 6, 1, 0, 4096, 0), -EINVAL);
+	dfd = open(t.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ck_assert_int_ge(dfd, 0);
+	lend(&r, 2, dfd);
+	close(dfd);
+	ck_assert_int_eq(read_once(&r, 7, 2, 0, 4096, 0), -EINVAL);
+	wfd = open(path, O_WRONLY | O_CLOEXEC);
+	ck_assert_int_ge(wfd, 0);
+	lend(&r, 3, wfd);
+	close(wfd);
+	ck_assert_int_eq(read_once(&r, 8, 3, 0, 4096, 0), -EBADF);
+
+	/* A handle lent again works again. */
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	lend(&r, 1, fd);
+	close(fd);
+	ck_assert_int_eq(read_once(&r, 9, 1, 0, 4096, 0), 4096);
+	check_bytes(r.arena, 0, 4096);
+	raw_close(&r);
+	td_fini(&t);
+}
+END_TEST
+
+/* Each of these ends the connection with an ERROR naming the problem;
+ * another client is served after each. */
+static const struct {
+	const char *what;
+	uint64_t file_off, len, arena_off; /* arena_off ~0: the arena's size */
+	bool no_fd;
+	const char *expect;
+} bad[] = {
+	{ "unaligned file offset", 100, 4096, 0, false, "not aligned" },
+	{ "unaligned length", 0, 4000, 0, false, "not aligned" },
+	{ "unaligned arena offset", 0, 4096, 512, false, "not aligned" },
+	{ "outside the arena", 0, 8192, ~0ull, false, "inside the arena" },
+	{ "empty read", 0, 0, 0, false, "not aligned" },
+	{ "too large a read", 0, PROTO_LOAD_MAX + 4096, 0, false, "not aligned" },
+	{ "LOAD_FILE without a descriptor", 0, 0, 0, true, "without a descriptor" },
+};
+
+START_TEST(test_bad)
+{
+	struct testd t;
+	struct raw r, other;
+	char path[TD_PATH], msg[PROTO_MSG_LEN] = "";
+	int fd;
+	int64_t v;
+
+	td_init(&t, "loadio_bad");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\n"), 0);
+	td_path(path, sizeof(path), "%s/data", t.dir);
+	make_file(path, MiB);
+	raw_open(&r, td_sock(&t, 0), "lio");
+	if (bad[_i].no_fd) {
+		struct proto_load_file m;
+		proto_init(&m.h, PROTO_LOAD_FILE, sizeof(m));
+		ck_assert_int_eq(proto_send(r.fd, &m, sizeof(m), -1), 0);
+	} else {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		lend(&r, 0, fd);
+		close(fd);
+		send_read(&r, 1, 0, bad[_i].file_off, bad[_i].len,
+			  bad[_i].arena_off == ~0ull ? r.arena_bytes - 4096 : bad[_i].arena_off);
+	}
+	v = next_answer(&r, 1, msg, sizeof(msg));
+	ck_assert_msg(v == INT64_MIN, "%s: answered %lld instead of dropping", bad[_i].what,
+		      (long long)v);
+	ck_assert_msg(strstr(msg, bad[_i].expect), "%s: '%s'", bad[_i].what, msg);
+	raw_close(&r);
+
+	/* The daemon goes on. */
+	raw_open(&other, td_sock(&t, 0), "lio2");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	lend(&other, 0, fd);
+	close(fd);
+	ck_assert_int_eq(read_once(&other, 1, 0, 0, MiB, 0), (int64_t)MiB);
+	check_bytes(other.arena, 0, MiB);
+	raw_close(&other);
+	td_fini(&t);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("loadio");
+
+	td_case(s, "reads", test_reads, 60, 0, 1);
+	td_case(s, "bad", test_bad, 60, 0, (int)(sizeof(bad) / sizeof(bad[0])));
+	return td_main(s, "check_loadio");
+}
