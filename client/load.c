@@ -1038,7 +1038,11 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	/* Half the arena at most, so two reads always fit at once. */
 	if (a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2)
 		return 1;
-	first = cli_arena_take(c, (uint32_t)n_slots, 600000);
+	/* Saves on the same client take slots one at a time as they come
+	 * back; rather than wait long for a run of them, read here. */
+	first = cli_arena_take(c, (uint32_t)n_slots, 2000);
+	if (first == -ETIMEDOUT)
+		return 1;
 	if (first < 0) {
 		fail(ld, (int)first, "reading %s/%s through ckptd: no arena slots: %s",
 		     ld->rd->path, ld->rd->m.files[rd->file].path, strerror((int)-first));
@@ -1046,6 +1050,11 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	}
 	got = cli_load_read(c, ld->lhandles[rd->file], a0, a1 - a0,
 			    (uint64_t)first * c->slot_bytes);
+	if (got == -EMFILE) {
+		/* The daemon lends no more descriptors (daemon/loadio.h). */
+		cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
+		return 1;
+	}
 	if (got >= 0 && (uint64_t)got < rd->end - a0)
 		got = -ENODATA;
 	if (got < 0) {

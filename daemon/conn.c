@@ -438,7 +438,8 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 	    srv->arena_in_use + srv->resident_bytes + want > srv->cfg.arena_total) {
 		snprintf(err, errlen,
 			 "no room for a staging arena: %llu of arena_total %llu bytes in use "
-			 "(%llu by images of saves filling them)",
+			 "(arenas, also of connections still finishing their work, and %llu "
+			 "of resident images)",
 			 (unsigned long long)(srv->arena_in_use + srv->resident_bytes),
 			 (unsigned long long)srv->cfg.arena_total,
 			 (unsigned long long)srv->resident_bytes);

@@ -69,6 +69,8 @@ struct conn {
 		bool closing;   /* LOAD_CLOSE came while busy */
 	} *lfiles;              /* PROTO_LOAD_FILES entries, or NULL */
 	uint32_t load_inflight;
+	uint64_t load_bytes;    /* bytes of those reads */
+	uint32_t n_lent;        /* lfiles holding a descriptor */
 
 	/* The arena: made on an arena worker while ARENA (only that job
 	 * touches these fields then). */

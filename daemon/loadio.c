@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,12 +45,37 @@ static bool lfiles_ready(struct conn *c)
 	return true;
 }
 
-static void lfile_close(struct lfile *f)
+static void lfile_close(struct conn *c, struct lfile *f)
 {
-	if (f->fd >= 0)
+	if (f->fd >= 0) {
 		close(f->fd);
+		c->n_lent--;
+		c->srv->lent_fds--;
+	}
 	f->fd = -EBADF;
 	f->closing = false;
+}
+
+/* Room for one more lent descriptor (loadio.h): 0, or -EMFILE. */
+static int lend_room(struct conn *c)
+{
+	struct rlimit rl;
+	uint64_t total = 1024, of_uid = 0;
+	struct list *p;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		total = rl.rlim_cur / 2;
+	if (total < 256)
+		total = 256;
+	if (c->srv->lent_fds >= total)
+		return -EMFILE;
+	list_for_each(p, &c->srv->conns)
+	{
+		const struct conn *o = list_entry(p, struct conn, link);
+		if (o->creds.uid == c->creds.uid)
+			of_uid += o->n_lent;
+	}
+	return of_uid >= total / 4 ? -EMFILE : 0;
 }
 
 void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
@@ -79,7 +105,7 @@ void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
 			  m->handle);
 		return;
 	}
-	lfile_close(f);
+	lfile_close(c, f);
 	/* Only regular files open for reading: a FIFO, socket or device could
 	 * block a worker or read something that is not a checkpoint. */
 	fl = fcntl(fd, F_GETFL);
@@ -93,9 +119,21 @@ void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
 		/* O_DIRECT where the file system has it (this changes the
 		 * client's open file description, lent for this purpose);
 		 * elsewhere (tmpfs) buffered reads. */
+		int r = lend_room(c);
+		if (r < 0) {
+			if (c->n_lent == 0 || c->srv->lent_fds % 64 == 0)
+				log_warn("client %u (uid %u): no room for another lent descriptor "
+					 "(%u lent in all): its reads of handle %u fail with EMFILE",
+					 c->id, (unsigned)c->creds.uid, c->srv->lent_fds, m->handle);
+			f->fd = r;
+			close(fd);
+			return;
+		}
 		if (!(fl & O_DIRECT))
 			(void)fcntl(fd, F_SETFL, fl | O_DIRECT);
 		f->fd = fd;
+		c->n_lent++;
+		c->srv->lent_fds++;
 		return;
 	}
 	close(fd);
@@ -112,8 +150,9 @@ static void read_done(void *ud, int res)
 	for (uint32_t s = first; s <= last; s++)
 		c->w.slots[s].reads--;
 	c->load_inflight--;
+	c->load_bytes -= q->len;
 	if (--f->busy == 0 && f->closing)
-		lfile_close(f);
+		lfile_close(c, f);
 	send_done(c, q->token, res < 0 ? res : 0, res < 0 ? 0 : (uint64_t)res);
 	free(q);
 }
@@ -147,8 +186,9 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 			return;
 		}
 	}
-	if (c->load_inflight >= LOADIO_MAX_INFLIGHT) {
-		conn_drop(c, "more than %u reads in flight", LOADIO_MAX_INFLIGHT);
+	if (c->load_inflight >= LOADIO_MAX_INFLIGHT || m->len > c->arena_bytes - c->load_bytes) {
+		conn_drop(c, "more than %u reads or more bytes than its arena in flight",
+			  LOADIO_MAX_INFLIGHT);
 		return;
 	}
 	if (m->handle >= PROTO_LOAD_FILES || !c->lfiles || c->lfiles[m->handle].fd < 0 ||
@@ -172,6 +212,7 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 		c->w.slots[s].reads++;
 	f->busy++;
 	c->load_inflight++;
+	c->load_bytes += m->len;
 	srv->store->arena_read(c->io, f->fd, m->arena_off, m->file_off, m->len, read_done, q);
 }
 
@@ -185,7 +226,7 @@ void loadio_on_close(struct conn *c, const struct proto_load_close *m)
 	if (f->busy)
 		f->closing = true;
 	else
-		lfile_close(f);
+		lfile_close(c, f);
 }
 
 bool loadio_busy(const struct conn *c)
@@ -198,7 +239,7 @@ void loadio_free(struct conn *c)
 	if (!c->lfiles)
 		return;
 	for (uint32_t i = 0; i < PROTO_LOAD_FILES; i++)
-		lfile_close(&c->lfiles[i]);
+		lfile_close(c, &c->lfiles[i]);
 	free(c->lfiles);
 	c->lfiles = NULL;
 }

@@ -17,9 +17,15 @@
  * ask for reads into any part of its own arena (never a slot the daemon
  * holds for a save: that ends the connection, as does an EXTENT for a
  * slot a read still targets), and flood requests (each costs one io_uring
- * request; the per-connection limit below bounds them).  A descriptor is
- * closed only once no read of it is queued or in flight, so a number is
- * never reused under a queued read.
+ * request: at most LOADIO_MAX_INFLIGHT reads and no more bytes than its
+ * arena in flight, so what a client that hangs up leaves queued is bounded
+ * like a save it leaves staged), and lend many descriptors: the daemon
+ * keeps at most half its RLIMIT_NOFILE lent in all, and a quarter of that
+ * per uid, so one user cannot take the descriptors every other client's
+ * connection, arena and shard files need; a descriptor over the cap is
+ * closed at once and its reads fail with -EMFILE (the library then reads
+ * that file itself).  A descriptor is closed only once no read of it is
+ * queued or in flight, so a number is never reused under a queued read.
  */
 #ifndef CKPTD_LOADIO_H
 #define CKPTD_LOADIO_H

@@ -17,6 +17,10 @@
 #include "shm/arena.h"
 #include "shm/proto.h"
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
+
 /* Images are made in whole huge pages, so that THP (where shmem has it)
  * can back them and a spare fits the next save of a slightly larger size. */
 #define IMAGE_ROUND (2ull << 20)
@@ -189,7 +193,10 @@ int image_make(struct image *img)
 	int fd;
 
 	snprintf(name, sizeof(name), "ckptd-image-%u", img->rank);
-	fd = arena_create(name, img->cap, &addr);
+	/* Clients get read-only descriptors, but any descriptor of a memfd
+	 * (mode 0777) can be reopened read-write through /proc: the seal is
+	 * what keeps every mapping but the daemon's own from writing. */
+	fd = arena_create_sealed(name, img->cap, F_SEAL_FUTURE_WRITE, &addr);
 	if (fd < 0) {
 		img->broken = true;
 		return fd;
@@ -300,8 +307,9 @@ void resident_on_req(struct conn *c, const struct proto_resident_req *m)
 		reply(c, m->token, -ENOENT, NULL, -1, "not resident");
 		return;
 	}
-	/* A read-only descriptor of the same memfd: the client can map it
-	 * but neither write it nor (sealed) resize it. */
+	/* A read-only descriptor of the same memfd; sealed against writes
+	 * (other than the daemon's own mapping) and resizing, so even one
+	 * reopened through /proc cannot change it. */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", found->fd);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {

@@ -22,12 +22,19 @@
  * could need).  Every image byte counts against arena_total, alongside the
  * staging arenas; arenas win: a HELLO that finds no room evicts images.
  *
- * Serving: RESIDENT_REQ(attempt id, rank) from a READY connection of the
- * same uid and job gets a read-only descriptor of the image (reopened
- * through /proc/self/fd, so the client can neither write nor resize it).
- * The daemon promises nothing about the bytes beyond "as copied from the
- * slots": the client checks every block against the manifest's CRCs, the
- * only authority.  A SPARE image being refilled while a client still reads
+ * Serving: RESIDENT_REQ(attempt id, checkpoint path hash, rank) from a
+ * READY connection of the same uid and job gets a read-only descriptor of
+ * the image (reopened through /proc/self/fd).  Read-only is not enough on
+ * its own (a memfd's mode is 0777: any descriptor of it can be reopened
+ * read-write through /proc), so images are sealed with F_SEAL_FUTURE_WRITE
+ * once made: only the daemon's own mapping, made before the seal, can
+ * write them; F_SEAL_SHRINK/GROW keep their size.  The bytes are the ones
+ * the checksum pass copied and checksummed (the copy is what is
+ * checksummed, writer.c), and the client checks every block against the
+ * manifest's CRCs, the only authority.  A client that holds a descriptor
+ * keeps the memory alive after the daemon frees the image (it then counts
+ * as free in arena_total): as with arenas, the kernel's accounting is the
+ * bound, not the daemon's.  A SPARE image being refilled while a client still reads
  * it (a newer save committed meanwhile) shows up there as a CRC mismatch.
  *
  * The loop owns every field; the shard job (a worker) only fills in the

@@ -66,6 +66,7 @@ struct sjob {
 
 static void save_kick(struct save *s);
 static void rank_tell(struct rank *r);
+static void save_images_ready(struct save *s);
 
 static struct sjob *sjob_new(struct save *s, struct rank *r, void (*run)(struct work *),
 			     void (*done)(struct work *), const struct creds *creds)
@@ -758,7 +759,7 @@ static void commit_done(struct work *w)
 	} else {
 		s->state = SAVE_COMMITTED;
 		s->srv->saves_committed++;
-		images_replaced(s->srv, s);
+		save_images_ready(s);
 		log_info("committed '%s/%s' (job '%s', %u ranks, %llu bytes here) in %lld ms", s->root,
 			 s->key.name, s->key.job, s->key.world, (unsigned long long)s->bytes,
 			 (long long)(now_ms() - s->started_ms));
@@ -766,6 +767,25 @@ static void commit_done(struct work *w)
 			rank_tell(list_entry(p, struct rank, slink));
 	}
 	sjob_free(j);
+}
+
+/* The save committed: each local rank's image (complete: a durable rank
+ * had every extent checksummed, and copied, before) is what a restart
+ * loads from now, before SAVE_DONE tells the client; older images of the
+ * same path are stale. */
+static void save_images_ready(struct save *s)
+{
+	struct list *p;
+
+	images_replaced(s->srv, s);
+	list_for_each(p, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		if (r->img && r->state == RANK_DURABLE && !r->wt.held) {
+			image_finish(s->srv, r->img, s, true);
+			r->img = NULL;
+		}
+	}
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -845,7 +865,7 @@ static void poll_done(struct work *w)
 	} else if (j->poll == 1 && !save_final(s)) {
 		s->state = SAVE_COMMITTED;
 		s->srv->saves_committed++;
-		images_replaced(s->srv, s);
+		save_images_ready(s);
 		log_info("committed '%s/%s' (job '%s') by rank 0's daemon", s->root, s->key.name,
 			 s->key.job);
 		list_for_each(p, &s->ranks)

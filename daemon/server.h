@@ -49,6 +49,7 @@ struct server {
 	uint64_t arena_in_use;
 	struct list images;         /* resident.h, least recently used first */
 	uint64_t resident_bytes;    /* bytes of all images (reserved or made) */
+	uint32_t lent_fds;          /* descriptors clients lent (loadio.h) */
 	bool stopping;
 	int64_t start_ms, last_sweep_ms;
 	bool sweeping;

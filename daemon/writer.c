@@ -143,11 +143,16 @@ static void crc_run(struct work *job)
 
 	const uint8_t *buf = w->base + (uint64_t)(s - w->slots) * w->slot_bytes;
 
-	/* The copy first: the checksums below then read the slot from the
-	 * cache where it fits.  Offsets and lengths were checked against the
-	 * file size when the extent came (rank_extent). */
-	if (s->t->image)
+	/* Resident image: copy, then checksum the COPY, so the image holds
+	 * exactly the bytes the index describes even if the client writes
+	 * its slot meanwhile (the write from the slot then disagrees and is
+	 * caught: by S3's checksum, or by the CRCs at load).  Offsets and
+	 * lengths were checked against the file size when the extent came
+	 * (rank_extent). */
+	if (s->t->image) {
 		memcpy(s->t->image + s->file_off, buf, s->len);
+		buf = s->t->image + s->file_off;
+	}
 	if (s->write_held)
 		s->ext_crc = writer_crc_extent(s->t->layout, s->t->crcs, buf, s->file_off, s->len);
 	else

@@ -68,6 +68,11 @@ static int populate(void *addr, uint64_t bytes)
 
 int arena_create(const char *name, uint64_t bytes, void **ret_addr)
 {
+	return arena_create_sealed(name, bytes, 0, ret_addr);
+}
+
+int arena_create_sealed(const char *name, uint64_t bytes, unsigned seals, void **ret_addr)
+{
 	void *addr;
 	int fd, r;
 
@@ -102,7 +107,7 @@ int arena_create(const char *name, uint64_t bytes, void **ret_addr)
 	if (r < 0)
 		goto out_unmap;
 	/* The client maps the same size: it must never change under it. */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | (int)seals) < 0) {
 		r = -errno;
 		goto out_unmap;
 	}

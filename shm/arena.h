@@ -41,6 +41,12 @@ uint64_t arena_round(uint64_t bytes);
  */
 int arena_create(const char *name, uint64_t bytes, void **ret_addr);
 
+/* The same, adding `seals` (F_SEAL_*) to those; they apply after the
+ * mapping returned is made, so F_SEAL_FUTURE_WRITE leaves it writable
+ * while refusing writes through every other mapping, write() or
+ * descriptor of the memfd, reopened ones included. */
+int arena_create_sealed(const char *name, uint64_t bytes, unsigned seals, void **ret_addr);
+
 /*
  * Maps an arena fd received from the daemon (checks its size is `bytes`) and
  * pre-faults the mapping for writing.  Returns 0 and *ret_addr, or -errno

@@ -821,6 +821,91 @@ START_TEST(test_s3_ranged)
 }
 END_TEST
 
+/* An S3 checkpoint saved by a resident client loads from ckptd's memory:
+ * not one byte comes from S3, and the bytes are the saved ones.  The same
+ * load of another job's client reads S3 (the image is not its own). */
+START_TEST(test_s3_resident)
+{
+	enum { N = 3 * 1024 * 1024 + 77 };
+	struct testd t;
+	struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT };
+	struct ckpt_client *c, *other;
+	struct ckpt_save *sv;
+	uint64_t shape[1] = { N };
+	uint8_t *w = malloc(N), *back = malloc(N);
+	char root[1024], path[1100], msg[256];
+	const char *base = s3_base("s3_resident");
+	int sst, cm;
+
+	if (!base) {
+		free(w);
+		free(back);
+		return;
+	}
+	td_init(&t, "s3_resident");
+	s3_daemon_start(&t, base, "resident", root, sizeof(root));
+	td_fill(w, N, 93, 0);
+	o.world = 1;
+	o.job = "resident";
+	o.run = "";
+	o.socket_path = td_sock(&t, 0);
+	o.arena_bytes = arena_for(root);
+	o.flags = CKPT_CONNECT_RESIDENT;
+	ck_assert_msg(ckpt_connect(&o, &c) == 0, "%s", ckpt_last_error());
+	ck_assert_int_eq(ckpt_save_begin(c, root, "ram", 1, &sv), 0);
+	td_add(sv, "w", CKPT_U8, 1, shape, w);
+	ck_assert_int_eq(td_commit_wait(sv, 90000, &sst, &cm, msg, sizeof(msg)), 0);
+	ck_assert_msg(sst == 0 && cm == 0, "%s", msg);
+	ckpt_save_free(sv);
+	o.flags = 0;
+	o.job = "stranger";
+	ck_assert_msg(ckpt_connect(&o, &other) == 0, "%s", ckpt_last_error());
+
+	snprintf(path, sizeof(path), "%s/ram", root);
+	for (int k = 0; k < 2; k++) {
+		struct ckpt_reader *rd;
+		struct ckpt_load *ld;
+		struct ckpt_future *done;
+		struct ckpt_load_stats st = { CKPT_LOAD_STATS_INIT };
+		uint64_t offs[1] = { 0 }, before;
+		struct ckpt_load_dst d = { CKPT_LOAD_DST_INIT, .offsets = offs, .shape = shape,
+					   .data = back };
+		struct ckpt_load_tensor lt = { CKPT_LOAD_TENSOR_INIT, .dtype = CKPT_U8,
+					       .name = "w", .global_shape = shape, .ndim = 1,
+					       .n_dsts = 1, .dsts = &d };
+
+		memset(back, 0, N);
+		ck_assert_int_eq(ckpt_reader_open(path, &rd), 0);
+		ck_assert_int_eq(ckpt_load_begin(rd, 0, &ld), 0);
+		ck_assert_int_eq(ckpt_load_add_tensor(ld, &lt), 0);
+		/* The image is handed over once the saving rank is done with
+		 * (between loop rounds after the commit): a moment at most. */
+		ck_assert_int_eq(ckpt_load_set_client(ld, k == 0 ? c : other), 0);
+		before = s3_bytes_down();
+		ck_assert_int_eq(ckpt_load_start(ld, &done), 0);
+		ck_assert_msg(td_future_wait(done, 60000) == 0, "%s", ckpt_future_error(done));
+		ck_assert_int_eq(ckpt_load_stats(ld, &st), 0);
+		ck_assert_msg(memcmp(back, w, N) == 0, "load %d: bytes differ", k);
+		if (k == 0) {
+			ck_assert_uint_eq(st.files_resident, 1);
+			ck_assert_uint_eq(st.bytes_resident, st.bytes_read);
+			ck_assert_uint_eq(s3_bytes_down() - before, 0);
+		} else {
+			ck_assert_uint_eq(st.files_resident, 0);
+			ck_assert_uint_eq(s3_bytes_down() - before, st.bytes_read);
+		}
+		ck_assert_uint_eq(st.bytes_daemon, 0); /* S3 files are not lent */
+		ckpt_load_free(ld);
+		ckpt_reader_close(rd);
+	}
+	ckpt_disconnect(other);
+	ckpt_disconnect(c);
+	free(w);
+	free(back);
+	td_fini(&t);
+}
+END_TEST
+
 /* What the library logged at WARNING or above. */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char log_seen[4096];
@@ -976,6 +1061,7 @@ static Suite *load_suite(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_loop_test(tc, test_s3_reshard, 0, 4);
 	tcase_add_test(tc, test_s3_ranged);
+	tcase_add_test(tc, test_s3_resident);
 	tcase_add_test(tc, test_s3_latest);
 	tcase_add_test(tc, test_s3_corrupt);
 	suite_add_tcase(s, tc);

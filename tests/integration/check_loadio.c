@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -299,11 +300,62 @@ START_TEST(test_bad)
 }
 END_TEST
 
+/* One uid cannot take the daemon's descriptors: past a quarter of half
+ * its RLIMIT_NOFILE (here 512: 64 per uid), lent descriptors are refused
+ * (their reads fail with EMFILE) and another client still connects and
+ * reads. */
+START_TEST(test_lend_cap)
+{
+	struct rlimit old, low = { 512, 512 };
+	struct testd t;
+	struct raw r, other;
+	char path[TD_PATH];
+	unsigned refused = 0;
+	int fd;
+
+	td_init(&t, "loadio_cap");
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	/* The soft limit only: lowering the hard one could not be undone. */
+	low.rlim_max = old.rlim_max;
+	low.rlim_cur = old.rlim_cur < 512 ? old.rlim_cur : 512;
+	/* The daemon inherits it. */
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\n"), 0);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+	td_path(path, sizeof(path), "%s/data", t.dir);
+	make_file(path, 8192);
+	raw_open(&r, td_sock(&t, 0), "lio");
+	for (uint32_t h = 0; h < 100; h++) {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		ck_assert_int_ge(fd, 0);
+		lend(&r, h, fd);
+		close(fd);
+	}
+	for (uint32_t h = 0; h < 100; h++) {
+		int64_t v = read_once(&r, h + 1, h, 0, 4096, 0);
+		if (v == -EMFILE)
+			refused++;
+		else
+			ck_assert_int_eq(v, 4096);
+	}
+	ck_assert_uint_eq(refused, 100 - 64);
+	raw_open(&other, td_sock(&t, 0), "lio2");
+	raw_close(&r);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	lend(&other, 0, fd);
+	close(fd);
+	ck_assert_int_eq(read_once(&other, 1, 0, 0, 4096, 0), 4096);
+	raw_close(&other);
+	td_fini(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("loadio");
 
 	td_case(s, "reads", test_reads, 60, 0, 1);
 	td_case(s, "bad", test_bad, 60, 0, (int)(sizeof(bad) / sizeof(bad[0])));
+	td_case(s, "lend_cap", test_lend_cap, 60, 0, 1);
 	return td_main(s, "check_loadio");
 }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,8 @@
 #include <jansson.h>
 
 #include "ckpt.h"
+#include "client/internal.h"
+#include "store/store.h"
 #include "tests/lib/testd.h"
 
 #define MiB (1024ull * 1024ull)
@@ -1005,6 +1008,66 @@ START_TEST(test_daemon_reads_checked)
 }
 END_TEST
 
+/* ---- 10. an image handed out cannot be written ----------------------------- */
+
+/*
+ * The descriptor a client gets is read-only, but a memfd's is mode 0777:
+ * reopened through /proc it would be writable, were the image not sealed.
+ * Through the library's own request (client/internal.h), as a hostile
+ * client of the same job would do it: the image reads as the shard file
+ * does, and neither write(), a shared writable mapping nor a resize
+ * through a reopened descriptor gets through.
+ */
+START_TEST(test_sealed)
+{
+	struct testd t;
+	struct ckpt_client *c;
+	char path[TD_PATH], canon[TD_PATH], shard[TD_PATH], where[STORE_ID_LEN + 1], attempt[64];
+	char proc[64];
+	uint64_t size = 0;
+	char *file = NULL;
+	size_t flen = 0;
+	void *map;
+	int fd = -1, rw;
+
+	td_init(&t, "sealed");
+	ck_assert_int_eq(td_daemon_start(&t, 0, DAEMON_CONF), 0);
+	c = connect_ok(&t, "J", "r1", 0, 1, CKPT_CONNECT_RESIDENT);
+	save_ok(c, t.root, "a", 1, 1, 0, 1);
+	td_path(path, sizeof(path), "%s/a", t.root);
+	ck_assert_ptr_nonnull(realpath(path, canon));
+	store_hash_hex(canon, strlen(canon), where);
+	manifest_attempt(&t, "a", attempt, sizeof(attempt));
+	ck_assert_int_eq(cli_resident_get(c, attempt, where, 0, 10000, &fd, &size), 0);
+	shard_path(shard, sizeof(shard), &t, "a", 0);
+	ck_assert_int_eq(td_read_file(shard, 1ull << 30, &file, &flen), 0);
+	ck_assert_uint_eq(size, flen);
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert(map != MAP_FAILED);
+	ck_assert_msg(memcmp(map, file, flen) == 0, "the image is not the shard file");
+	munmap(map, size);
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	rw = open(proc, O_RDWR | O_CLOEXEC);
+	if (rw >= 0) {
+		ck_assert_int_eq(pwrite(rw, "x", 1, 0), -1);
+		ck_assert_int_eq(errno, EPERM);
+		ck_assert(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0) == MAP_FAILED);
+		ck_assert_int_eq(errno, EPERM);
+		ck_assert_int_eq(ftruncate(rw, 0), -1);
+		close(rw);
+	}
+	ck_assert(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+	close(fd);
+	free(file);
+	/* Still intact for a load. */
+	delete_shard(&t, "a", 0);
+	load_ok(path, c, 1, 1, 1);
+	ckpt_disconnect(c);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *resident_suite(void)
 {
 	Suite *s = suite_create("integration_resident");
@@ -1018,6 +1081,7 @@ static Suite *resident_suite(void)
 	td_case(s, "no_flag", test_no_flag, 60, 0, 1);
 	td_case(s, "failed_save", test_failed_save, 60, 0, 1);
 	td_case(s, "daemon_reads_checked", test_daemon_reads_checked, 60, 0, 2);
+	td_case(s, "sealed", test_sealed, 60, 0, 1);
 	return s;
 }
 
