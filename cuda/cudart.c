@@ -7,9 +7,12 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cuda/dlsyms.h"
 
 static struct {
 	pthread_once_t once;
@@ -18,42 +21,16 @@ static struct {
 	char err[512];
 } g = { .once = PTHREAD_ONCE_INIT };
 
-/* Every symbol or none: a runtime that lacks one call is not used at all. */
-static bool lookup(void *dl, struct cudart *rt)
-{
-#define LOOK(name)                                                                         \
-	do {                                                                               \
-		dlerror();                                                                 \
-		*(void **)&rt->name = dlsym(dl, "cuda" #name);                            \
-		if (!rt->name) {                                                           \
-			const char *e = dlerror();                                         \
-			snprintf(g.err, sizeof(g.err), "'%s' has no cuda" #name ": %s",    \
-				 rt->path, e ? e : "symbol is NULL");                        \
-			return false;                                                      \
-		}                                                                          \
-	} while (0)
-	LOOK(RuntimeGetVersion);
-	LOOK(GetErrorName);
-	LOOK(GetErrorString);
-	LOOK(GetDeviceCount);
-	LOOK(GetDevice);
-	LOOK(SetDevice);
-	LOOK(PointerGetAttributes);
-	LOOK(HostRegister);
-	LOOK(HostUnregister);
-	LOOK(StreamCreateWithFlags);
-	LOOK(StreamDestroy);
-	LOOK(StreamWaitEvent);
-	LOOK(StreamSynchronize);
-	LOOK(EventCreateWithFlags);
-	LOOK(EventDestroy);
-	LOOK(EventRecord);
-	LOOK(EventQuery);
-	LOOK(EventSynchronize);
-	LOOK(MemcpyAsync);
-#undef LOOK
-	return true;
-}
+#define SYM(name) { #name, offsetof(struct cudart, name) }
+static const struct dl_sym syms[] = {
+	SYM(RuntimeGetVersion), SYM(GetErrorName), SYM(GetErrorString), SYM(GetDeviceCount),
+	SYM(GetDevice), SYM(SetDevice), SYM(PointerGetAttributes), SYM(HostRegister),
+	SYM(HostUnregister), SYM(StreamCreateWithFlags), SYM(StreamDestroy),
+	SYM(StreamWaitEvent), SYM(StreamSynchronize), SYM(EventCreateWithFlags),
+	SYM(EventDestroy), SYM(EventRecord), SYM(EventQuery), SYM(EventSynchronize),
+	SYM(MemcpyAsync),
+};
+#undef SYM
 
 static const char *candidate(unsigned i, char *buf, size_t len)
 {
@@ -94,7 +71,8 @@ static void load(void)
 				 "or add its directory to the loader's path)", first);
 		return;
 	}
-	if (!lookup(dl, &g.rt)) {
+	if (!dl_lookup_all(dl, "cuda", syms, sizeof(syms) / sizeof(syms[0]), &g.rt, g.rt.path,
+			   g.err, sizeof(g.err))) {
 		dlclose(dl);
 		return;
 	}

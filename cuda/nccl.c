@@ -7,9 +7,12 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cuda/dlsyms.h"
 
 static struct {
 	pthread_once_t once;
@@ -18,34 +21,13 @@ static struct {
 	char err[512];
 } g = { .once = PTHREAD_ONCE_INIT };
 
-/* Every symbol or none: a library that lacks one call is not used at all. */
-static bool lookup(void *dl, struct nccl *nc)
-{
-#define LOOK(name)                                                                         \
-	do {                                                                               \
-		dlerror();                                                                 \
-		*(void **)&nc->name = dlsym(dl, "nccl" #name);                            \
-		if (!nc->name) {                                                           \
-			const char *e = dlerror();                                         \
-			snprintf(g.err, sizeof(g.err), "'%s' has no nccl" #name ": %s",    \
-				 nc->path, e ? e : "symbol is NULL");                        \
-			return false;                                                      \
-		}                                                                          \
-	} while (0)
-	LOOK(GetVersion);
-	LOOK(GetErrorString);
-	LOOK(CommCount);
-	LOOK(CommUserRank);
-	LOOK(GroupStart);
-	LOOK(GroupEnd);
-	LOOK(Send);
-	LOOK(Recv);
-	LOOK(AllGather);
-	LOOK(MemAlloc);
-	LOOK(MemFree);
-#undef LOOK
-	return true;
-}
+#define SYM(name) { #name, offsetof(struct nccl, name) }
+static const struct dl_sym syms[] = {
+	SYM(GetVersion), SYM(GetErrorString), SYM(CommCount), SYM(CommUserRank),
+	SYM(GroupStart), SYM(GroupEnd), SYM(Send), SYM(Recv), SYM(AllGather),
+	SYM(MemAlloc), SYM(MemFree),
+};
+#undef SYM
 
 static void load(void)
 {
@@ -63,18 +45,16 @@ static void load(void)
 			return;
 		}
 	}
-	for (size_t i = 0; !dl && i < sizeof(names) / sizeof(names[0]); i++) {
-		snprintf(g.nc.path, sizeof(g.nc.path), "%s", names[i]);
-		dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-		if (!dl && i == 0)
-			snprintf(first, sizeof(first), "%s", dlerror());
-	}
+	if (!dl)
+		dl = dl_open_first(names, sizeof(names) / sizeof(names[0]), g.nc.path,
+				   sizeof(g.nc.path), first, sizeof(first));
 	if (!dl) {
 		snprintf(g.err, sizeof(g.err), "cannot load NCCL (%s; set $CKPT_NCCL_LIB to its "
 			 "path, or add its directory to the loader's path)", first);
 		return;
 	}
-	if (!lookup(dl, &g.nc)) {
+	if (!dl_lookup_all(dl, "nccl", syms, sizeof(syms) / sizeof(syms[0]), &g.nc, g.nc.path,
+			   g.err, sizeof(g.err))) {
 		dlclose(dl);
 		return;
 	}
