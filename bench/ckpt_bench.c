@@ -6,7 +6,7 @@
  *
  *   ckpt_bench --socket S --root R --bytes B [--tensors T] [--ranks K]
  *              [--client NAME:THREADS]... [--arena B] [--max-depth D]
- *              [--timeout S] [--gpu] [--cols C] [--reshard M]
+ *              [--timeout S] [--gpu] [--cols C] [--reshard M] [--loader-arena B]
  *              [--job PREFIX] [--resident] [--no-limits]
  *
  * It forks K rank processes (also for K = 1, so that every command runs the
@@ -49,7 +49,13 @@
  *                               M ranks (--reshard M), each loading a column
  *                               band of every tensor; "via": through CLIENT
  *                               (ckpt_load_set_client: files whose image
- *                               ckptd holds come from its memory); "from":
+ *                               ckptd holds come from its memory, the other
+ *                               local files are lent to ckptd, which reads
+ *                               them with io_uring and O_DIRECT into CLIENT's
+ *                               arena; "bytes_daemon" says how many bytes it
+ *                               read, "bytes_resident" how many came from
+ *                               images); without it the library reads the
+ *                               files itself (buffered preadv); "from":
  *                               checkpoint NAME under the root instead, saved
  *                               by another ckpt_bench (see "restarts" below)
  *   read DEPTH [one]            the built-in reader (the read limit): each
@@ -62,7 +68,11 @@
  * holds rows [r * rows, (r + 1) * rows) of a global [K * rows, C] tensor, as
  * a row-parallel layer is sharded), and the "one" view [1, B / 4] per rank.
  * --reshard M (2-D only, M <= K) gives ranks 0..M-1 a buffer for their band,
- * allocated and touched before anything is timed.
+ * allocated and touched before anything is timed; --loader-arena B gives
+ * their clients an arena of B bytes instead of --arena's (a load "via" a
+ * client reads into its arena, at most half of it per read, so loaders want
+ * a larger one than ranks that only save; both at least 64 MiB, so that
+ * every rank's arena is cut into slots of the same size).
  *
  * Loads.  A "save ... keep" leaves its checkpoint in place (one per view; a
  * later keep of the same view replaces it, "quit" removes them) and does not
@@ -82,8 +92,11 @@
  * Before the load is released, every file of the checkpoint directory is
  * dropped from the page cache (posix_fadvise DONTNEED; how much stayed
  * resident is measured with mincore and printed).  A load is timed from
- * ckpt_reader_open until its done future completes, and prints what
- * ckpt_load_stats says it read (bytes_read, bytes_wanted, reads) and the
+ * ckpt_reader_open until its done future completes (with "via",
+ * ckpt_load_set_client is called inside that time), and prints what
+ * ckpt_load_stats says it read (bytes_read, bytes_wanted, reads, and of
+ * bytes_read what came from ckptd: bytes_resident and files_resident from
+ * its images, bytes_daemon read by it into the client's arena) and the
  * "floor": the bytes of the CRC pieces its boxes touch, which any loader that
  * verifies what it uses must read (format/layout.h: LAYOUT_CRC_BLOCK).
  * Verification runs after the clock has stopped.  Loads and reads need a
@@ -195,6 +208,7 @@ struct opts {
 	bool s3_root;     /* root is s3://...: saves are not removed here */
 	uint64_t cols;    /* 0: 1-D tensors; else [rows, cols] (--cols) */
 	unsigned reshard; /* loaders of "load reshard" (--reshard); 0: none */
+	uint64_t loader_arena; /* --loader-arena: ranks < reshard's arena; 0: --arena's */
 	char job[64];     /* --job: clients' jobs are JOB-CLIENT; "": bench-PID-CLIENT */
 	bool resident;    /* --resident: connect with CKPT_CONNECT_RESIDENT */
 	bool no_limits;   /* --no-limits: no limits' memfd */
@@ -244,6 +258,7 @@ struct rec {
 	uint64_t bytes_read, bytes_wanted, reads, floor_bytes; /* floor: UINT64_MAX unknown */
 	uint64_t bytes_resident; /* of bytes_read, from images in ckptd's memory ("via") */
 	uint32_t files_resident;
+	uint64_t bytes_daemon;   /* of bytes_read, read by ckptd into the client's arena ("via") */
 	double verify_ms;
 	/* REC_RESULT of a save (to staged) or a copy (to its end) */
 	struct cost {
@@ -380,6 +395,7 @@ static void usage(void)
 		"  --gpu                the state on a CUDA device (rank r: device r %% count)\n"
 		"  --cols C             2-D tensors of C columns, row-sharded across ranks\n"
 		"  --reshard M          ranks 0..M-1 load column bands ('load reshard'; 2-D)\n"
+		"  --loader-arena B     (with --reshard) ranks 0..M-1's arena (default: --arena's)\n"
 		"  --job PREFIX         clients' jobs: PREFIX-CLIENT (default bench-PID-CLIENT)\n"
 		"  --resident           connect with CKPT_CONNECT_RESIDENT (images kept by ckptd)\n"
 		"  --no-limits          no limits' memfd: no copy, write, read, d2h;\n"
@@ -466,6 +482,8 @@ static void parse_job(struct opts *o, const char *arg)
 	memcpy(o->job, arg, n + 1);
 }
 
+static uint64_t default_arena(uint64_t bytes, unsigned tensors);
+
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
@@ -481,6 +499,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "gpu", no_argument, NULL, 'g' },
 		{ "cols", required_argument, NULL, 'C' },
 		{ "reshard", required_argument, NULL, 'M' },
+		{ "loader-arena", required_argument, NULL, 'L' },
 		{ "job", required_argument, NULL, 'J' },
 		{ "resident", no_argument, NULL, 'R' },
 		{ "no-limits", no_argument, NULL, 'N' },
@@ -505,6 +524,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'g': o->gpu = true; break;
 		case 'C': o->cols = parse_size(optarg, "--cols"); break;
 		case 'M': o->reshard = parse_uint(optarg, "--reshard", 1, MAX_RANKS); break;
+		case 'L': o->loader_arena = parse_size(optarg, "--loader-arena"); break;
 		case 'J': parse_job(o, optarg); break;
 		case 'R': o->resident = true; break;
 		case 'N': o->no_limits = true; break;
@@ -525,6 +545,13 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (o->reshard && (!o->cols || o->reshard > o->ranks || o->reshard > o->cols))
 		die("--reshard %u wants --cols and at most --ranks loaders (and columns)",
 		    o->reshard);
+	if (o->loader_arena && !o->reshard)
+		die("--loader-arena is the arena of --reshard's loaders: give --reshard M");
+	/* Every rank's arena must be cut into slots of one size (the ready
+	 * line checks it): 64 MiB and more get the largest slots. */
+	if (o->loader_arena && (o->loader_arena < (64ull << 20) ||
+				(o->arena ? o->arena : default_arena(o->bytes, o->tensors)) < (64ull << 20)))
+		die("--loader-arena: both it and the other ranks' arena must be at least 64 MiB");
 	if (o->no_limits && o->gpu)
 		die("--no-limits: --gpu pins the limits' memfd (its D2H limit copies into it)");
 	/* The daemon accepts absolute roots only; resolve a relative one here
@@ -1472,6 +1499,7 @@ static int timed_load(const struct opts *o, const struct state *s, const struct 
 	rec->reads = st.reads;
 	rec->bytes_resident = st.bytes_resident;
 	rec->files_resident = st.files_resident;
+	rec->bytes_daemon = st.bytes_daemon;
 
 	/* The floor, from the same boxes (after the clock stopped). */
 	for (unsigned t = 0; t < v->count && rec->floor_bytes != UINT64_MAX; t++) {
@@ -2147,6 +2175,7 @@ static void rank_main(const struct opts *o, unsigned rank, pid_t job_pid, int cm
 
 		job_name(job, sizeof(job), o, job_pid, i);
 		co = connect_opts(o->socket_path, job, rank, o->ranks,
+				  o->loader_arena && rank < o->reshard ? o->loader_arena :
 				  o->arena ? o->arena : default_arena(o->bytes, o->tensors),
 				  o->clients[i].threads, o->gpu, o->resident);
 		memset(&rec, 0, sizeof(rec));
@@ -2480,7 +2509,7 @@ static void gather_ready(const struct opts *o, pid_t pid)
 	for (unsigned i = 0; i < o->n_clients; i++) {
 		double connect_max = 0;
 		unsigned threads = 0, started = 0, expected = 0;
-		uint64_t arena = 0, slot = 0;
+		uint64_t arena = 0, slot = 0, loader_arena = 0;
 		bool same = true;
 
 		for (unsigned r = 0; r < k; r++) {
@@ -2499,6 +2528,8 @@ static void gather_ready(const struct opts *o, pid_t pid)
 			expected = rec.expected_threads;
 			arena = rec.arena_bytes;
 			slot = rec.slot_bytes;
+			if (r == 0)
+				loader_arena = rec.arena_bytes;
 		}
 		if (!same)
 			die_ranks("client '%s': ranks got different arenas or copy threads",
@@ -2512,9 +2543,15 @@ static void gather_ready(const struct opts *o, pid_t pid)
 		print_json_str(job);
 		printf(", \"resident\": %s, \"threads_asked\": %u, \"copy_threads\": %u, "
 		       "\"threads_started\": %u, \"expected_copy_threads\": %u, \"arena_bytes\": %"
-		       PRIu64 ", \"slot_bytes\": %" PRIu64 ", \"connect_ms\": %.3f}",
+		       PRIu64 ", \"slot_bytes\": %" PRIu64 ", \"connect_ms\": %.3f",
 		       o->resident ? "true" : "false", o->clients[i].threads, threads, started,
 		       expected, arena, slot, connect_max);
+		/* --loader-arena: what ranks 0..M-1 (rank 0's) got; arena_bytes
+		 * is then the last rank's. */
+		if (o->loader_arena)
+			printf(", \"loader_arena_bytes\": %" PRIu64 "}", loader_arena);
+		else
+			printf(", \"loader_arena_bytes\": null}");
 	}
 	for (unsigned r = 0; r < k; r++) {
 		struct rec rec;
@@ -2673,7 +2710,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	double *staged = calloc(k, sizeof(*staged)), *end = calloc(k, sizeof(*end));
 	uint64_t start = UINT64_MAX, t_call = 0, t_staged = 0, t_end = 0;
 	uint64_t bytes_read = 0, bytes_wanted = 0, reads = 0, floor = 0, bytes_resident = 0;
-	uint64_t files_resident = 0;
+	uint64_t files_resident = 0, bytes_daemon = 0;
 	double verify_ms = 0;
 	struct cost cost = { 0 };
 	struct drop_info drop = { 0 };
@@ -2743,6 +2780,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		reads += recs[r].reads;
 		bytes_resident += recs[r].bytes_resident;
 		files_resident += recs[r].files_resident;
+		bytes_daemon += recs[r].bytes_daemon;
 		floor = floor == UINT64_MAX || recs[r].floor_bytes == UINT64_MAX ?
 				UINT64_MAX : floor + recs[r].floor_bytes;
 		verify_ms = recs[r].verify_ms > verify_ms ? recs[r].verify_ms : verify_ms;
@@ -2870,8 +2908,9 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 				print_json_str(o->clients[c->client].name);
 			else
 				printf("null");
-			printf(", \"bytes_resident\": %" PRIu64 ", \"files_resident\": %" PRIu64,
-			       bytes_resident, files_resident);
+			printf(", \"bytes_resident\": %" PRIu64 ", \"files_resident\": %" PRIu64
+			       ", \"bytes_daemon\": %" PRIu64,
+			       bytes_resident, files_resident, bytes_daemon);
 			if (floor != UINT64_MAX)
 				printf(", \"floor_bytes\": %" PRIu64 ", \"floor_amplification\": %.4f",
 				       floor, bytes_wanted ? (double)floor / (double)bytes_wanted : 0.0);

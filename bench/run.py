@@ -53,7 +53,11 @@ every load: load-2g one rank's 2 GiB against the read limit of the same
 file (O_DIRECT: fio and ckpt_bench's reader) and DCP's load of the same
 state; reshard-8to3, in the same rounds, 8 ranks' row-sharded tensors
 loaded by 3 ranks as column bands (and reshard-8to3-wide, the same bytes
-as one tensor per rank).  restore-ram-2g, also in load-2g's rounds, is a
+as one tensor per rank).  Each of these loads is measured twice in every
+round: through the daemon (ckpt_load_set_client: ckptd reads the files
+with io_uring and O_DIRECT into the loader's arena; the headline figures
+and the targets) and by the library alone (buffered preadv: the
+"standalone" figures, informational).  restore-ram-2g, also in load-2g's rounds, is a
 trainer killed with SIGKILL after a committed save and a new one loading
 that checkpoint from the daemon's memory (CKPT_CONNECT_RESIDENT,
 ckpt_load_set_client): each of its measurements starts a saver and, once
@@ -92,7 +96,7 @@ report.TARGETS += [
     ("reshard-8to3", "vs_load_2g", ">=", 0.7, "ratio"),
 ]
 report.RATIOS += ["load_vs_read_limit", "load_speedup_vs_dcp", "read_amplification", "vs_load_2g",
-                  "reshard_vs_read_limit"]
+                  "reshard_vs_read_limit", "standalone_vs_read_limit", "daemon_vs_standalone"]
 # scale-1024 (bench/ckpt_scale: no daemon, no disk): the merge and the load
 # planner at 128..1024 ranks.  The ratios are the worst world size's.
 report.TARGETS += [
@@ -103,7 +107,7 @@ report.TARGETS += [
 ]
 report.RATIOS += ["merge_vs_parse", "plan_one_vs_open"]
 # restore-ram-2g (issue 10): a restarted trainer's load from ckptd's memory
-# against load-2g's load from the disk, in the same round.
+# against load-2g's load from the disk through ckptd, in the same round.
 report.TARGETS += [("restore-ram-2g", "ram_vs_load_2g", ">=", 3.0, "ratio")]
 report.RATIOS += ["ram_vs_load_2g"]
 
@@ -118,12 +122,16 @@ _at = next(i for i, row in enumerate(report.ROWS) if row[0] == "max_loop_stall_m
 report.ROWS[_at:_at] = [
     ("global tensors (reshard)", lambda s: s.get("global_shape", "-")),
     ("loaders x band columns", lambda s: "%d x %d" % (s["loaders"], s["band_columns"]) if "loaders" in s else "-"),
-    ("load_ms", report._val("load_ms", 1)),
-    ("first_load_ms", report._val("first_load_ms", 1)),
-    ("load_gibps", report._val("load_gibps", 2)),
-    ("reshard_ms", report._val("reshard_ms", 1)),
-    ("first_reshard_ms", report._val("first_reshard_ms", 1)),
-    ("reshard_gibps (bytes wanted)", report._val("reshard_gibps", 2)),
+    ("load_ms (through ckptd)", report._val("load_ms", 1)),
+    ("first_load_ms (through ckptd)", report._val("first_load_ms", 1)),
+    ("load_gibps (through ckptd)", report._val("load_gibps", 2)),
+    ("standalone_load_ms (library alone)", report._val("standalone_load_ms", 1)),
+    ("standalone_gibps (library alone)", report._val("standalone_gibps", 2)),
+    ("reshard_ms (through ckptd)", report._val("reshard_ms", 1)),
+    ("first_reshard_ms (through ckptd)", report._val("first_reshard_ms", 1)),
+    ("reshard_gibps (bytes wanted, through ckptd)", report._val("reshard_gibps", 2)),
+    ("reshard_standalone_ms (library alone)", report._val("reshard_standalone_ms", 1)),
+    ("reshard_standalone_gibps (library alone)", report._val("reshard_standalone_gibps", 2)),
     ("read_limit_gibps", report._val("read_limit_gibps", 2)),
     ("dcp_load_s", report._val("dcp_load_s", 2)),
     ("dcp_load layout (files per rank)", report._val("dcp_load_thread_count", 0)),
@@ -131,12 +139,17 @@ report.ROWS[_at:_at] = [
      else _mib_row("reshard_bytes_read")(s)),
     ("MiB floor (CRC pieces touched)", lambda s: _mib_row("load_floor_bytes")(s) if "load_floor_bytes" in s
      else _mib_row("reshard_floor_bytes")(s)),
+    ("MiB read by ckptd (through ckptd)", lambda s: _mib_row("load_bytes_daemon")(s) if "load_bytes_daemon" in s
+     else _mib_row("reshard_bytes_daemon")(s)),
     ("reads", lambda s: report.fmt(s.get("load_reads", s.get("reshard_reads")), 0)
      if "load_reads" in s or "reshard_reads" in s else "-"),
     ("KiB resident after drop", lambda s: "%.0f" % (s["resident_after_drop_bytes"] / 1024)
      if s.get("resident_after_drop_bytes") is not None else "-"),
     ("load CPU ms", lambda s: report.fmt(s.get("load_cpu_ms", s.get("reshard_cpu_ms", s.get("ram_cpu_ms"))), 0)
      if "load_cpu_ms" in s or "reshard_cpu_ms" in s or "ram_cpu_ms" in s else "-"),
+    ("ckptd CPU ms (through ckptd)", lambda s: report.fmt(s.get("load_daemon_cpu_ms",
+                                                                s.get("reshard_daemon_cpu_ms")), 0)
+     if "load_daemon_cpu_ms" in s or "reshard_daemon_cpu_ms" in s else "-"),
     ("ram_load_s (restarted trainer)", report._val("ram_load_s", 3)),
     ("first_ram_load_s", report._val("first_ram_load_s", 3)),
     ("ram_gibps", report._val("ram_gibps", 2)),
@@ -238,7 +251,8 @@ TWO_THREADS = "save-8ranks-2threads"
 # own.
 WIDE = "reshard-8to3-wide"
 # restore-ram-2g runs in load-2g's rounds too (ram_vs_load_2g divides
-# load-2g's load time by its own, per round).
+# load-2g's load time through ckptd, its item "ckptd", by its own, per
+# round).
 RESTORE = "restore-ram-2g"
 
 T_START = time.monotonic()
@@ -1649,12 +1663,26 @@ def gpu_scenario(name, sc, daemon, py, run_dir, failures):
 # each file in turn, on the rank's thread), so the layout is what a user
 # can choose; the one with the best median is DCP's figure.
 DCP_LOAD_THREADS = (1, 4)
-# The arenas of the load scenarios' clients: their saves only make the
-# checkpoints (untimed), so they need not hold a shard at once.
-LOAD_ARENA = 256 * MIB
+# The arenas of the load scenarios' clients.  Their saves only make the
+# checkpoints (untimed), so they need not hold a shard at once; but the
+# loads through the daemon (ckpt_load_set_client) are read by ckptd into
+# the loader's arena, at most half of it per read (client/load.c
+# do_daemon: a read larger is done by the library itself, which this
+# bench counts as a failure), and the library's 4 load threads each have
+# a read of up to 64 MiB (format/plan.h PLAN_DEFAULT_MAX_READ) in flight,
+# i.e. 9 slots of 8 MiB once widened to the O_DIRECT grid: 36 slots for
+# all four.  load-2g's loader gets 512 MiB (64 slots).  reshard-8to3's 3
+# loaders get 320 MiB each (40 slots; ckpt_bench --loader-arena), its 5
+# other ranks, which only save, 64 MiB: the load group's memory plan
+# (load_memory_plan, ~21.8 GiB at full size with DCP) must stay within
+# what a 23 GiB machine has available, or DCP is left out.
+LOAD_ARENA = 512 * MIB
 RESHARD_ARENA = 64 * MIB
-# restore-ram-2g's loader stages nothing: its connection only serves the
-# load, so it asks for a small arena (the saver gets LOAD_ARENA).
+RESHARD_LOADER_ARENA = 320 * MIB
+# restore-ram-2g's saver (its save is not timed) and its loader, which
+# stages nothing and reads nothing through ckptd (every byte comes from the
+# image): its connection only serves the load, so it asks for a small arena.
+RESTORE_SAVER_ARENA = 256 * MIB
 RESTORE_LOADER_ARENA = 16 * MIB
 
 
@@ -1711,9 +1739,10 @@ def load_memory_plan(sc, rsc, uring_depth, ram=None):
     if rsc:
         total = rsc["bytes"] * rsc["ranks"]
         plan["ckpt_bench_reshard"] = (rsc["ranks"] * (2 * rsc["bytes"] + RESHARD_ARENA) +
-                                      rsc["loaders"] * (total // rsc["loaders"] + MIB) + 64 * MIB)
+                                      rsc["loaders"] * (total // rsc["loaders"] + MIB +
+                                                        RESHARD_LOADER_ARENA - RESHARD_ARENA) + 64 * MIB)
     if ram:
-        plan["restore"] = (restore_image_bytes(ram) + ram["bytes"] + LOAD_ARENA + RESTORE_LOADER_ARENA +
+        plan["restore"] = (restore_image_bytes(ram) + ram["bytes"] + RESTORE_SAVER_ARENA + RESTORE_LOADER_ARENA +
                            64 * MIB)
     return plan
 
@@ -1771,7 +1800,7 @@ class RestoreCycles:
         job = "restore-%d-%d" % (os.getpid(), self.calls)
         tag = "%02d" % self.calls
         fig = {"job": job + "-default"}
-        saver = Worker("restore_saver", self.argv(job, LOAD_ARENA) + ["--resident"],
+        saver = Worker("restore_saver", self.argv(job, RESTORE_SAVER_ARENA) + ["--resident"],
                        os.path.join(self.run_dir, "restore_saver_%s.log" % tag), env=self.env)
         ckpt_dir = None
         try:
@@ -1827,6 +1856,52 @@ class RestoreCycles:
         return fig
 
 
+def daemon_load(worker, line, daemon):
+    """One load through the daemon (ckpt_bench "load ... via default":
+    ckpt_load_set_client inside the timed part), with ckptd's CPU time
+    around it ("daemon_cpu_ms"; nothing else talks to the daemon while a
+    measurement runs).  Its figure must be what it claims: every byte the
+    load read was read by ckptd (bytes_daemon) or, never here, copied from
+    an image (bytes_resident); no file came from an image (the job that
+    saved the checkpoint did not connect resident).  Anything else raises
+    (a failed ckptd measurement fails the run), so the figure is not kept."""
+    pid = daemon.proc.pid if daemon.proc else None
+    c0 = proc_cpu_s(pid) if pid else None
+    f = worker.cmd(line)
+    c1 = proc_cpu_s(pid) if pid else None
+    f["daemon_cpu_ms"] = round((c1 - c0) * 1e3, 1) if c0 is not None and c1 is not None else None
+    br, bd, bres, fres = (f.get(k) for k in ("bytes_read", "bytes_daemon", "bytes_resident", "files_resident"))
+    if f.get("via") is None or None in (br, bd, bres, fres) or fres != 0 or bd + bres != br:
+        raise BenchError("'%s' was not a load through ckptd: of the %s bytes it read, ckptd read %s into the "
+                         "client's arena and its images served %s (%s file(s)); a load through the daemon has "
+                         "bytes_daemon + bytes_resident == bytes_read and, with no image of this checkpoint, "
+                         "files_resident == 0. Its figure is not kept" % (line, br, bd, bres, fres))
+    return f
+
+
+def standalone_load(worker, line):
+    """One load by the library alone (no client: buffered preadv on its
+    load threads), checked to be that: nothing from ckptd."""
+    f = worker.cmd(line)
+    if f.get("via") is not None or f.get("bytes_daemon") or f.get("bytes_resident") or f.get("files_resident"):
+        raise BenchError("'%s' was meant to load without ckptd, but ckptd read %s bytes and its images served "
+                         "%s (via %s). Its figure is not kept" % (line, f.get("bytes_daemon"),
+                                                                  f.get("bytes_resident"), f.get("via")))
+    return f
+
+
+# The loads measured in load_scenario: item -> (ckpt_bench's load command,
+# through the daemon).  Each is measured both ways in every round.
+LOAD_ITEMS = {
+    "ckptd": ("load via default", True),
+    "ckptd_standalone": ("load", False),
+    "ckptd_reshard": ("load reshard via default", True),
+    "ckptd_reshard_standalone": ("load reshard", False),
+    "ckptd_reshard_wide": ("load one reshard via default", True),
+    "ckptd_reshard_wide_standalone": ("load one reshard", False),
+}
+
+
 def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
     """load-2g and, with rsc, reshard-8to3 and reshard-8to3-wide, and with
     sc["restore"] restore-ram-2g, in the same rounds: ckptd's loads of kept
@@ -1870,7 +1945,8 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
         ckpt8 = start_worker("ckpt_bench_reshard",
                              ckpt_argv(daemon, rsc["bytes"], rsc["tensors"], rsc["ranks"], ["default:0"],
                                        RESHARD_ARENA) + ["--cols", str(rsc["cols"]),
-                                                         "--reshard", str(rsc["loaders"])],
+                                                         "--reshard", str(rsc["loaders"]),
+                                                         "--loader-arena", str(RESHARD_LOADER_ARENA)],
                              run_dir, worker_env(rsc["ranks"]), notes)
     peers = None
     if want_dcp:
@@ -1894,12 +1970,21 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
             notes.append("DCP: %s" % peers_ready["no_dcp"])
             have_dcp = False
         detail["ckpt_bench"] = ready
+        if ready8 is not None:
+            detail["ckpt_bench_reshard"] = ready8
         detail["peers"] = {"ready": peers_ready}
         detail["uring_depth"] = uring_depth
         for who, rd in (("ckpt_bench", ready), ("ckpt_bench_reshard", ready8)):
             if rd is not None and not rd["limit_buffer"]["registered"]:
                 notes.append("%s: built-in reader's buffers not registered (%s)"
                              % (who, rd["limit_buffer"].get("not_registered")))
+        # The loaders' arenas, which the loads through the daemon read into.
+        for who, rd, key, want in (("ckpt_bench", ready, "arena_bytes", LOAD_ARENA),
+                                   ("ckpt_bench_reshard", ready8, "loader_arena_bytes", RESHARD_LOADER_ARENA)):
+            got = rd["clients"]["default"].get(key) if rd is not None else None
+            if rd is not None and (got is None or got < want):
+                notes.append("%s: its loaders' arena is %s bytes, %d asked for: reads through ckptd are capped "
+                             "at half of it" % (who, got, want))
 
         # The checkpoints the loads read, made once (not measured).
         progress("%s: saving the checkpoints to load" % name)
@@ -1919,12 +2004,19 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
                     break
         detail["checkpoints"] = made
 
-        # Warm-ups: each program's first load.
+        # Warm-ups: each program's first load, each way (checked as the
+        # rounds' are: first_load_ms is printed).
+        def load_fn(item, w):
+            line, via = LOAD_ITEMS[item]
+            return (lambda: daemon_load(w, line, daemon)) if via else (lambda: standalone_load(w, line))
+
         progress("%s: warm-up loads" % name)
-        warm["ckptd"] = ckpt.cmd("load")
+        load_items = [("ckptd", ckpt), ("ckptd_standalone", ckpt)]
         if rsc:
-            warm["ckptd_reshard"] = ckpt8.cmd("load reshard")
-            warm["ckptd_reshard_wide"] = ckpt8.cmd("load one reshard")
+            load_items += [(i, ckpt8) for i in ("ckptd_reshard", "ckptd_reshard_standalone", "ckptd_reshard_wide",
+                                                "ckptd_reshard_wide_standalone")]
+        for item, w in load_items:
+            warm[item] = load_fn(item, w)()
         if have_dcp:
             for t in DCP_LOAD_THREADS:
                 try:
@@ -1934,8 +2026,11 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
                     have_dcp = False
                     break
 
-        items = [("ckptd", lambda: ckpt.cmd("load"), ckpt)]
-        blocks = [["ckptd"]]
+        # load-2g's two loads next to each other and to the read limits
+        # their ratios divide by.
+        items = [("ckptd", load_fn("ckptd", ckpt), ckpt),
+                 ("ckptd_standalone", load_fn("ckptd_standalone", ckpt), ckpt)]
+        blocks = [["ckptd", "ckptd_standalone"]]
         if ram:
             # Next to load-2g's load, which its ratio divides.
             items.append(("ckptd_ram", RestoreCycles(daemon, ram, run_dir), None))
@@ -1945,9 +2040,10 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
             items.append(("read_fio_d%d" % d, (lambda d=d: fio_read(files, d)), None))
             blocks[0] += ["read_builtin_d%d" % d, "read_fio_d%d" % d]
         if rsc:
-            items.append(("ckptd_reshard", lambda: ckpt8.cmd("load reshard"), ckpt8))
-            items.append(("ckptd_reshard_wide", lambda: ckpt8.cmd("load one reshard"), ckpt8))
-            blocks.append(["ckptd_reshard", "ckptd_reshard_wide"])
+            r_items = ["ckptd_reshard", "ckptd_reshard_standalone", "ckptd_reshard_wide",
+                       "ckptd_reshard_wide_standalone"]
+            items += [(i, load_fn(i, ckpt8), ckpt8) for i in r_items]
+            blocks.append(list(r_items))
             for d in depths:
                 items.append(("read8_builtin_d%d" % d, (lambda d=d: ckpt8.cmd("read %d" % d)), ckpt8))
                 items.append(("read8_fio_d%d" % d, (lambda d=d: fio_read(files8, d)), None))
@@ -1958,8 +2054,8 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
         rounds = Rounds(name, items, daemon.data, blocks)
         rounds.run(ROUNDS, failures, notes)
         rounds.note_settling(notes)
-        # The daemon only made the checkpoints (loads do not use it);
-        # its figures are kept like every scenario's.
+        # The daemon made the checkpoints and serves the loads through
+        # it; its figures are kept like every scenario's.
         detail["max_loop_stall_ms"], _ = loop_stall(daemon, notes)
     finally:
         close_workers(workers, notes)
@@ -1972,6 +2068,7 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
         read8 = ["read8_builtin_d%d" % d for d in depths] + ["read8_fio_d%d" % d for d in depths]
         for item, sname, view in (("ckptd_reshard", "reshard-8to3", "many"),
                                   ("ckptd_reshard_wide", WIDE, "one")):
+            # item through the daemon; item + "_standalone" the library alone.
             res[sname] = analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, gib, read8,
                                          list(notes), detail, made, res[name])
     if ram:
@@ -1982,10 +2079,37 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
 def load_cost(rounds, item):
     """Medians of a load's CPU figures over the rounds (ckpt_bench's
     struct cost: the loaders' own CPU time, the machine's busy time, minor
-    faults)."""
+    faults; and, for a load through the daemon, ckptd's CPU time around
+    it: daemon_cpu_ms)."""
     per_round = [c for c in (rd["figures"].get(item, {}).get("cost") for rd in rounds.rounds) if c]
-    return {f: median([c.get(f) for c in per_round if c.get(f) is not None])
-            for f in ("cpu_ms", "sys_busy_ms", "sys_idle_ms", "sys_steal_ms", "minflt", "nivcsw")}
+    out = {f: median([c.get(f) for c in per_round if c.get(f) is not None])
+           for f in ("cpu_ms", "sys_busy_ms", "sys_idle_ms", "sys_steal_ms", "minflt", "nivcsw")}
+    out["daemon_cpu_ms"] = median(rounds.series(item, "daemon_cpu_ms"))
+    return out
+
+
+def standalone_figures(rounds, warm, item, gib, read_r, prefix):
+    """The library-alone load `item` (measured next to the load through
+    the daemon, in the same rounds): its median ms, GiB/s, first load and
+    what it read, and the per-round ratios standalone_vs_read_limit and
+    daemon_vs_standalone (its time over the daemon load's: above 1, the
+    load through the daemon was the faster)."""
+    sa = item + "_standalone"
+    ms_r = rounds.series(sa, "ms")
+    via_r = rounds.series(item, "ms")
+    r = {prefix + "standalone_ms" if prefix else "standalone_load_ms": median(ms_r)}
+    ms = median(ms_r)
+    r[prefix + "standalone_gibps"] = ratio(gib, ms / 1e3 if ms else None)
+    if not prefix:
+        r["first_standalone_load_ms"] = warm.get(sa, {}).get("ms")
+    last = next((rd["figures"][sa] for rd in reversed(rounds.rounds) if sa in rd["figures"]), {})
+    for k in ("bytes_read", "reads"):
+        r[(prefix or "load_") + "standalone_" + k] = last.get(k)
+    per_lim, per_vs = [], []
+    for i in range(len(rounds.rounds)):
+        per_lim.append(ratio(ratio(gib, ms_r[i] / 1e3 if ms_r[i] else None), read_r[i]))
+        per_vs.append(ratio(ms_r[i], via_r[i]))
+    return r, {"standalone_vs_read_limit": per_lim, "daemon_vs_standalone": per_vs}
 
 
 def resident_note(rounds, warm, items, notes):
@@ -2014,9 +2138,12 @@ def analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, notes, detail
     r["first_load_ms"] = warm.get("ckptd", {}).get("ms")
     r["load_gibps"] = ratio(gib, r["load_ms"] / 1e3 if r["load_ms"] else None)
     last = next((rd["figures"]["ckptd"] for rd in reversed(rounds.rounds) if "ckptd" in rd["figures"]), {})
-    for k in ("bytes_read", "bytes_wanted", "reads", "floor_bytes"):
+    for k in ("bytes_read", "bytes_wanted", "reads", "floor_bytes", "bytes_daemon", "bytes_resident",
+              "files_resident"):
         r["load_" + k] = last.get(k)
     read_best, r["read_limit_gibps"], read_r, read_meds = best_of(rounds, read_items, "gibps")
+    sa, sa_per = standalone_figures(rounds, warm, "ckptd", gib, read_r, "")
+    r.update(sa)
     dcp_items = ["dcp_t%d" % t for t in DCP_LOAD_THREADS]
     dcp_best, r["dcp_load_s"], dcp_r, dcp_meds = best_of(rounds, dcp_items, "seconds", higher=False)
     r["dcp_load_thread_count"] = int(dcp_best[len("dcp_t"):]) if dcp_best else None
@@ -2036,8 +2163,26 @@ def analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, notes, detail
         if c is not None:
             ceil.append(c)
         round_ratios.append({"ratios": x, "ceilings": {"load_speedup_vs_dcp": c}})
+    for i, rr in enumerate(round_ratios):
+        rr["ratios"].update({k: v[i] for k, v in sa_per.items()})
     r["ratios"] = {"load_vs_read_limit": spread(per["load_vs_read_limit"], ceiling=1.0),
-                   "load_speedup_vs_dcp": spread(per["load_speedup_vs_dcp"], ceilings=ceil)}
+                   "load_speedup_vs_dcp": spread(per["load_speedup_vs_dcp"], ceilings=ceil),
+                   "standalone_vs_read_limit": spread(sa_per["standalone_vs_read_limit"], ceiling=1.0),
+                   "daemon_vs_standalone": spread(sa_per["daemon_vs_standalone"])}
+    notes.append("the load figures (load_ms, load_gibps, first_load_ms) and the ratios load_vs_read_limit and "
+                 "load_speedup_vs_dcp are the load THROUGH ckptd: ckpt_load_set_client, called inside the timed "
+                 "part, lends the shard file to the daemon, which reads it with io_uring and O_DIRECT into the "
+                 "loader's arena (%d MiB; a read at most half of it), where the library checks the CRCs and "
+                 "scatters; every round checks bytes_daemon + bytes_resident == bytes_read and files_resident "
+                 "== 0 (the saving job is not resident: no image). standalone_* and standalone_vs_read_limit are "
+                 "the library alone (no client: buffered preadv on its load threads), measured next to it in the "
+                 "same rounds, informational (no target); daemon_vs_standalone = standalone time / time through "
+                 "ckptd, per round" % (LOAD_ARENA // MIB))
+    sv = r["ratios"]["standalone_vs_read_limit"]
+    if sv["median"] is not None and sv["median"] > 1.0:
+        notes.append("standalone_vs_read_limit: median %.2f is above 1.0: the buffered load beat the O_DIRECT read "
+                     "limit, so the page cache (or the host's cache of the virtual disk) served some of it; "
+                     "suspect the limit or the drop first (BENCH.md)" % sv["median"])
 
     if r["read_limit_gibps"] is None:
         notes.append("read_limit_gibps: neither fio nor the built-in reader succeeded")
@@ -2055,11 +2200,15 @@ def analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, notes, detail
         notes.append("load_vs_read_limit: above 1.0 in %d of %d rounds (max %.2f), median below: the machine's "
                      "noise between the measurements of one round, or a limit that is sometimes weak "
                      "(detail.rounds)" % (above, len(per["load_vs_read_limit"]), v["max"]))
-    r["resident_after_drop_bytes"] = resident_note(rounds, warm, ["ckptd"] + read_items, notes)
+    r["resident_after_drop_bytes"] = resident_note(rounds, warm, ["ckptd", "ckptd_standalone"] + read_items,
+                                                   notes)
     r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
     cost = load_cost(rounds, "ckptd")
+    sa_cost = load_cost(rounds, "ckptd_standalone")
     r["load_cpu_ms"] = cost.get("cpu_ms")
-    r["bound"] = load_bound(r, read_best, cost)
+    r["load_daemon_cpu_ms"] = cost.get("daemon_cpu_ms")
+    r["standalone_cpu_ms"] = sa_cost.get("cpu_ms")
+    r["bound"] = load_bound(r, read_best, cost, sa_cost)
     notes.append("bound: " + r["bound"])
 
     d = dict(detail)
@@ -2078,7 +2227,9 @@ def analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, notes, detail
                              "(N files per rank), its files dropped from the page cache first, the tensors "
                              "overwritten with NaN first and checked (CRC32) after",
                      "stat": "the layout with the best median seconds"}
-    d["cpu"] = {"ckptd": cost}
+    d["cpu"] = {"ckptd": cost, "ckptd_standalone": sa_cost}
+    d["loads"] = {"ckptd": "ckpt_bench 'load via default' (arena %d bytes): through the daemon" % LOAD_ARENA,
+                  "ckptd_standalone": "ckpt_bench 'load': the library alone"}
     d["warmup"] = warm
     d["rounds"] = [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
                     "settle_ms": rd.get("settle_ms", {}), "ratios": rr["ratios"], "ceilings": rr["ceilings"]}
@@ -2088,23 +2239,41 @@ def analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, notes, detail
     return r
 
 
-def load_bound(r, read_best, cost):
-    """One line: what bounds load-2g's figures, from its own figures."""
+def load_bound(r, read_best, cost, sa_cost):
+    """One line: what bounds load-2g's figures, from its own figures, and
+    which path each figure is."""
     load_s = r["load_ms"] / 1e3 if r.get("load_ms") else None
+    sa_s = r["standalone_load_ms"] / 1e3 if r.get("standalone_load_ms") else None
     parts = []
-    if load_s and r.get("read_limit_gibps"):
-        parts.append("the disk's read speed: the read limit is %.2f GiB/s (%s), ckptd loads %.2f GiB/s "
-                     "(%.2f of it)" % (r["read_limit_gibps"], read_best, r["load_gibps"],
-                                       r["load_gibps"] / r["read_limit_gibps"]))
+    if r.get("read_limit_gibps") and (load_s or sa_s):
+        parts.append("the disk's read speed: the read limit is %.2f GiB/s (%s); through ckptd (load_ms, "
+                     "load_gibps: the headline figures and targets) %s; the library alone (standalone_load_ms, "
+                     "standalone_gibps: informational) %s"
+                     % (r["read_limit_gibps"], read_best,
+                        "%.2f GiB/s (%.2f of it)" % (r["load_gibps"], r["load_gibps"] / r["read_limit_gibps"])
+                        if load_s else "n/a (no load through ckptd succeeded)",
+                        "%.2f GiB/s (%.2f of it)" % (r["standalone_gibps"],
+                                                    r["standalone_gibps"] / r["read_limit_gibps"])
+                        if sa_s else "n/a (no standalone load succeeded)"))
     else:
         parts.append("the disk's read speed (no read limit or load figure in this run)")
+
+    def cpu(c, s):
+        return "%.0f ms of the loader's CPU in %.0f ms (%.2f cores of %d), %s minor faults" % (
+            c["cpu_ms"], s * 1e3, c["cpu_ms"] / (s * 1e3), cpus(),
+            "%.0f" % c["minflt"] if c.get("minflt") is not None else "n/a")
     if load_s and cost.get("cpu_ms") is not None:
-        parts.append("ckptd's load is buffered preadv on the library's load threads, %s reads of the %.0f MiB, "
-                     "each 1 MiB piece's CRC32C checked in place: %.0f ms of CPU in %.0f ms (%.2f cores of %d), "
-                     "%s minor faults" % (r.get("load_reads"), (r.get("load_bytes_read") or 0) / MIB,
-                                          cost["cpu_ms"], load_s * 1e3, cost["cpu_ms"] / (load_s * 1e3),
-                                          cpus(), "%.0f" % cost["minflt"] if cost.get("minflt") is not None
-                                          else "n/a"))
+        parts.append("through ckptd, ckptd reads the shard file with io_uring and O_DIRECT into the loader's "
+                     "%d MiB arena (%.0f of the %.0f MiB read, in %s reads), where the library checks each 1 MiB "
+                     "piece's CRC32C and copies it into the state: %s; ckptd's own CPU %s ms"
+                     % (LOAD_ARENA // MIB, (r.get("load_bytes_daemon") or 0) / MIB,
+                        (r.get("load_bytes_read") or 0) / MIB, r.get("load_reads"), cpu(cost, load_s),
+                        "%.0f" % cost["daemon_cpu_ms"] if cost.get("daemon_cpu_ms") is not None else "n/a"))
+    if sa_s and sa_cost.get("cpu_ms") is not None:
+        parts.append("the library alone reads with buffered preadv on its load threads (%s reads of the %.0f "
+                     "MiB), each 1 MiB piece's CRC32C checked in place: %s"
+                     % (r.get("load_standalone_reads"), (r.get("load_standalone_bytes_read") or 0) / MIB,
+                        cpu(sa_cost, sa_s)))
     if r.get("dcp_load_s"):
         parts.append("DCP %.2f s (layout of %d file(s) per rank): FileSystemReader reads the files one after "
                      "the other on the rank's thread, torch.load per tensor into new memory, then a copy into "
@@ -2133,10 +2302,19 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
     last = next((rd["figures"][item] for rd in reversed(rounds.rounds) if item in rd["figures"]), {})
     r["reshard_gibps"] = ratio((last.get("bytes_wanted") or total) / GIB,
                                r["reshard_ms"] / 1e3 if r["reshard_ms"] else None)
-    for k in ("bytes_read", "bytes_wanted", "reads", "floor_bytes"):
+    for k in ("bytes_read", "bytes_wanted", "reads", "floor_bytes", "bytes_daemon", "bytes_resident",
+              "files_resident"):
         r["reshard_" + k] = last.get(k)
     read_best, r["read_limit_gibps"], read_r, read_meds = best_of(rounds, read_items, "gibps")
     r["load_2g_gibps"] = load_res.get("load_gibps")
+    # The library alone, in the same rounds (GiB/s of the bytes wanted).
+    sa_last = next((rd["figures"][item + "_standalone"] for rd in reversed(rounds.rounds)
+                    if item + "_standalone" in rd["figures"]), {})
+    sa, sa_per = standalone_figures(rounds, warm, item, (sa_last.get("bytes_wanted") or total) / GIB, read_r,
+                                    "reshard_")
+    r.update(sa)
+    r["first_reshard_standalone_ms"] = warm.get(item + "_standalone", {}).get("ms")
+    r["reshard_standalone_amplification"] = ratio(sa_last.get("bytes_read"), sa_last.get("bytes_wanted"))
 
     per = {"read_amplification": [], "vs_load_2g": [], "reshard_vs_read_limit": []}
     floors = []
@@ -2154,10 +2332,21 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
             per[k].append(v)
         if fl is not None:
             floors.append(fl)
+        x.update({k: v[i] for k, v in sa_per.items()})
         round_ratios.append({"ratios": x, "ceilings": {"read_amplification": fl}})
     r["ratios"] = {"read_amplification": spread(per["read_amplification"], ceilings=floors),
                    "vs_load_2g": spread(per["vs_load_2g"]),
-                   "reshard_vs_read_limit": spread(per["reshard_vs_read_limit"])}
+                   "reshard_vs_read_limit": spread(per["reshard_vs_read_limit"]),
+                   "standalone_vs_read_limit": spread(sa_per["standalone_vs_read_limit"]),
+                   "daemon_vs_standalone": spread(sa_per["daemon_vs_standalone"])}
+    notes.append("reshard_ms, reshard_gibps, read_amplification, vs_load_2g and reshard_vs_read_limit are the "
+                 "loads THROUGH ckptd (each loader's client, a %d MiB arena: ckpt_load_set_client inside the "
+                 "timed part, ckptd reads with O_DIRECT into the arena; checked every round: bytes_daemon + "
+                 "bytes_resident == bytes_read, files_resident == 0), and vs_load_2g divides by load-2g's load "
+                 "through ckptd of the same round; reshard_standalone_* and standalone_vs_read_limit (bytes "
+                 "wanted per second over the read limit) are the library alone (buffered preadv), in the same "
+                 "rounds, informational; daemon_vs_standalone = standalone time / time through ckptd"
+                 % (RESHARD_LOADER_ARENA // MIB))
     fl = r["ratios"]["read_amplification"]["ceiling"]
     amp = r["ratios"]["read_amplification"]["median"]
     piece = 1 << 20  # format/layout.h LAYOUT_CRC_BLOCK
@@ -2179,10 +2368,13 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
                         "read by two reads (a piece where a band is cut into reads of at most the planner's "
                         "largest read is read by both) or gaps read with their neighbours"
                         % (100 * (amp / fl - 1), fmt_bytes(extra), r["reshard_reads"])))
-    r["resident_after_drop_bytes"] = resident_note(rounds, warm, [item], notes)
+    r["resident_after_drop_bytes"] = resident_note(rounds, warm, [item, item + "_standalone"], notes)
     r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
     cost = load_cost(rounds, item)
+    sa_cost = load_cost(rounds, item + "_standalone")
     r["reshard_cpu_ms"] = cost.get("cpu_ms")
+    r["reshard_daemon_cpu_ms"] = cost.get("daemon_cpu_ms")
+    r["reshard_standalone_cpu_ms"] = sa_cost.get("cpu_ms")
     r["bound"] = reshard_bound(r, read_best, cost, amp)
     notes.append("bound: " + r["bound"])
     if view == "one":
@@ -2197,10 +2389,14 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
                        "what": "the same as load-2g's, over the reshard checkpoint's %d shard files (one reader "
                                "per rank at once: the built-in reader; one fio job per file)" % rsc["ranks"],
                        "stat": "best median of the methods; per round, the best method's figure"}
-    d["cpu"] = {item: cost}
-    d["warmup"] = {item: warm.get(item)}
+    d["cpu"] = {item: cost, item + "_standalone": sa_cost}
+    d["loads"] = {item: "ckpt_bench '%s' (loaders' arenas %d bytes): through the daemon"
+                        % (LOAD_ITEMS[item][0], RESHARD_LOADER_ARENA),
+                  item + "_standalone": "ckpt_bench '%s': the library alone" % LOAD_ITEMS[item + "_standalone"][0]}
+    d["warmup"] = {k: warm.get(k) for k in (item, item + "_standalone")}
     d["rounds"] = [{"order": rd["order"], "figures": {k: v for k, v in rd["figures"].items()
-                                                      if k in (item, "ckptd") or k in read_items},
+                                                      if k in (item, item + "_standalone", "ckptd")
+                                                      or k in read_items},
                     "errors": rd["errors"], "ratios": rr["ratios"], "ceilings": rr["ceilings"]}
                    for rd, rr in zip(rounds.rounds, round_ratios)]
     r["notes"] = notes
@@ -2210,7 +2406,8 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
 
 def analyse_restore(name, sc, rounds, notes, detail):
     """restore-ram-2g's JSON from the rounds: the restarted trainer's load
-    from the daemon's memory against load-2g's load in the same round."""
+    from the daemon's memory against load-2g's load through the daemon
+    (item "ckptd", its headline figure) in the same round."""
     item = "ckptd_ram"
     gib = sc["bytes"] / GIB
     r = {"bytes": sc["bytes"], "tensors": sc["tensors"], "ranks": 1, "rounds": len(rounds.rounds)}
@@ -2241,6 +2438,9 @@ def analyse_restore(name, sc, rounds, notes, detail):
         notes.append("ram_vs_load_2g: no restore from memory succeeded (see the rounds' errors)")
     elif not any(x is not None for x in per):
         notes.append("ram_vs_load_2g: load-2g's load did not succeed in any round that restored")
+    notes.append("ram_vs_load_2g = load-2g's load time through ckptd (its item 'ckptd': the daemon reads the "
+                 "shard file from the disk with O_DIRECT into the loader's arena; not its standalone load) / this "
+                 "load's, per round")
     notes.append("every measurement is one trainer's two lives: a ckpt_bench connected with "
                  "CKPT_CONNECT_RESIDENT saves the state (committed; not timed) and is killed with SIGKILL, "
                  "then a new ckpt_bench of the same job connects and loads that checkpoint through its "
@@ -2259,7 +2459,7 @@ def analyse_restore(name, sc, rounds, notes, detail):
 
     d = dict(detail)
     d["restore"] = {"saver": "ckpt_bench --job J --no-limits --resident --arena %d: 'save default keep'"
-                             % LOAD_ARENA,
+                             % RESTORE_SAVER_ARENA,
                     "loader": "ckpt_bench --job J --no-limits --arena %d: 'load via default from NAME'"
                               % RESTORE_LOADER_ARENA,
                     "job": "a job of its own per measurement (see RestoreCycles)"}
@@ -2287,7 +2487,7 @@ def restore_bound(r, cost):
                      % (cost["cpu_ms"], s * 1e3, cost["cpu_ms"] / (s * 1e3), cpus(),
                         "%.0f" % cost["minflt"] if cost.get("minflt") is not None else "n/a"))
     if r.get("load_2g_load_s"):
-        parts.append("load-2g reads the same bytes from the disk in %.2f s" % r["load_2g_load_s"])
+        parts.append("load-2g reads the same bytes from the disk through ckptd in %.2f s" % r["load_2g_load_s"])
     return "; ".join(parts)
 
 
@@ -2301,17 +2501,26 @@ def reshard_bound(r, read_best, cost, amp):
     if not s:
         return "n/a (no reshard measurement)"
     read = (r.get("reshard_bytes_read") or 0) / GIB
-    parts = ["%d loaders read %.2f GiB (%.2f x the %.2f GiB they wanted) in %.2f s: %.2f GiB/s read, against "
-             "a read limit of %s GiB/s for the checkpoint's files (%s); a loader reads through the page "
-             "cache, so bytes one loader just read may come to another from memory rather than the disk"
-             % (r["loaders"], read, amp or 0, (r.get("reshard_bytes_wanted") or 0) / GIB, s, read / s,
+    parts = ["through ckptd (reshard_ms, reshard_gibps), %d loaders read %.2f GiB (%.2f x the %.2f GiB they "
+             "wanted; ckptd read %.2f GiB of it with O_DIRECT into the loaders' arenas) in %.2f s: %.2f GiB/s "
+             "read, against a read limit of %s GiB/s for the checkpoint's files (%s); O_DIRECT bypasses the "
+             "page cache, so a piece wanted by several loaders is read from the disk once for each"
+             % (r["loaders"], read, amp or 0, (r.get("reshard_bytes_wanted") or 0) / GIB,
+                (r.get("reshard_bytes_daemon") or 0) / GIB, s, read / s,
                 "%.2f" % r["read_limit_gibps"] if r.get("read_limit_gibps") else "n/a", read_best)]
     if cost.get("cpu_ms") is not None:
-        parts.append("CPU: %.0f ms in %.0f ms (%.2f cores of %d busy with the loads; every byte read is "
-                     "CRC-checked, and a band not contiguous in its read is copied out of a bounce buffer), "
-                     "%s minor faults in the timed part (the bands' memory was touched before: these are the "
-                     "library's own buffers)" % (cost["cpu_ms"], s * 1e3, cost["cpu_ms"] / (s * 1e3), cpus(),
-                                          "%.0f" % cost["minflt"] if cost.get("minflt") is not None else "n/a"))
+        parts.append("CPU: %.0f ms of the loaders' in %.0f ms (%.2f cores of %d busy with the loads; every byte "
+                     "read is CRC-checked, and a band not contiguous in its read is copied out of the arena), "
+                     "ckptd's own %s ms, %s minor faults in the timed part (the bands' memory was touched "
+                     "before: these are the library's own buffers)"
+                     % (cost["cpu_ms"], s * 1e3, cost["cpu_ms"] / (s * 1e3), cpus(),
+                        "%.0f" % cost["daemon_cpu_ms"] if cost.get("daemon_cpu_ms") is not None else "n/a",
+                        "%.0f" % cost["minflt"] if cost.get("minflt") is not None else "n/a"))
+    sa = r.get("reshard_standalone_ms")
+    if sa:
+        parts.append("the library alone (reshard_standalone_ms: informational) %.2f s, %.2f GiB/s of the bytes "
+                     "wanted: buffered preadv, so bytes one loader just read may come to another from the page "
+                     "cache rather than the disk" % (sa / 1e3, r.get("reshard_standalone_gibps") or 0))
     return "; ".join(parts)
 
 
@@ -2987,13 +3196,15 @@ def run_scenario(name, sc, py, run_dir, data, failures):
     elif sc["kind"] == "load":
         rsc = sc.get("reshard")
         ram = sc.get("restore")
-        arenas = [LOAD_ARENA] + ([RESHARD_ARENA] * rsc["ranks"] if rsc else [])
+        # load-2g's loader, reshard-8to3's loaders and its other ranks.
+        arenas = [LOAD_ARENA] + ([RESHARD_LOADER_ARENA] * rsc["loaders"] +
+                                 [RESHARD_ARENA] * (rsc["ranks"] - rsc["loaders"]) if rsc else [])
         if ram:
             # The saver's and the loader's arenas (a killed saver's may
             # not be reaped yet when the loader connects), and room for
             # one image: arena_total counts images too, and a HELLO that
             # finds no room evicts them.
-            arenas += [LOAD_ARENA, RESTORE_LOADER_ARENA]
+            arenas += [RESTORE_SAVER_ARENA, RESTORE_LOADER_ARENA]
             images = restore_image_bytes(ram)
     else:
         per = arena_for(sc["bytes"], sc["tensors"])
