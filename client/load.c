@@ -74,6 +74,11 @@
 #endif
 
 #define LOAD_THREADS  4
+/* Through the daemon a thread mostly waits for its read: more threads and
+ * smaller reads keep the disk busy while others check and copy. */
+#define LOAD_DAEMON_THREADS 8
+#define LOAD_DAEMON_READ    (16u << 20)
+#define LOAD_MAX_THREADS    8
 #define LOAD_MAX_DIMS (1u << 26) /* dims entries the boxes may take */
 #define LOAD_ALIGN    4096u      /* arena slots and stages start on a page */
 #define LOAD_NO_HANDLE UINT32_MAX /* a file not lent to the daemon */
@@ -145,7 +150,7 @@ struct ckpt_load {
 	unsigned running;             /* [lock] */
 	atomic_bool wrote;            /* some destination bytes were written */
 	unsigned next_slot;           /* [lock] arena slots handed out */
-	pthread_t threads[LOAD_THREADS];
+	pthread_t threads[LOAD_MAX_THREADS];
 	unsigned n_threads;
 };
 
@@ -2006,8 +2011,8 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 				load->client->slot_bytes;
 		if (room > 2 * PROTO_LOAD_ALIGN + LAYOUT_CRC_BLOCK)
 			po.max_read = room - 2 * PROTO_LOAD_ALIGN;
-		if (po.max_read > PLAN_DEFAULT_MAX_READ)
-			po.max_read = 0;
+		if (po.max_read > LOAD_DAEMON_READ)
+			po.max_read = LOAD_DAEMON_READ;
 	}
 	r = plan_build(rd->plan_ix, wants, load->n_dsts, &po, &load->plan, err, sizeof(err));
 	free(wants);
@@ -2058,8 +2063,9 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 			load->fds[f] = r;
 		}
 	}
-	n_threads = load->plan->n_reads < LOAD_THREADS ? (unsigned)load->plan->n_reads :
-							 LOAD_THREADS;
+	n_threads = load->lhandles ? LOAD_DAEMON_THREADS : LOAD_THREADS;
+	if (load->plan->n_reads < n_threads)
+		n_threads = (unsigned)load->plan->n_reads;
 	/* A group load is collective: its one thread takes part even when
 	 * this rank wants nothing. */
 	if (load->grouped)

@@ -14,10 +14,25 @@
 #include "daemon/server.h"
 #include "shm/proto.h"
 
+/* One LOAD_READ, issued as pieces of at most LOADIO_PIECE bytes: the
+ * disk sees many requests in flight, as the read limit's fio and
+ * ckpt_bench readers give it (one huge O_DIRECT read is slower here). */
+#define LOADIO_PIECE (8ull << 20)
+
 struct lreq {
 	struct conn *c;
 	uint32_t token, handle;
 	uint64_t arena_off, len;
+	uint32_t pending;    /* pieces not done */
+	int err;             /* the first piece's error */
+	uint64_t got;        /* bytes of the pieces read whole, in order */
+	bool short_seen;     /* a piece came back short: the end of the file */
+	struct lpiece {
+		struct lreq *q;
+		uint64_t off, len; /* relative to the read */
+		int res;
+	} *pieces;
+	uint32_t n_pieces;
 };
 
 static void send_done(struct conn *c, uint32_t token, int err, uint64_t got)
@@ -139,21 +154,38 @@ void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
 	close(fd);
 }
 
-static void read_done(void *ud, int res)
+static void piece_done(void *ud, int res)
 {
-	struct lreq *q = ud;
+	struct lpiece *pc = ud;
+	struct lreq *q = pc->q;
 	struct conn *c = q->c;
 	struct lfile *f = &c->lfiles[q->handle];
 	uint32_t first = (uint32_t)(q->arena_off / c->slot_bytes);
 	uint32_t last = (uint32_t)((q->arena_off + q->len - 1) / c->slot_bytes);
 
+	pc->res = res;
+	if (--q->pending)
+		return;
+	/* All pieces are back: the bytes read are the prefix of whole
+	 * pieces up to the first short one (the end of the file). */
+	for (uint32_t i = 0; i < q->n_pieces && !q->err; i++) {
+		struct lpiece *p = &q->pieces[i];
+		if (p->res < 0) {
+			q->err = p->res;
+			break;
+		}
+		q->got += (uint64_t)p->res;
+		if ((uint64_t)p->res < p->len)
+			break;
+	}
 	for (uint32_t s = first; s <= last; s++)
 		c->w.slots[s].reads--;
 	c->load_inflight--;
 	c->load_bytes -= q->len;
 	if (--f->busy == 0 && f->closing)
 		lfile_close(c, f);
-	send_done(c, q->token, res < 0 ? res : 0, res < 0 ? 0 : (uint64_t)res);
+	send_done(c, q->token, q->err, q->err ? 0 : q->got);
+	free(q->pieces);
 	free(q);
 }
 
@@ -201,19 +233,42 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 		return;
 	}
 	f = &c->lfiles[m->handle];
-	q = malloc(sizeof(*q));
-	if (!q) {
+	q = calloc(1, sizeof(*q));
+	if (q) {
+		q->n_pieces = (uint32_t)((m->len + LOADIO_PIECE - 1) / LOADIO_PIECE);
+		q->pieces = calloc(q->n_pieces, sizeof(*q->pieces));
+	}
+	if (!q || !q->pieces) {
+		if (q)
+			free(q);
 		send_done(c, m->token, -ENOMEM, 0);
 		return;
 	}
-	*q = (struct lreq){ .c = c, .token = m->token, .handle = m->handle,
-			    .arena_off = m->arena_off, .len = m->len };
+	q->c = c;
+	q->token = m->token;
+	q->handle = m->handle;
+	q->arena_off = m->arena_off;
+	q->len = m->len;
+	q->pending = q->n_pieces;
 	for (uint32_t s = first; s <= last; s++)
 		c->w.slots[s].reads++;
 	f->busy++;
 	c->load_inflight++;
 	c->load_bytes += m->len;
-	srv->store->arena_read(c->io, f->fd, m->arena_off, m->file_off, m->len, read_done, q);
+	/* q is freed by the last piece's callback, which may run inside
+	 * the last call (a failure at once): nothing of it is read after. */
+	uint32_t n = q->n_pieces;
+	struct lpiece *pcs = q->pieces;
+	for (uint32_t i = 0; i < n; i++) {
+		struct lpiece *p = &pcs[i];
+		p->q = q;
+		p->off = (uint64_t)i * LOADIO_PIECE;
+		p->len = m->len - p->off < LOADIO_PIECE ? m->len - p->off : LOADIO_PIECE;
+		/* The callback may run at once (an allocation failure): the
+		 * count covers every piece before the first goes out. */
+		srv->store->arena_read(c->io, f->fd, m->arena_off + p->off, m->file_off + p->off,
+				       p->len, piece_done, p);
+	}
 }
 
 void loadio_on_close(struct conn *c, const struct proto_load_close *m)

@@ -339,12 +339,24 @@ START_TEST(test_lend_cap)
 			ck_assert_int_eq(v, 4096);
 	}
 	ck_assert_uint_eq(refused, 100 - 64);
+	/* The daemon still has descriptors for others (an arena, a ring). */
 	raw_open(&other, td_sock(&t, 0), "lio2");
+	/* The hog leaves: its descriptors come back once the daemon has
+	 * reaped its connection (between loop rounds), and the same uid may
+	 * lend again. */
 	raw_close(&r);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	lend(&other, 0, fd);
-	close(fd);
-	ck_assert_int_eq(read_once(&other, 1, 0, 0, 4096, 0), 4096);
+	{
+		int64_t v = -EMFILE;
+		for (uint32_t h = 0; h < 100 && v == -EMFILE; h++) {
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+			lend(&other, h, fd);
+			close(fd);
+			v = read_once(&other, h + 1, h, 0, 4096, 0);
+			if (v == -EMFILE)
+				td_sleep_ms(50);
+		}
+		ck_assert_int_eq(v, 4096);
+	}
 	raw_close(&other);
 	td_fini(&t);
 }
