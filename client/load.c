@@ -780,7 +780,7 @@ static bool direct_iov(struct ckpt_load *ld, const struct plan_read *rd, struct 
  * 0; -EBADMSG with the first bad piece's offset and item in *ret_bad and
  * *ret_item; or -EIO if a span steps backwards (a bug). */
 static int crc_iov(const struct ckpt_load *ld, const struct plan_read *rd,
-		   const struct iovec *iov, uint64_t *ret_bad, uint32_t *ret_item)
+		   const struct iovec *iov, const char *src, uint64_t *ret_bad, uint32_t *ret_item)
 {
 	const struct plan *p = ld->plan;
 	size_t v = 0;
@@ -810,6 +810,12 @@ static int crc_iov(const struct ckpt_load *ld, const struct plan_read *rd,
 				uint64_t n = stop - at, room = vbase + iov[v].iov_len - at;
 				if (n > room)
 					n = room;
+				/* From an image (src: the file's bytes at 0),
+				 * each run is copied, then checksummed while it
+				 * is still in the cache. */
+				if (src)
+					memcpy((char *)iov[v].iov_base + (at - vbase), src + at,
+					       (size_t)n);
 				crc = crc32c((const char *)iov[v].iov_base + (at - vbase), (size_t)n,
 					     crc);
 				at += n;
@@ -830,7 +836,7 @@ static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const 
 {
 	uint64_t bad = 0;
 	uint32_t item = 0;
-	int r = crc_iov(ld, rd, iov, &bad, &item);
+	int r = crc_iov(ld, rd, iov, NULL, &bad, &item);
 
 	if (r == -EIO) {
 		/* Spans move forward through the iovecs (chunks own disjoint
@@ -864,11 +870,22 @@ static bool image_read(struct ckpt_load *ld, const struct plan_read *rd, const s
 	uint32_t item = 0;
 	int r;
 
-	for (size_t i = 0; i < n_iov; i++) {
-		memcpy(iov[i].iov_base, im->map + off, iov[i].iov_len);
-		off += iov[i].iov_len;
+	uint64_t covered = 0;
+
+	/* When the read's CRC spans cover all of it (as they do when its
+	 * copies are whole chunks' bytes), copy and check in one pass;
+	 * else copy everything, then check. */
+	for (size_t k = rd->check0; k < rd->check0 + rd->n_checks; k++)
+		covered += ld->plan->checks[k].end - ld->plan->checks[k].begin;
+	if (covered == rd->end - rd->begin) {
+		r = crc_iov(ld, rd, iov, im->map, &bad, &item);
+	} else {
+		for (size_t i = 0; i < n_iov; i++) {
+			memcpy(iov[i].iov_base, im->map + off, iov[i].iov_len);
+			off += iov[i].iov_len;
+		}
+		r = crc_iov(ld, rd, iov, NULL, &bad, &item);
 	}
-	r = crc_iov(ld, rd, iov, &bad, &item);
 	if (r == 0) {
 		atomic_fetch_add_explicit(&ld->bytes_resident, rd->end - rd->begin,
 					  memory_order_relaxed);
@@ -1949,7 +1966,9 @@ static void attach_images(struct ckpt_load *load)
 			close(fd);
 			continue;
 		}
-		map = mmap(NULL, (size_t)mf->size, PROT_READ, MAP_SHARED, fd, 0);
+		/* MAP_POPULATE: the page tables in one go, not a fault per
+		 * 64 KiB in the load's copies. */
+		map = mmap(NULL, (size_t)mf->size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
 		close(fd);
 		if (map == MAP_FAILED) {
 			cli_log(CKPT_LOG_WARNING, "cannot map ckptd's image of %s/%s: %s",
