@@ -32,7 +32,10 @@ removed at the start, which a directory not made by an earlier run must not
 need; default $BUILD/bench-run), BENCH_FAKE_CUDA=1 (save-gpu-2g against the
 tests' fake CUDA runtime, $BUILD/tests/libfakecudart.so from `make
 tests-build`: a check that the GPU scenario's code runs on a machine without
-a GPU; its figures are not a GPU's and its targets are not judged).
+a GPU; its figures are not a GPU's and its targets are not judged),
+BENCH_CKPTD_VERBOSE=1 (the daemons log at debug level into their
+ckptd.log under BENCH_RUN_DIR, e.g. every event-loop round longer than
+usual: for finding what a max_loop_stall_ms figure was).
 
 save-gpu-2g runs where libckpt's CUDA loader finds a device (bench/gpu_probe)
 and reports null with the reason elsewhere.  It has run only against the
@@ -526,7 +529,10 @@ class Daemon:
             for line in self.extra_conf:
                 f.write(line + "\n")
         self.log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([os.path.join(BUILD, "ckptd"), "-c", self.conf], stdin=subprocess.DEVNULL,
+        argv = [os.path.join(BUILD, "ckptd"), "-c", self.conf]
+        if os.environ.get("BENCH_CKPTD_VERBOSE", "0") not in ("", "0"):
+            argv.append("-v")  # debug lines in ckptd.log: long loop rounds, with what preceded them
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
                                      preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout

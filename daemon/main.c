@@ -585,6 +585,14 @@ int main(int argc, char **argv)
 	r = setup(&srv);
 	if (r < 0) {
 		log_err("start-up failed: %s", strerror(-r));
+		/* The threads setup started stop before exit() runs the
+		 * libraries' destructors under them. */
+		struct workers *pools[] = { &srv.work, &srv.arenas, &srv.crcs, &srv.uploads };
+		for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
+			if (pools[i]->n)
+				workers_stop(pools[i]);
+		store_spill_stop();
+		store_s3_stop();
 		return r == -EBUSY ? EX_CONFIG_ : 1;
 	}
 	/* What earlier lives left behind goes first. */
