@@ -716,6 +716,12 @@ static void commit_run(struct work *w)
 
 	r = j->store->attempt_count(j->att, j->key.world, j->nonce, j->ranks, j->n_ranks,
 				    &j->n_present);
+	if (r == -ECANCELED) {
+		w->res = r;
+		snprintf(w->err, sizeof(w->err), "another daemon of this save gave up on it (its "
+			 "'failed' marker is in the work area): its ranks will not come");
+		return;
+	}
 	if (r < 0) {
 		w->res = r;
 		snprintf(w->err, sizeof(w->err), "looking for the ranks' indexes: %s", strerror(-r));

@@ -769,7 +769,11 @@ static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len)
 static int local_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
 			       const uint32_t *local, size_t n_local, uint32_t *io_n)
 {
-	return store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
+	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
+
+	if (r == 0 && *io_n < world && faccessat(a->workfd, FAILED_MARKER, F_OK, 0) == 0)
+		return -ECANCELED;
+	return r;
 }
 
 static int local_attempt_commit(struct store_attempt *a, const struct store_merge *m, char *err,

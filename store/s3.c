@@ -1137,7 +1137,17 @@ static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len)
 static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
 			    const uint32_t *local, size_t n_local, uint32_t *io_n)
 {
-	return store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
+	char key[S3_KEY_MAX + 1], err[256], *text;
+	size_t len;
+	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
+
+	if (r == 0 && *io_n < world && work_key(a, FAILED_MARKER, key, sizeof(key), err,
+						    sizeof(err)) == 0 &&
+	    get_text(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
+		free(text);
+		return -ECANCELED;
+	}
+	return r;
 }
 
 /*

@@ -204,7 +204,10 @@ struct store_ops {
 	void (*shard_close)(struct store_shard *s);
 	/* [worker] How many ranks, counting up from *io_n, have delivered an
 	 * index addressed to `nonce` (ranks listed in local[n_local], sorted,
-	 * count as delivered: the caller has them).  Returns 0 or -errno. */
+	 * count as delivered: the caller has them).  Returns 0 or -errno;
+	 * -ECANCELED if some are missing and another daemon has marked the
+	 * attempt failed (its ranks will never come: the coordinator gives up
+	 * at once rather than at the deadline). */
 	int (*attempt_count)(struct store_attempt *a, uint32_t world, const char *nonce,
 			     const uint32_t *local, size_t n_local, uint32_t *io_n);
 	/* [worker] Merges the delivered indexes (and m->local) into the

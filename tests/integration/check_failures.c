@@ -944,6 +944,58 @@ START_TEST(test_rank_disconnects)
 }
 END_TEST
 
+/* ---- 13b. a rank of another daemon fails: the coordinator gives up at once ---- */
+
+/*
+ * Rank 0 saves through daemon 0 (the coordinator), rank 1 through daemon 1
+ * and dies while staging.  Daemon 1 fails the save and marks the work area
+ * failed; daemon 0 must fail it on that marker, long before its 120 s
+ * commit deadline, and say why.
+ */
+START_TEST(test_other_daemon_fails)
+{
+	struct testd t;
+	struct td_child ch[2];
+	struct rank_args a[2];
+	char line[1024], p[TD_PATH];
+	const char *msg;
+	int rc;
+
+	td_init(&t, "other_daemon_fails");
+	for (int d = 0; d < 2; d++)
+		ck_assert_int_eq(td_daemon_start(&t, d, "arena_max = 64M\ncommit_deadline = 120s\n"),
+				 0);
+	for (int k = 0; k < 2; k++)
+		a[k] = (struct rank_args){
+			.sock = td_sock(&t, k), .root = t.root, .job = "job13b", .name = "half",
+			.rank = (uint32_t)k, .world = 2, .arena = 64 * MiB,
+			.bytes = k == 0 ? 32 * MiB : 1024 * MiB, .distinct = k == 0,
+		};
+	ck_assert_int_eq(td_child_start(&ch[0], rank_main, &a[0]), 0);
+	rc = td_child_expect(&ch[0], "staged", 60000, line, sizeof(line));
+	ck_assert_msg(rc == 0 && parse_rc(line, NULL) == 0, "rank 0 did not stage: %s", ch[0].out);
+	ck_assert_int_eq(td_child_start(&ch[1], rank_main, &a[1]), 0);
+	rc = td_child_expect(&ch[1], "commit", 60000, line, sizeof(line));
+	ck_assert_msg(rc == 0 && parse_rc(line, NULL) == 0, "rank 1 commit: %s", ch[1].out);
+	td_sleep_ms(200);
+	td_child_kill(&ch[1]);
+	ck_assert_msg(!strstr(ch[1].out, "staged"), "test premise: rank 1 staged before the kill");
+
+	rc = td_child_expect(&ch[0], "committed", 60000, line, sizeof(line));
+	ck_assert_msg(rc == 0, "rank 0: no committed result within 60 s (deadline 120 s): %s",
+		      ch[0].out);
+	rc = parse_rc(line, &msg);
+	ck_assert_msg(rc < 0, "rank 0 committed a save whose rank 1 died: %s", msg);
+	ck_assert_msg(strstr(msg, "gave up"), "rank 0's message does not say why: \"%s\"", msg);
+	rc = td_child_wait(&ch[0], 30000);
+	ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "rank 0: %s",
+		      td_status_str(rc));
+	td_path(p, sizeof(p), "%s/half", t.root);
+	ck_assert_msg(!td_exists(p), "%s exists although rank 1 died", p);
+	td_fini(&t);
+}
+END_TEST
+
 /* ---- 14. a rank that never saves: deadline ------------------------------------------ */
 
 START_TEST(test_rank_missing_deadline)
@@ -1250,6 +1302,7 @@ static Suite *failures_suite(void)
 	td_case(s, "invalid_names", test_invalid_names, 60, 0, 1);
 	td_case(s, "name_exists", test_name_exists, 60, 0, 1);
 	td_case(s, "rank_disconnects", test_rank_disconnects, 120, 0, 1);
+	td_case(s, "other_daemon_fails", test_other_daemon_fails, 120, 0, 1);
 	td_case(s, "rank_missing_deadline", test_rank_missing_deadline, 60, 0, 1);
 	td_case(s, "graceful_stop", test_graceful_stop, 90, 0, 1);
 	td_case(s, "daemon_dies", test_daemon_dies, 90, 0, 1);
