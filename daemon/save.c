@@ -1268,11 +1268,11 @@ static bool rank_free(struct rank *r)
 	if (!r->told)
 		rank_tell(r);
 	r->save->srv->store->shard_close(r->shard);
-	/* Every extent was copied into the image by its checksum job (none is
-	 * in flight: wt.held is 0), and a committed save's ranks all had all
-	 * their extents checksummed. */
+	/* A committed save's images became READY at the commit
+	 * (save_images_ready); one still here was not complete then: it
+	 * holds nothing a restart may load. */
 	if (r->img)
-		image_finish(r->save->srv, r->img, r->save, r->save->state == SAVE_COMMITTED);
+		image_finish(r->save->srv, r->img, r->save, false);
 	free(r->crcs);
 	free(r->got);
 	layout_free(&r->layout);
