@@ -272,13 +272,7 @@ int cli_resident_get(struct ckpt_client *c, const char *attempt, const char *whe
 
 	if (strlen(attempt) >= sizeof(req.attempt) || strlen(where) >= sizeof(req.where))
 		return -EINVAL;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (timeout_ms % 1000) * 1000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
+	abs_deadline(&dl, timeout_ms);
 	pthread_mutex_lock(&c->lock);
 	while (c->res_busy && !c->dead && r == 0)
 		r = -pthread_cond_timedwait(&c->res_cv, &c->lock, &dl);

@@ -338,17 +338,22 @@ struct store_shard {
 	int fd;
 };
 
-static void local_shard_write(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
-			      uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
+/* Queues one transfer between the arena at arena_off and fd at file_off;
+ * cb(ud, -ENOMEM) at once if it cannot. */
+static void queue_io(struct store_arena *a, int fd, bool read, uint64_t arena_off,
+		     uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
 {
-	struct wr *w = malloc(sizeof(*w));
+	struct wr *w = calloc(1, sizeof(*w));
 
 	if (!w) {
 		cb(ud, -ENOMEM);
 		return;
 	}
-	w->fd = s->fd;
-	w->read = false;
+	w->fd = fd;
+	w->read = read;
+	/* A fixed buffer is one registered iovec (<= FIXED_MAX bytes); a
+	 * read may cross two (writes are slots, which never do). */
+	w->nofixed = arena_off / FIXED_MAX != (arena_off + len - 1) / FIXED_MAX;
 	w->buf_index = (unsigned)(arena_off / FIXED_MAX);
 	w->buf = a->base + arena_off;
 	w->file_off = file_off;
@@ -358,28 +363,21 @@ static void local_shard_write(struct store_shard *s, struct store_arena *a, uint
 	enqueue(a, w);
 }
 
+static void local_shard_write(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
+			      uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
+{
+	queue_io(a, s->fd, false, arena_off, file_off, len, cb, ud);
+}
+
 static void local_arena_read(struct store_arena *a, int fd, uint64_t arena_off,
 			     uint64_t file_off, uint64_t len, store_io_cb cb, void *ud)
 {
-	struct wr *w = calloc(1, sizeof(*w));
-
 	/* One SQE reads at most INT_MAX bytes. */
-	if (!w || len == 0 || len > FIXED_MAX || arena_off > a->len || len > a->len - arena_off) {
-		free(w);
-		cb(ud, w ? -EINVAL : -ENOMEM);
+	if (len == 0 || len > FIXED_MAX || arena_off > a->len || len > a->len - arena_off) {
+		cb(ud, -EINVAL);
 		return;
 	}
-	w->fd = fd;
-	w->read = true;
-	/* A fixed buffer is one registered iovec (<= FIXED_MAX bytes). */
-	w->nofixed = arena_off / FIXED_MAX != (arena_off + len - 1) / FIXED_MAX;
-	w->buf_index = (unsigned)(arena_off / FIXED_MAX);
-	w->buf = a->base + arena_off;
-	w->file_off = file_off;
-	w->len = len;
-	w->cb = cb;
-	w->ud = ud;
-	enqueue(a, w);
+	queue_io(a, fd, true, arena_off, file_off, len, cb, ud);
 }
 
 static void local_arena_reap(struct store_arena *a)
