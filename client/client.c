@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,9 +49,6 @@ void cli_conn_dead_locked(struct ckpt_client *c, const char *detail)
 
 /* Handles one valid message.  Returns 0, or -EBADMSG with the reason in
  * detail: the daemon broke the protocol and the connection must die. */
-static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_done *m,
-			       char *detail, size_t dlen);
-
 static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *detail, size_t dlen)
 {
 	switch (type) {
@@ -71,8 +69,6 @@ static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *de
 		return save_on_done_locked(c, buf, detail, dlen);
 	case PROTO_SAVE_DURABLE:
 		return save_on_durable_locked(c, buf, detail, dlen);
-	case PROTO_LOAD_DONE:
-		return on_load_done_locked(c, buf, detail, dlen);
 	case PROTO_ERROR: {
 		const struct proto_error *m = buf;
 		snprintf(detail, dlen, "ckptd: %.490s", m->msg[0] ? m->msg : strerror(-m->err));
@@ -90,23 +86,122 @@ struct lwait {
 	bool done;
 	int err;
 	uint64_t got;
+	struct cli_lread *lr;
+	bool offered;                     /* PROTO_LOAD_SHARE was set */
 	struct lwait *next;
 };
 
-static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_done *m,
+/* Maps a pool the daemon sent (fd taken). */
+static struct cli_pool *pool_map_locked(struct ckpt_client *c, uint32_t gen, int fd)
+{
+	struct cli_pool *p = calloc(1, sizeof(*p));
+	struct stat st;
+	void *map = MAP_FAILED;
+
+	if (p && fstat(fd, &st) == 0 && st.st_size > 0)
+		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED) {
+		free(p);
+		return NULL;
+	}
+	p->gen = gen;
+	p->map = map;
+	p->size = (uint64_t)st.st_size;
+	p->next = c->pools;
+	c->pools = p;
+	/* An older pool nobody reads any more goes now. */
+	for (struct cli_pool **pp = &p->next; *pp;) {
+		struct cli_pool *o = *pp;
+		if (o->users == 0) {
+			*pp = o->next;
+			munmap((void *)o->map, o->size);
+			free(o);
+		} else {
+			pp = &o->next;
+		}
+	}
+	return p;
+}
+
+/* A LOAD_DONE, and the pool's descriptor if one came (taken). */
+static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_done *m, int fd,
 			       char *detail, size_t dlen)
 {
+	struct cli_pool *p = NULL;
+
+	if (fd >= 0 && !(m->flags & PROTO_DONE_POOL)) {
+		close(fd);
+		snprintf(detail, dlen, "LOAD_DONE outside the pool carries a descriptor");
+		return -EBADMSG;
+	}
+	if (m->flags & PROTO_DONE_POOL) {
+		if (fd >= 0) {
+			p = pool_map_locked(c, m->pool_gen, fd);
+			if (!p) {
+				snprintf(detail, dlen, "cannot map ckptd's pool: %s", strerror(errno));
+				return -EBADMSG;
+			}
+		} else {
+			for (p = c->pools; p && p->gen != m->pool_gen; p = p->next)
+				;
+		}
+		if (!p || m->pool_off > p->size || m->got > p->size - m->pool_off) {
+			snprintf(detail, dlen, "LOAD_DONE for token %u names %s", m->token,
+				 p ? "bytes outside the pool" : "a pool it never sent");
+			return -EBADMSG;
+		}
+	}
 	for (struct lwait *w = c->lwaits; w; w = w->next) {
 		if (w->token == m->token && !w->done) {
+			if (p && !w->offered) {
+				snprintf(detail, dlen, "LOAD_DONE in the pool for token %u, which "
+					 "did not offer it", m->token);
+				return -EBADMSG;
+			}
 			w->done = true;
 			w->err = m->err;
 			w->got = m->got;
+			if (p) {
+				p->users++;
+				w->lr->pool = p;
+				w->lr->bytes = (const char *)p->map + m->pool_off;
+				w->lr->shared = m->flags & PROTO_DONE_SHARED;
+				w->lr->token = m->token;
+			}
 			pthread_cond_broadcast(&c->res_cv);
 			return 0;
 		}
 	}
 	snprintf(detail, dlen, "LOAD_DONE for token %u, which no read awaits", m->token);
 	return -EBADMSG;
+}
+
+void cli_load_release(struct ckpt_client *c, struct cli_lread *lr)
+{
+	struct proto_load_release m;
+
+	if (!lr->pool)
+		return;
+	memset(&m, 0, sizeof(m));
+	proto_init(&m.h, PROTO_LOAD_RELEASE, sizeof(m));
+	m.token = lr->token;
+	(void)proto_send(c->sock, &m, sizeof(m), -1);
+	pthread_mutex_lock(&c->lock);
+	lr->pool->users--;
+	if (lr->pool->users == 0 && lr->pool != c->pools) {
+		for (struct cli_pool **pp = &c->pools; *pp; pp = &(*pp)->next) {
+			if (*pp == lr->pool) {
+				*pp = lr->pool->next;
+				munmap((void *)lr->pool->map, lr->pool->size);
+				free(lr->pool);
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	lr->pool = NULL;
+	lr->bytes = NULL;
 }
 
 static void abs_deadline(struct timespec *dl, int64_t timeout_ms)
@@ -196,13 +291,19 @@ void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count)
 }
 
 int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
-		      uint64_t arena_off)
+		      uint64_t arena_off, struct cli_lread *ret)
 {
 	struct proto_load_read m;
 	struct lwait w = { 0 }, **pp;
 	int64_t r = 0;
 
+	memset(&m, 0, sizeof(m));
+	memset(ret, 0, sizeof(*ret));
+	w.lr = ret;
 	proto_init(&m.h, PROTO_LOAD_READ, sizeof(m));
+	if (c->share)
+		m.flags = PROTO_LOAD_SHARE;
+	w.offered = c->share;
 	pthread_mutex_lock(&c->lock);
 	if (c->dead) {
 		pthread_mutex_unlock(&c->lock);
@@ -346,6 +447,8 @@ static void *recv_thread_main(void *arg)
 		pthread_mutex_lock(&c->lock);
 		if (type == PROTO_RESIDENT_REPLY) {
 			r = on_resident_locked(c, (const void *)buf.b, fd, detail, sizeof(detail));
+		} else if (type == PROTO_LOAD_DONE) {
+			r = on_load_done_locked(c, (const void *)buf.b, fd, detail, sizeof(detail));
 		} else {
 			/* Only a resident reply carries a descriptor. */
 			if (fd >= 0)
@@ -410,6 +513,12 @@ static void client_destroy(struct ckpt_client *c)
 	cli_cuda_close(c);
 	if (c->arena)
 		munmap(c->arena, c->arena_bytes);
+	while (c->pools) {
+		struct cli_pool *p = c->pools;
+		c->pools = p->next;
+		munmap((void *)p->map, p->size);
+		free(p);
+	}
 	arena_slots_free(&c->slots);
 	free(c->parked);
 	pthread_cond_destroy(&c->slot_cv);
@@ -554,6 +663,10 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 	c->world = o.world;
 	c->next_token = 1;
 	c->res_fd = -1;
+	/* Reads through the daemon may come in its pool, read once for every
+	 * loader of the uid (daemon/share.h); CKPT_LOAD_SHARE=0 asks for each
+	 * read into the arena instead. */
+	c->share = !getenv("CKPT_LOAD_SHARE") || strcmp(getenv("CKPT_LOAD_SHARE"), "0") != 0;
 	snprintf(c->job, sizeof(c->job), "%s", o.job);
 	r = make_hello(c, &o, &hello);
 	if (r < 0) {

@@ -475,6 +475,10 @@ struct ckpt_client {
 
 	/* Reads through the daemon (LOAD_*): [lock] */
 	struct lwait *lwaits;             /* LOAD_READs awaiting LOAD_DONE */
+	bool share;                       /* offer PROTO_LOAD_SHARE (unless
+	                                   * CKPT_LOAD_SHARE=0) */
+	struct cli_pool *pools;           /* the daemon's pools mapped, newest
+	                                   * first (older ones go when unused) */
 	uint32_t lread_next;              /* tokens handed out */
 	uint64_t lhandles[PROTO_LOAD_FILES / 64]; /* handles in use: 1 bits */
 
@@ -516,14 +520,37 @@ int cli_resident_get(struct ckpt_client *c, const char *attempt, const char *whe
  * arena at arena_off (all multiples of PROTO_LOAD_ALIGN, len at most
  * PROTO_LOAD_MAX, inside slots the caller took) and waits for the answer:
  * the bytes read (fewer than len only at the end of the file) or -errno.
- * Any thread.
+ * The daemon may answer in its pool instead (PROTO_LOAD_SHARE): *ret says
+ * where the bytes are.  Any thread.
  */
 int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle);
 void cli_load_unlend(struct ckpt_client *c, uint32_t handle);
 int64_t cli_arena_take(struct ckpt_client *c, uint32_t count, int64_t timeout_ms);
 void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count);
+struct cli_lread;
 int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
-		      uint64_t arena_off);
+		      uint64_t arena_off, struct cli_lread *ret);
+
+/* A pool of the daemon (daemon/share.h) mapped read-only. */
+struct cli_pool {
+	uint32_t gen;
+	const uint8_t *map;
+	uint64_t size;
+	uint32_t users;                   /* reads holding bytes in it [lock] */
+	struct cli_pool *next;
+};
+
+/* Where a read through the daemon put its bytes: the arena (bytes NULL),
+ * or the daemon's pool of this uid (bytes the first of them, read-only;
+ * shared: another loader's request read them from storage).  A read in
+ * the pool holds it until cli_load_release. */
+struct cli_lread {
+	const char *bytes;
+	bool shared;
+	uint32_t token;
+	struct cli_pool *pool;
+};
+void cli_load_release(struct ckpt_client *c, struct cli_lread *lr);
 
 /* Returns how many saves of checkpoint `name` this client began before, and
  * counts this one.  Caller holds c->lock. */

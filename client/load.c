@@ -133,6 +133,7 @@ struct ckpt_load {
 	uint32_t *lhandles;           /* per manifest file: lent to the daemon
 	                               * (cli_load_lend), or LOAD_NO_HANDLE */
 	atomic_uint_least64_t bytes_daemon;   /* bytes the daemon read for us */
+	atomic_uint_least64_t bytes_shared;   /* of them, read for another load */
 	/* ckpt_load_set_group() (see "Groups" below): set on the caller's
 	 * thread before start; the counts are written by the group thread. */
 	bool grouped;
@@ -1055,6 +1056,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	uint64_t a1 = cli_div_up(rd->end, PROTO_LOAD_ALIGN) * PROTO_LOAD_ALIGN;
 	uint64_t n_slots = cli_div_up(a1 - a0, c->slot_bytes);
 	int64_t first, got;
+	struct cli_lread lr;
 	int r;
 
 	/* Half the arena at most, so two reads always fit at once. */
@@ -1071,7 +1073,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		return (int)first;
 	}
 	got = cli_load_read(c, ld->lhandles[rd->file], a0, a1 - a0,
-			    (uint64_t)first * c->slot_bytes);
+			    (uint64_t)first * c->slot_bytes, &lr);
 	if (got == -EMFILE) {
 		/* The daemon lends no more descriptors (daemon/loadio.h). */
 		cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
@@ -1085,12 +1087,20 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		     ld->rd->m.files[rd->file].path, (unsigned long long)rd->begin,
 		     (unsigned long long)rd->end,
 		     got == -ENODATA ? "the file is truncated" : strerror((int)-got));
+		cli_load_release(c, &lr);
 		cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
 		return got == -ENODATA ? -EBADMSG : (int)got;
 	}
 	atomic_fetch_add_explicit(&ld->bytes_daemon, rd->end - rd->begin, memory_order_relaxed);
+	if (lr.shared)
+		atomic_fetch_add_explicit(&ld->bytes_shared, rd->end - rd->begin,
+					  memory_order_relaxed);
+	/* In the pool (read-only, shared with the uid's other loaders) or in
+	 * the slots taken: checked and scattered the same way. */
 	r = serve_bounce(ld, rd, th,
-			 (const char *)c->arena + (uint64_t)first * c->slot_bytes + (rd->begin - a0));
+			 (lr.bytes ? lr.bytes : (const char *)c->arena + (uint64_t)first * c->slot_bytes) +
+				 (rd->begin - a0));
+	cli_load_release(c, &lr);
 	cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
 	return r;
 }
@@ -2165,6 +2175,7 @@ int ckpt_load_stats(const struct ckpt_load *load, struct ckpt_load_stats *ret_st
 	s.size = (uint32_t)n;
 	s.bytes_resident = atomic_load(&load->bytes_resident);
 	s.bytes_daemon = atomic_load(&load->bytes_daemon);
+	s.bytes_shared = atomic_load(&load->bytes_shared);
 	for (size_t f = 0; load->imgs && f < load->rd->m.n_files; f++)
 		s.files_resident += load->imgs[f].map && !atomic_load(&load->imgs[f].bad);
 	s.missing = load->missing;

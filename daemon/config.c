@@ -59,6 +59,8 @@ const struct config_key config_keys[] = {
 	    "staging arena of one client"),
 	KEY("arena_total", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_total, "16G",
 	    "all arenas and resident images together"),
+	KEY("load_share", CONFIG_SIZE, 0, UINT64_MAX, load_share, "512M",
+	    "pool per uid of pieces its loads read, shared by its loaders (0: none)"),
 	KEY("uring_depth", CONFIG_UINT, 1, 1024, uring_depth, "16",
 	    "writes in flight per client"),
 	KEY("disk_depth", CONFIG_UINT, 0, 65536, disk_depth, "16",
@@ -704,6 +706,11 @@ int config_validate(struct config *c, char *err, size_t errlen)
 	}
 	if (c->s3_backoff_base_ms > c->s3_backoff_cap_ms) {
 		snprintf(err, errlen, "s3_backoff_base is longer than s3_backoff_cap");
+		return -EINVAL;
+	}
+	if (c->load_share && c->load_share < (16ull << 20)) {
+		snprintf(err, errlen, "load_share (%llu bytes) must be 0 (none) or at least 16M",
+			 (unsigned long long)c->load_share);
 		return -EINVAL;
 	}
 	if (c->arena_max > c->arena_total) {

@@ -16,6 +16,10 @@
  *                       (absolute)                    /var/lib/ckptd/state
  *   arena_max           cap on one client's arena     4G   (at least 1M)
  *   arena_total         cap on all arenas together    16G  (at least 1M)
+ *   load_share          pool per uid of pieces its loads read through the
+ *                       daemon, shared by its loaders (share.h); counts in
+ *                       arena_total, of which it takes at most half
+ *                       (0: none)                   512M (0, or at least 16M)
  *   uring_depth         writes in flight per client   16   (1..1024)
  *   disk_depth          writes in flight of all clients together
  *                       (0: no cap)                   16   (0..65536)
@@ -84,6 +88,7 @@ struct config {
 	char *state_dir;
 	uint64_t arena_max;
 	uint64_t arena_total;
+	uint64_t load_share;
 	unsigned uring_depth;
 	unsigned disk_depth;
 	uint64_t commit_deadline_ms;

@@ -21,6 +21,7 @@
 #include "daemon/log.h"
 #include "daemon/resident.h"
 #include "daemon/save.h"
+#include "daemon/share.h"
 #include "daemon/status.h"
 #include "format/desc.h"
 #include "format/names.h"
@@ -279,6 +280,7 @@ void conn_close(struct conn *c, const char *why)
 	}
 	if (c->writer_ok)
 		writer_crc_due(&c->w);
+	loadio_closed(c);
 }
 
 void conn_drop(struct conn *c, const char *fmt, ...)
@@ -425,8 +427,10 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 	if (want > srv->cfg.arena_max)
 		want = srv->cfg.arena_max;
 	/* Staging comes before keeping old checkpoints in memory. */
+	share_make_room(srv, arena_round(want));
 	images_make_room(srv, arena_round(want));
-	avail = srv->cfg.arena_total - srv->arena_in_use - srv->resident_bytes;
+	avail = srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
+	avail = avail < srv->cfg.arena_total ? srv->cfg.arena_total - avail : 0;
 	if (want > avail)
 		want = avail;
 	want = arena_round(want);
@@ -435,14 +439,17 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 		want = want > slot ? (want / slot - 1) * slot : 0;
 	}
 	if (want < ARENA_MIN_BYTES ||
-	    srv->arena_in_use + srv->resident_bytes + want > srv->cfg.arena_total) {
+	    srv->arena_in_use + srv->resident_bytes + srv->share_bytes + want >
+		    srv->cfg.arena_total) {
 		snprintf(err, errlen,
 			 "no room for a staging arena: %llu of arena_total %llu bytes in use "
-			 "(arenas, also of connections still finishing their work, and %llu "
-			 "of resident images)",
-			 (unsigned long long)(srv->arena_in_use + srv->resident_bytes),
+			 "(arenas, also of connections still finishing their work, %llu of "
+			 "resident images and %llu of load pools in use)",
+			 (unsigned long long)(srv->arena_in_use + srv->resident_bytes +
+					      srv->share_bytes),
 			 (unsigned long long)srv->cfg.arena_total,
-			 (unsigned long long)srv->resident_bytes);
+			 (unsigned long long)srv->resident_bytes,
+			 (unsigned long long)srv->share_bytes);
 		return -ENOMEM;
 	}
 	c->arena_bytes = want;
@@ -626,6 +633,7 @@ void conn_event(struct conn *c, uint32_t events)
 		struct proto_load_file lfile;
 		struct proto_load_read lread;
 		struct proto_load_close lclose;
+		struct proto_load_release lrelease;
 	} u;
 	char err[256];
 
@@ -725,6 +733,11 @@ void conn_event(struct conn *c, uint32_t events)
 			if (c->state != CONN_READY)
 				goto wrong;
 			loadio_on_close(c, &u.lclose);
+			break;
+		case PROTO_LOAD_RELEASE:
+			if (c->state != CONN_READY)
+				goto wrong;
+			loadio_on_release(c, &u.lrelease);
 			break;
 		default:
 			goto wrong;

@@ -44,6 +44,8 @@ struct outmsg {
 	} u;
 };
 
+struct lreq;
+
 struct conn {
 	struct server *srv;
 	enum conn_state state;
@@ -71,6 +73,8 @@ struct conn {
 	uint32_t load_inflight;
 	uint64_t load_bytes;    /* bytes of those reads */
 	uint32_t n_lent;        /* lfiles holding a descriptor */
+	struct lreq *load_pins; /* reads answered in the pool, not released */
+	uint32_t pool_gen_sent; /* the pool whose descriptor it has (share.h) */
 
 	/* The arena: made on an arena worker while ARENA (only that job
 	 * touches these fields then). */

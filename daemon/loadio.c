@@ -12,6 +12,7 @@
 #include "daemon/loadio.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/share.h"
 #include "shm/proto.h"
 
 /* One LOAD_READ, issued as pieces of at most LOADIO_PIECE bytes: the
@@ -22,17 +23,18 @@
 struct lreq {
 	struct conn *c;
 	uint32_t token, handle;
-	uint64_t arena_off, len;
+	uint64_t arena_off, file_off, len;
 	uint32_t pending;    /* pieces not done */
 	int err;             /* the first piece's error */
 	uint64_t got;        /* bytes of the pieces read whole, in order */
-	bool short_seen;     /* a piece came back short: the end of the file */
 	struct lpiece {
 		struct lreq *q;
 		uint64_t off, len; /* relative to the read */
 		int res;
 	} *pieces;
 	uint32_t n_pieces;
+	struct share_wait sw; /* answered in the pool (share.h) */
+	struct lreq *next_pin;
 };
 
 static void send_done(struct conn *c, uint32_t token, int err, uint64_t got)
@@ -41,6 +43,7 @@ static void send_done(struct conn *c, uint32_t token, int err, uint64_t got)
 
 	if (c->state == CONN_CLOSED)
 		return;
+	memset(&m, 0, sizeof(m));
 	proto_init(&m.h, PROTO_LOAD_DONE, sizeof(m));
 	m.token = token;
 	m.err = err;
@@ -154,12 +157,32 @@ void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
 	close(fd);
 }
 
+/* The read is over (answered or not): its accounting ends. */
+static void lreq_end(struct lreq *q)
+{
+	struct conn *c = q->c;
+
+	c->load_inflight--;
+	c->load_bytes -= q->len;
+	free(q->pieces);
+	free(q);
+}
+
+/* Its descriptor is not needed any more. */
+static void lreq_unbusy(struct lreq *q)
+{
+	struct conn *c = q->c;
+	struct lfile *f = &c->lfiles[q->handle];
+
+	if (--f->busy == 0 && f->closing)
+		lfile_close(c, f);
+}
+
 static void piece_done(void *ud, int res)
 {
 	struct lpiece *pc = ud;
 	struct lreq *q = pc->q;
 	struct conn *c = q->c;
-	struct lfile *f = &c->lfiles[q->handle];
 	uint32_t first = (uint32_t)(q->arena_off / c->slot_bytes);
 	uint32_t last = (uint32_t)((q->arena_off + q->len - 1) / c->slot_bytes);
 
@@ -180,13 +203,88 @@ static void piece_done(void *ud, int res)
 	}
 	for (uint32_t s = first; s <= last; s++)
 		c->w.slots[s].reads--;
-	c->load_inflight--;
-	c->load_bytes -= q->len;
-	if (--f->busy == 0 && f->closing)
-		lfile_close(c, f);
+	lreq_unbusy(q);
+	if (!q->err)
+		c->srv->load_disk_bytes += q->got;
 	send_done(c, q->token, q->err, q->err ? 0 : q->got);
-	free(q->pieces);
-	free(q);
+	lreq_end(q);
+}
+
+/* Reads q into the client's arena. */
+static void direct_start(struct lreq *q)
+{
+	struct conn *c = q->c;
+	struct server *srv = c->srv;
+	struct lfile *f = &c->lfiles[q->handle];
+	uint32_t first = (uint32_t)(q->arena_off / c->slot_bytes);
+	uint32_t last = (uint32_t)((q->arena_off + q->len - 1) / c->slot_bytes);
+
+	q->n_pieces = (uint32_t)((q->len + LOADIO_PIECE - 1) / LOADIO_PIECE);
+	q->pieces = calloc(q->n_pieces, sizeof(*q->pieces));
+	if (!q->pieces) {
+		lreq_unbusy(q);
+		send_done(c, q->token, -ENOMEM, 0);
+		lreq_end(q);
+		return;
+	}
+	q->pending = q->n_pieces;
+	for (uint32_t s = first; s <= last; s++)
+		c->w.slots[s].reads++;
+	/* q is freed by the last piece's callback, which may run inside
+	 * the last call (a failure at once): nothing of it is read after. */
+	uint32_t n = q->n_pieces;
+	struct lpiece *pcs = q->pieces;
+	uint64_t arena_off = q->arena_off, file_off = q->file_off, len = q->len;
+	for (uint32_t i = 0; i < n; i++) {
+		struct lpiece *p = &pcs[i];
+		p->q = q;
+		p->off = (uint64_t)i * LOADIO_PIECE;
+		p->len = len - p->off < LOADIO_PIECE ? len - p->off : LOADIO_PIECE;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		srv->store->arena_read(c->io, f->fd, arena_off + pcs[i].off, file_off + pcs[i].off,
+				       pcs[i].len, piece_done, &pcs[i]);
+}
+
+/* The pool answered q (share.h): res 0, the bytes are there (pinned until
+ * LOAD_RELEASE); else q reads into the arena after all. */
+static void shared_done(struct share_wait *w, int res)
+{
+	struct lreq *q = (struct lreq *)((char *)w - offsetof(struct lreq, sw));
+	struct conn *c = q->c;
+	struct server *srv = c->srv;
+	struct proto_load_done m;
+	uint64_t pool_off;
+	uint32_t gen;
+	int fd;
+
+	if (res < 0) {
+		direct_start(q);
+		return;
+	}
+	lreq_unbusy(q);
+	if (c->state == CONN_CLOSED) {
+		share_put(srv, w->e);
+		lreq_end(q);
+		return;
+	}
+	memset(&m, 0, sizeof(m));
+	proto_init(&m.h, PROTO_LOAD_DONE, sizeof(m));
+	m.token = q->token;
+	m.got = share_got(w, &pool_off, &gen, &fd);
+	m.flags = PROTO_DONE_POOL | (w->reader ? 0 : PROTO_DONE_SHARED);
+	m.pool_gen = gen;
+	m.pool_off = pool_off;
+	if (!w->reader)
+		srv->load_shared_bytes += m.got;
+	q->next_pin = c->load_pins;
+	c->load_pins = q;
+	if (c->pool_gen_sent != gen) {
+		c->pool_gen_sent = gen;
+		conn_send(c, &m, sizeof(m), fd);
+	} else {
+		conn_send(c, &m, sizeof(m), -1);
+	}
 }
 
 void loadio_on_read(struct conn *c, const struct proto_load_read *m)
@@ -195,6 +293,7 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 	struct lfile *f;
 	struct lreq *q;
 	uint32_t first, last;
+	struct stat st;
 
 	if (!srv->store->arena_read) {
 		send_done(c, m->token, -EOPNOTSUPP, 0);
@@ -218,6 +317,8 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 			return;
 		}
 	}
+	/* Reads answered in the pool count until they are released, so this
+	 * bounds what one client pins there too. */
 	if (c->load_inflight >= LOADIO_MAX_INFLIGHT || m->len > c->arena_bytes - c->load_bytes) {
 		conn_drop(c, "more than %u reads or more bytes than its arena in flight",
 			  LOADIO_MAX_INFLIGHT);
@@ -234,13 +335,7 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 	}
 	f = &c->lfiles[m->handle];
 	q = calloc(1, sizeof(*q));
-	if (q) {
-		q->n_pieces = (uint32_t)((m->len + LOADIO_PIECE - 1) / LOADIO_PIECE);
-		q->pieces = calloc(q->n_pieces, sizeof(*q->pieces));
-	}
-	if (!q || !q->pieces) {
-		if (q)
-			free(q);
+	if (!q) {
 		send_done(c, m->token, -ENOMEM, 0);
 		return;
 	}
@@ -248,26 +343,44 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 	q->token = m->token;
 	q->handle = m->handle;
 	q->arena_off = m->arena_off;
+	q->file_off = m->file_off;
 	q->len = m->len;
-	q->pending = q->n_pieces;
-	for (uint32_t s = first; s <= last; s++)
-		c->w.slots[s].reads++;
 	f->busy++;
 	c->load_inflight++;
 	c->load_bytes += m->len;
-	/* q is freed by the last piece's callback, which may run inside
-	 * the last call (a failure at once): nothing of it is read after. */
-	uint32_t n = q->n_pieces;
-	struct lpiece *pcs = q->pieces;
-	for (uint32_t i = 0; i < n; i++) {
-		struct lpiece *p = &pcs[i];
-		p->q = q;
-		p->off = (uint64_t)i * LOADIO_PIECE;
-		p->len = m->len - p->off < LOADIO_PIECE ? m->len - p->off : LOADIO_PIECE;
-		/* The callback may run at once (an allocation failure): the
-		 * count covers every piece before the first goes out. */
-		srv->store->arena_read(c->io, f->fd, m->arena_off + p->off, m->file_off + p->off,
-				       p->len, piece_done, p);
+	if ((m->flags & PROTO_LOAD_SHARE) && fstat(f->fd, &st) == 0) {
+		q->sw = (struct share_wait){ .file_off = m->file_off, .len = m->len,
+					     .cb = shared_done };
+		/* Answered by shared_done, perhaps at once. */
+		if (share_get(srv, c->creds.uid, f->fd, &st, &q->sw))
+			return;
+	}
+	direct_start(q);
+}
+
+void loadio_on_release(struct conn *c, const struct proto_load_release *m)
+{
+	struct lreq **pp;
+
+	for (pp = &c->load_pins; *pp; pp = &(*pp)->next_pin) {
+		struct lreq *q = *pp;
+		if (q->token == m->token) {
+			*pp = q->next_pin;
+			share_put(c->srv, q->sw.e);
+			lreq_end(q);
+			return;
+		}
+	}
+	conn_drop(c, "LOAD_RELEASE of token %u, which holds nothing in the pool", m->token);
+}
+
+void loadio_closed(struct conn *c)
+{
+	while (c->load_pins) {
+		struct lreq *q = c->load_pins;
+		c->load_pins = q->next_pin;
+		share_put(c->srv, q->sw.e);
+		lreq_end(q);
 	}
 }
 

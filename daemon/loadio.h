@@ -26,6 +26,12 @@
  * closed at once and its reads fail with -EMFILE (the library then reads
  * that file itself).  A descriptor is closed only once no read of it is
  * queued or in flight, so a number is never reused under a queued read.
+ *
+ * With PROTO_LOAD_SHARE a read may be answered in the uid's pool instead
+ * (share.h): the bytes are read once for every loader of the uid that
+ * wants them.  Such a read counts against the client's reads and bytes in
+ * flight until its LOAD_RELEASE, so what one client pins is bounded by its
+ * arena too; a release of a token that holds nothing ends the connection.
  */
 #ifndef CKPTD_LOADIO_H
 #define CKPTD_LOADIO_H
@@ -36,6 +42,7 @@ struct conn;
 struct proto_load_file;
 struct proto_load_read;
 struct proto_load_close;
+struct proto_load_release;
 
 /* Reads in flight per connection, at most. */
 #define LOADIO_MAX_INFLIGHT 256u
@@ -44,6 +51,11 @@ struct proto_load_close;
 void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd);
 void loadio_on_read(struct conn *c, const struct proto_load_read *m);
 void loadio_on_close(struct conn *c, const struct proto_load_close *m);
+/* LOAD_RELEASE: the client is done with a read answered in the pool. */
+void loadio_on_release(struct conn *c, const struct proto_load_release *m);
+/* The connection closed: its pins in the pool go (reads still waiting for
+ * the disk end when it answers). */
+void loadio_closed(struct conn *c);
 /* True while reads of c are queued or in flight (its arena must stay). */
 bool loadio_busy(const struct conn *c);
 /* The connection is being freed (not busy): closes what it lent. */

@@ -30,6 +30,7 @@
 #include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
+#include "daemon/share.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
 #include "store/store_route.h"
@@ -436,6 +437,9 @@ static int run(struct server *srv)
 			case EV_WORK:
 				workers_complete(ev->ptr);
 				break;
+			case EV_POOL:
+				share_io_event(ev->ptr);
+				break;
 			case EV_SIGNAL: {
 				struct signalfd_siginfo si;
 				while (read(srv->sigfd, &si, sizeof(si)) == sizeof(si)) {
@@ -458,6 +462,7 @@ static int run(struct server *srv)
 				if (read(srv->tfd, &ticks, sizeof(ticks)) < 0 && errno != EAGAIN)
 					log_debug("timerfd: %s", strerror(errno));
 				conns_tick(srv);
+				share_tick(srv);
 				saves_tick(srv);
 				status_tick(srv);
 				/* A leftover of this life becomes removable one
@@ -511,6 +516,8 @@ static void teardown(struct server *srv)
 				io = true;
 			}
 		}
+		if (share_busy(srv))
+			io = true;
 		workers_complete(&srv->crcs);
 		workers_complete(&srv->work);
 		workers_complete(&srv->arenas);
@@ -533,6 +540,7 @@ static void teardown(struct server *srv)
 	workers_stop(&srv->arenas);
 	workers_stop(&srv->uploads); /* cancelled by saves_stop: they end soon */
 	images_free_all(srv); /* no job is left that could copy into one */
+	share_free_all(srv);
 	store_spill_stop();
 	store_s3_stop();
 	registry_close(&srv->reg);
@@ -581,6 +589,7 @@ int main(int argc, char **argv)
 	list_init(&srv.conns);
 	list_init(&srv.saves);
 	list_init(&srv.images);
+	list_init(&srv.pools);
 	srv.start_ms = now_ms();
 	r = setup(&srv);
 	if (r < 0) {

@@ -87,7 +87,7 @@ static void touch(struct server *srv, struct image *img)
 
 static bool fits(const struct server *srv, uint64_t need)
 {
-	uint64_t used = srv->arena_in_use + srv->resident_bytes;
+	uint64_t used = srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
 
 	return used <= srv->cfg.arena_total && need <= srv->cfg.arena_total - used;
 }

@@ -25,7 +25,7 @@
 #include "store/store.h"
 
 /* What an epoll event points at. */
-enum ev_kind { EV_LISTEN = 1, EV_CONN, EV_IO, EV_SIGNAL, EV_TIMER, EV_WORK };
+enum ev_kind { EV_LISTEN = 1, EV_CONN, EV_IO, EV_SIGNAL, EV_TIMER, EV_WORK, EV_POOL };
 struct ev {
 	enum ev_kind kind;
 	void *ptr;
@@ -50,6 +50,11 @@ struct server {
 	struct list images;         /* resident.h, least recently used first */
 	uint64_t resident_bytes;    /* bytes of all images (reserved or made) */
 	uint32_t lent_fds;          /* descriptors clients lent (loadio.h) */
+	struct list pools;          /* share.h: one per uid that loads */
+	uint64_t share_bytes;       /* bytes of all pools (reserved or made) */
+	uint32_t pool_gen;          /* the last pool's gen */
+	uint64_t load_disk_bytes;   /* bytes loads had ckptd read from storage */
+	uint64_t load_shared_bytes; /* bytes loads got from another load's read */
 	bool stopping;
 	int64_t start_ms, last_sweep_ms;
 	bool sweeping;

@@ -11,6 +11,7 @@
 #include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
+#include "daemon/share.h"
 #include "daemon/status.h"
 #include "store/s3_addr.h"
 #include "store/store_s3.h"
@@ -200,6 +201,20 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 		if (!res || json_object_set_new(top, "resident", res) < 0 ||
 		    json_object_set_new(top, "resident_bytes",
 					json_integer((json_int_t)srv->resident_bytes)) < 0) {
+			json_decref(top);
+			return -ENOMEM;
+		}
+	}
+	{
+		json_t *pools = json_array();
+		if (pools)
+			share_status(srv, pools, uid, all);
+		if (!pools ||
+		    json_object_set_new(top, "loads",
+					json_pack("{s:I, s:I, s:I, s:o}", "disk_bytes",
+						  (json_int_t)srv->load_disk_bytes, "shared_bytes",
+						  (json_int_t)srv->load_shared_bytes, "pool_bytes",
+						  (json_int_t)srv->share_bytes, "pools", pools)) < 0) {
 			json_decref(top);
 			return -ENOMEM;
 		}

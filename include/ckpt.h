@@ -640,8 +640,14 @@ struct ckpt_load_stats {
 	                          * in ckptd's memory instead of storage */
 	uint32_t files_resident; /* files served from such images */
 	uint32_t reserved;
-	uint64_t bytes_daemon;   /* of bytes_read, read by ckptd into the
-	                          * client's arena (O_DIRECT, io_uring) */
+	uint64_t bytes_daemon;   /* of bytes_read, read by ckptd for this load
+	                          * (O_DIRECT, io_uring), into the client's
+	                          * arena or its uid's shared pool */
+	/* later libckpt 0.5 builds (ckpt_load_stats fills what the size holds): */
+	uint64_t bytes_shared;   /* of bytes_daemon, read from storage for
+	                          * another load of the same uid on this node
+	                          * and shared through ckptd's pool: this load
+	                          * cost the storage nothing for them */
 };
 
 #define CKPT_LOAD_STATS_INIT .size = sizeof(struct ckpt_load_stats)

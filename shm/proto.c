@@ -27,6 +27,7 @@ static const size_t proto_sizes[PROTO_TYPE_MAX + 1] = {
 	[PROTO_LOAD_READ] = sizeof(struct proto_load_read),
 	[PROTO_LOAD_DONE] = sizeof(struct proto_load_done),
 	[PROTO_LOAD_CLOSE] = sizeof(struct proto_load_close),
+	[PROTO_LOAD_RELEASE] = sizeof(struct proto_load_release),
 };
 
 _Static_assert(sizeof(struct proto_error) <= PROTO_MSG_MAX, "message too large");
@@ -139,9 +140,22 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 			goto bad_field;
 		break;
 	}
+	case PROTO_LOAD_READ: {
+		const struct proto_load_read *m = buf;
+		if (m->reserved || (m->flags & ~PROTO_LOAD_SHARE))
+			goto bad_field;
+		break;
+	}
+	case PROTO_LOAD_RELEASE: {
+		const struct proto_load_release *m = buf;
+		if (m->reserved)
+			goto bad_field;
+		break;
+	}
 	case PROTO_LOAD_DONE: {
 		const struct proto_load_done *m = buf;
-		if (m->err > 0)
+		if (m->err > 0 || (m->flags & ~PROTO_DONE_FLAGS) ||
+		    (m->err && m->flags) || (!(m->flags & PROTO_DONE_POOL) && (m->pool_gen || m->pool_off)))
 			goto bad_field;
 		break;
 	}

@@ -49,6 +49,11 @@
  *   C: LOAD_READ(token, handle, file_off, len, arena_off)
  *   D: LOAD_DONE(token, bytes read | -errno)
  *   C: LOAD_CLOSE(handle)
+ * With PROTO_LOAD_SHARE the daemon may answer in its shared pool of the
+ * client's uid (daemon/share.h): LOAD_DONE(POOL, gen, pool_off), with the
+ * pool's read-only memfd the first time a connection sees that gen; the
+ * client reads the bytes there and then sends
+ *   C: LOAD_RELEASE(token)
  * file_off, len and arena_off are multiples of 4096 (PROTO_LOAD_ALIGN);
  * the arena range is the client's (no slot of it held by the daemon) and
  * stays the daemon's until LOAD_DONE: an EXTENT for it meanwhile ends the
@@ -70,7 +75,7 @@
 #include "ckpt.h"
 
 #define PROTO_MAGIC   0x54504b43u /* "CKPT" in memory order */
-#define PROTO_VERSION 4u
+#define PROTO_VERSION 5u
 #define PROTO_MSG_MAX 1024        /* largest message, bytes */
 #define PROTO_MSG_LEN 512         /* reason strings, bytes incl. NUL */
 
@@ -93,7 +98,8 @@ enum proto_type {
 	PROTO_LOAD_READ = 16,
 	PROTO_LOAD_DONE = 17,
 	PROTO_LOAD_CLOSE = 18,
-	PROTO_TYPE_MAX = 18,
+	PROTO_LOAD_RELEASE = 19,
+	PROTO_TYPE_MAX = 19,
 };
 
 enum proto_role {
@@ -236,13 +242,36 @@ struct proto_load_read {
 	uint64_t file_off;
 	uint64_t len;
 	uint64_t arena_off;
+	uint32_t flags;    /* PROTO_LOAD_SHARE */
+	uint32_t reserved; /* 0 */
 };
+
+/* LOAD_READ flags: the bytes may be answered in the uid's shared pool
+ * instead of the arena (the client can map it and will LOAD_RELEASE). */
+#define PROTO_LOAD_SHARE 0x1u
 
 struct proto_load_done {
 	struct proto_hdr h;
 	uint32_t token;
 	int32_t err;       /* 0 or negative errno */
 	uint64_t got;      /* bytes read (< len only at the end of the file) */
+	uint32_t flags;    /* PROTO_DONE_* */
+	uint32_t pool_gen; /* PROTO_DONE_POOL: which pool (a new one comes
+	                    * with its read-only memfd) */
+	uint64_t pool_off; /* PROTO_DONE_POOL: where the bytes start in it */
+};
+
+/* LOAD_DONE flags. */
+#define PROTO_DONE_POOL   0x1u /* the bytes are in the pool, not the arena;
+                                * they stay there until LOAD_RELEASE(token) */
+#define PROTO_DONE_SHARED 0x2u /* read from storage for another request:
+                                * this one cost the disk nothing */
+#define PROTO_DONE_FLAGS  0x3u
+
+struct proto_load_release {
+	struct proto_hdr h;
+	uint32_t token;    /* of a LOAD_DONE with PROTO_DONE_POOL */
+	uint32_t reserved;
 };
 
 struct proto_load_close {

@@ -7,11 +7,16 @@
  * files open for reading fail their reads; handles never lent or given
  * back fail theirs; unaligned reads, reads outside the arena and LOAD_FILE
  * without a descriptor end the connection, and the daemon serves others
- * meanwhile.
+ * meanwhile.  The shared pool (daemon/share.h): a read one connection
+ * made is answered to another of the same uid from the pool, without the
+ * disk, in a read-only sealed memfd; a file written again is a new key;
+ * releases of tokens that hold nothing end the connection; pins go with
+ * the connection.
  */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,18 +99,26 @@ static void give_back(struct raw *r, uint32_t handle)
 	ck_assert_int_eq(proto_send(r->fd, &m, sizeof(m), -1), 0);
 }
 
-static void send_read(struct raw *r, uint32_t token, uint32_t handle, uint64_t file_off,
-		      uint64_t len, uint64_t arena_off)
+static void send_read_flags(struct raw *r, uint32_t token, uint32_t handle, uint64_t file_off,
+			    uint64_t len, uint64_t arena_off, uint32_t flags)
 {
 	struct proto_load_read m;
 
+	memset(&m, 0, sizeof(m));
 	proto_init(&m.h, PROTO_LOAD_READ, sizeof(m));
+	m.flags = flags;
 	m.token = token;
 	m.handle = handle;
 	m.file_off = file_off;
 	m.len = len;
 	m.arena_off = arena_off;
 	ck_assert_int_eq(proto_send(r->fd, &m, sizeof(m), -1), 0);
+}
+
+static void send_read(struct raw *r, uint32_t token, uint32_t handle, uint64_t file_off,
+		      uint64_t len, uint64_t arena_off)
+{
+	send_read_flags(r, token, handle, file_off, len, arena_off, 0);
 }
 
 /* The next message: LOAD_DONE (returns its err or got, token checked) or
@@ -362,6 +375,223 @@ START_TEST(test_lend_cap)
 }
 END_TEST
 
+/* ---- the shared pool ---------------------------------------------------- */
+
+/* A LOAD_DONE with where its bytes are. */
+struct pdone {
+	int64_t v;           /* err or got; INT64_MIN: an ERROR came (msg) */
+	uint32_t flags, gen;
+	uint64_t pool_off;
+	int fd;              /* the pool, when it came with this answer */
+	char msg[PROTO_MSG_LEN];
+};
+
+static void next_pdone(struct raw *r, uint32_t token, struct pdone *d)
+{
+	union {
+		char buf[PROTO_MSG_MAX];
+		struct proto_load_done d;
+		struct proto_error e;
+	} u;
+	char err[256];
+	int fd = -1, type;
+	ssize_t n = proto_recv(r->fd, u.buf, &fd);
+
+	memset(d, 0, sizeof(*d));
+	d->fd = -1;
+	ck_assert_msg(n > 0, "no answer: %zd", n);
+	type = proto_check(u.buf, (size_t)n, err, sizeof(err));
+	if (type == PROTO_ERROR) {
+		snprintf(d->msg, sizeof(d->msg), "%s", u.e.msg);
+		d->v = INT64_MIN;
+		ck_assert_int_lt(fd, 0);
+		return;
+	}
+	ck_assert_msg(type == PROTO_LOAD_DONE, "type %d: %s", type, err);
+	ck_assert_uint_eq(u.d.token, token);
+	d->v = u.d.err ? u.d.err : (int64_t)u.d.got;
+	d->flags = u.d.flags;
+	d->gen = u.d.pool_gen;
+	d->pool_off = u.d.pool_off;
+	d->fd = fd;
+	ck_assert_msg(fd < 0 || (u.d.flags & PROTO_DONE_POOL), "a descriptor outside the pool");
+}
+
+static void send_release(struct raw *r, uint32_t token)
+{
+	struct proto_load_release m;
+
+	memset(&m, 0, sizeof(m));
+	proto_init(&m.h, PROTO_LOAD_RELEASE, sizeof(m));
+	m.token = token;
+	ck_assert_int_eq(proto_send(r->fd, &m, sizeof(m), -1), 0);
+}
+
+/* Daemon 0's status report: its "loads" object's integer `key`, and the
+ * pins of its first pool (-1: none). */
+static int64_t loads_stat(struct testd *t, const char *key, int64_t *ret_pins)
+{
+	char *out = NULL;
+	json_error_t je;
+	json_t *j, *loads, *pools;
+	int st = td_ckptctl(&out, "-s", td_sock(t, 0), "status", "--json", NULL);
+	int64_t v;
+
+	ck_assert_msg(st == 0, "ckptctl status: %s: %s", td_status_str(st), out ? out : "");
+	j = json_loads(out, 0, &je);
+	ck_assert_msg(j, "status is not JSON: %s", out);
+	loads = json_object_get(j, "loads");
+	ck_assert_msg(json_is_object(loads), "no \"loads\" in the status: %s", out);
+	ck_assert_msg(json_is_integer(json_object_get(loads, key)), "no loads.%s: %s", key, out);
+	v = json_integer_value(json_object_get(loads, key));
+	pools = json_object_get(loads, "pools");
+	if (ret_pins)
+		*ret_pins = json_array_size(pools) ?
+				    json_integer_value(json_object_get(json_array_get(pools, 0), "pins")) :
+				    -1;
+	json_decref(j);
+	free(out);
+	return v;
+}
+
+/* Reads [off, +len) of handle with PROTO_LOAD_SHARE until the answer comes
+ * in the pool (the first read of a uid has the pool made: until it is,
+ * reads land in the arena; bounded, 15 s). */
+static void read_until_pool(struct raw *r, uint32_t *token, uint32_t handle, uint64_t off,
+			    uint64_t len, struct pdone *d)
+{
+	int64_t end = td_now_ms() + 15000;
+
+	for (;;) {
+		uint32_t tok = ++*token;
+		send_read_flags(r, tok, handle, off, len, 0, PROTO_LOAD_SHARE);
+		next_pdone(r, tok, d);
+		ck_assert_msg(d->v != INT64_MIN, "dropped: %s", d->msg);
+		if (d->flags & PROTO_DONE_POOL)
+			return;
+		ck_assert_int_le(d->v, (int64_t)len);
+		check_bytes(r->arena, off, (uint64_t)d->v);
+		ck_assert_msg(td_now_ms() < end, "no answer in the pool after 15 s");
+		td_sleep_ms(50);
+	}
+}
+
+START_TEST(test_pool)
+{
+	const uint64_t size = 6 * MiB + 4096;
+	struct testd t;
+	struct raw a, b;
+	struct pdone d, e;
+	char path[TD_PATH], proc[64];
+	uint32_t tok_a = 0, tok_b = 100;
+	int64_t pins = 0;
+	int fd, rw_fd;
+	void *map;
+	struct stat st;
+
+	td_init(&t, "loadio_pool");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\nload_share = 64M\n"), 0);
+	td_path(path, sizeof(path), "%s/data", t.dir);
+	make_file(path, size);
+	raw_open(&a, td_sock(&t, 0), "lio");
+	raw_open(&b, td_sock(&t, 0), "other-job"); /* the same uid: the same pool */
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	lend(&a, 0, fd);
+	lend(&b, 7, fd);
+	close(fd);
+
+	/* a reads [1M, 5M): from the disk into the pool. */
+	read_until_pool(&a, &tok_a, 0, MiB, 4 * MiB, &d);
+	ck_assert_int_eq(d.v, (int64_t)(4 * MiB));
+	ck_assert_msg(!(d.flags & PROTO_DONE_SHARED), "a's own read is not shared");
+	ck_assert_int_ge(d.fd, 0);
+	ck_assert_int_eq(fstat(d.fd, &st), 0);
+	ck_assert_uint_ge((uint64_t)st.st_size, d.pool_off + 4 * MiB);
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, d.fd, 0);
+	ck_assert(map != MAP_FAILED);
+	check_bytes((const uint8_t *)map + d.pool_off, MiB, 4 * MiB);
+
+	/* The pool is read-only for clients: not writable through the
+	 * descriptor, nor through one reopened read-write via /proc (sealed). */
+	ck_assert(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, d.fd, 0) == MAP_FAILED);
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", d.fd);
+	rw_fd = open(proc, O_RDWR | O_CLOEXEC);
+	if (rw_fd >= 0) {
+		ck_assert(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rw_fd, 0) ==
+			  MAP_FAILED);
+		ck_assert_int_lt(pwrite(rw_fd, "x", 1, (off_t)d.pool_off), 0);
+		close(rw_fd);
+	}
+
+	/* b reads [2M, 4M), inside a's piece: from the pool, shared, with the
+	 * pool's descriptor (b's first). */
+	send_read_flags(&b, ++tok_b, 7, 2 * MiB, 2 * MiB, 0, PROTO_LOAD_SHARE);
+	next_pdone(&b, tok_b, &e);
+	ck_assert_msg(e.v == (int64_t)(2 * MiB), "b got %lld (%s)", (long long)e.v, e.msg);
+	ck_assert_uint_eq(e.flags, PROTO_DONE_POOL | PROTO_DONE_SHARED);
+	ck_assert_uint_eq(e.gen, d.gen);
+	ck_assert_uint_eq(e.pool_off, d.pool_off + MiB);
+	ck_assert_int_ge(e.fd, 0);
+	close(e.fd);
+	check_bytes((const uint8_t *)map + e.pool_off, 2 * MiB, 2 * MiB);
+	ck_assert_int_ge(loads_stat(&t, "shared_bytes", &pins), (int64_t)(2 * MiB));
+	ck_assert_int_eq(pins, 2);
+
+	/* The end of the file: a read past it is short, from the pool too. */
+	read_until_pool(&a, &tok_a, 0, 4 * MiB, 4 * MiB, &e);
+	ck_assert_int_eq(e.v, (int64_t)(size - 4 * MiB));
+	ck_assert_int_lt(e.fd, 0); /* a has this pool already */
+	check_bytes((const uint8_t *)map + e.pool_off, 4 * MiB, size - 4 * MiB);
+	send_release(&a, tok_a);
+
+	/* The file written again (another mtime, other bytes): a new key, so
+	 * b's read of the same range comes from the disk. */
+	td_sleep_ms(20);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "\xAA\xBB", 2, (off_t)(3 * MiB)), 2);
+	close(fd);
+	send_read_flags(&b, ++tok_b, 7, 2 * MiB, 2 * MiB, 0, PROTO_LOAD_SHARE);
+	next_pdone(&b, tok_b, &e);
+	ck_assert_int_eq(e.v, (int64_t)(2 * MiB));
+	ck_assert_uint_eq(e.flags, PROTO_DONE_POOL);
+	ck_assert_uint_eq(((const uint8_t *)map)[e.pool_off + MiB], 0xAA);
+	ck_assert_uint_eq(((const uint8_t *)map)[e.pool_off + MiB + 1], 0xBB);
+	send_release(&b, tok_b);
+
+	/* A release of a token that holds nothing (this one was just
+	 * released) ends the connection. */
+	send_release(&b, tok_b);
+	next_pdone(&b, 0, &e);
+	ck_assert_msg(e.v == INT64_MIN && strstr(e.msg, "LOAD_RELEASE"), "'%s'", e.msg);
+	raw_close(&b);
+
+	/* a leaves holding its first pin; the pins go with it. */
+	raw_close(&a);
+	{
+		int64_t end = td_now_ms() + 15000;
+		do {
+			td_sleep_ms(20);
+			(void)loads_stat(&t, "disk_bytes", &pins);
+		} while (pins != 0 && td_now_ms() < end);
+		ck_assert_int_eq(pins, 0);
+	}
+	/* A client that does not offer the pool gets its bytes in its arena. */
+	raw_open(&a, td_sock(&t, 0), "lio");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	lend(&a, 0, fd);
+	close(fd);
+	ck_assert_int_eq(read_once(&a, 1, 0, 0, MiB, 0), (int64_t)MiB);
+	check_bytes(a.arena, 0, MiB);
+	raw_close(&a);
+	munmap(map, (size_t)st.st_size);
+	close(d.fd);
+	td_fini(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("loadio");
@@ -369,5 +599,6 @@ int main(void)
 	td_case(s, "reads", test_reads, 60, 0, 1);
 	td_case(s, "bad", test_bad, 60, 0, (int)(sizeof(bad) / sizeof(bad[0])));
 	td_case(s, "lend_cap", test_lend_cap, 60, 0, 1);
+	td_case(s, "pool", test_pool, 90, 0, 1);
 	return td_main(s, "check_loadio");
 }

@@ -43,6 +43,7 @@ static const struct {
 	{ PROTO_LOAD_READ, sizeof(struct proto_load_read), "LOAD_READ" },
 	{ PROTO_LOAD_DONE, sizeof(struct proto_load_done), "LOAD_DONE" },
 	{ PROTO_LOAD_CLOSE, sizeof(struct proto_load_close), "LOAD_CLOSE" },
+	{ PROTO_LOAD_RELEASE, sizeof(struct proto_load_release), "LOAD_RELEASE" },
 };
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -224,6 +225,10 @@ static const struct {
 	  "LOAD_FILE.reserved" },
 	{ PROTO_LOAD_CLOSE, F_RESERVED, offsetof(struct proto_load_close, reserved), 4,
 	  "LOAD_CLOSE.reserved" },
+	{ PROTO_LOAD_READ, F_RESERVED, offsetof(struct proto_load_read, reserved), 4,
+	  "LOAD_READ.reserved" },
+	{ PROTO_LOAD_RELEASE, F_RESERVED, offsetof(struct proto_load_release, reserved), 4,
+	  "LOAD_RELEASE.reserved" },
 	{ PROTO_RESIDENT_REQ, F_STRING, offsetof(struct proto_resident_req, attempt),
 	  sizeof(((struct proto_resident_req *)0)->attempt), "RESIDENT_REQ.attempt" },
 	{ PROTO_RESIDENT_REQ, F_STRING, offsetof(struct proto_resident_req, where),
@@ -319,6 +324,41 @@ START_TEST(test_hello_flags_and_resident_err)
 	rr->err = -ENOENT;
 	ck_assert_int_eq(check(len, err, sizeof(err)), PROTO_RESIDENT_REPLY);
 	rr->err = ENOENT;
+	ck_assert_int_eq(check(len, err, sizeof(err)), -EBADMSG);
+}
+END_TEST
+
+/* LOAD_READ flags: only PROTO_LOAD_SHARE.  LOAD_DONE: only known flags, no
+ * flags with an error, no pool fields outside the pool. */
+START_TEST(test_load_flags)
+{
+	struct proto_load_read *rd = (struct proto_load_read *)buf;
+	struct proto_load_done *d = (struct proto_load_done *)buf;
+	char err[256];
+	size_t len;
+
+	for (unsigned bit = 0; bit < 32; bit++) {
+		len = make(type_index(PROTO_LOAD_READ));
+		rd->flags = 1u << bit;
+		ck_assert_int_eq(check(len, err, sizeof(err)),
+				 (1u << bit) == PROTO_LOAD_SHARE ? PROTO_LOAD_READ : -EBADMSG);
+		len = make(type_index(PROTO_LOAD_DONE));
+		d->flags = 1u << bit;
+		ck_assert_int_eq(check(len, err, sizeof(err)),
+				 (1u << bit) & PROTO_DONE_FLAGS ? PROTO_LOAD_DONE : -EBADMSG);
+	}
+	len = make(type_index(PROTO_LOAD_DONE));
+	d->flags = PROTO_DONE_POOL | PROTO_DONE_SHARED;
+	d->pool_gen = 3;
+	d->pool_off = 1 << 20;
+	ck_assert_int_eq(check(len, err, sizeof(err)), PROTO_LOAD_DONE);
+	d->err = -EIO;
+	ck_assert_int_eq(check(len, err, sizeof(err)), -EBADMSG);
+	len = make(type_index(PROTO_LOAD_DONE));
+	d->pool_gen = 3;
+	ck_assert_int_eq(check(len, err, sizeof(err)), -EBADMSG);
+	len = make(type_index(PROTO_LOAD_DONE));
+	d->pool_off = 4096;
 	ck_assert_int_eq(check(len, err, sizeof(err)), -EBADMSG);
 }
 END_TEST
@@ -578,6 +618,7 @@ static Suite *proto_suite(void)
 	tcase_add_loop_test(tc, test_field, 0, N(fields));
 	tcase_add_loop_test(tc, test_hello_umask, 0, N(umasks));
 	tcase_add_test(tc, test_hello_flags_and_resident_err);
+	tcase_add_test(tc, test_load_flags);
 	tcase_add_loop_test(tc, test_result_err, 0, N(results));
 	tcase_add_test(tc, test_err_buffer);
 	tcase_add_test(tc, test_set_msg);

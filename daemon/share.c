@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: MIT */
+/* share.c - the per-uid pools of pieces loads read (see share.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "daemon/share.h"
+#include "shm/arena.h"
+#include "shm/proto.h"
+
+/* A disk read of an entry goes out in pieces of this (as loadio.c's). */
+#define SHARE_PIECE (8ull << 20)
+/* Entries of one pool, at most (lookups scan them). */
+#define SHARE_MAX_ENTRIES 4096u
+
+struct pool {
+	struct list link;        /* server.pools */
+	struct server *srv;
+	uid_t uid;
+	uint32_t gen;            /* never 0; new for every pool made */
+	uint64_t size;
+	int fd, ro_fd;           /* read-write (ours) and the read-only one clients get */
+	uint8_t *map;
+	struct store_arena *io;
+	struct ev ev;
+	bool ready, in_epoll, failed;
+	struct work job;         /* making it */
+	char err[PROTO_MSG_LEN];
+	struct list entries;     /* by pool offset */
+	struct list lru;         /* READY, unpinned: least recently used first */
+	uint32_t n_entries;
+	uint32_t pins;           /* pins on entries + entries reading */
+	int64_t last_ms;
+};
+
+struct pentry {
+	struct list by_off;      /* pool.entries */
+	struct list lru;         /* pool.lru while unpinned and READY */
+	bool in_lru, ready;
+	struct pool *p;
+	dev_t dev;
+	ino_t ino;
+	off_t fsize;
+	struct timespec mtime, ctime;
+	uint64_t file_off, len, off;
+	uint64_t got;
+	uint32_t refs;
+	uint32_t pending;        /* pieces of the disk read not back */
+	int err;
+	struct share_wait *waiters;
+	struct epiece {
+		struct pentry *e;
+		uint64_t rel, len;
+		int res;
+	} *pieces;
+	uint32_t n_pieces;
+};
+
+static struct pool *pool_of(struct server *srv, uid_t uid)
+{
+	struct list *l;
+
+	list_for_each(l, &srv->pools)
+	{
+		struct pool *p = list_entry(l, struct pool, link);
+		if (p->uid == uid)
+			return p;
+	}
+	return NULL;
+}
+
+static uint64_t used_bytes(const struct server *srv)
+{
+	return srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
+}
+
+/* ---- making and freeing ---- */
+
+static void make_run(struct work *w)
+{
+	struct pool *p = (struct pool *)((char *)w - offsetof(struct pool, job));
+	char name[64], path[64], err[PROTO_MSG_LEN] = "";
+	void *addr;
+	int fd, r;
+
+	snprintf(name, sizeof(name), "ckptd-share-%u", (unsigned)p->uid);
+	fd = arena_create_sealed(name, p->size, F_SEAL_FUTURE_WRITE, &addr);
+	if (fd < 0) {
+		w->res = fd;
+		snprintf(w->err, sizeof(w->err), "cannot make a %llu-byte pool: %s",
+			 (unsigned long long)p->size, strerror(-fd));
+		return;
+	}
+	p->fd = fd;
+	p->map = addr;
+	/* Any descriptor of a memfd can be reopened read-write through /proc;
+	 * the seal is what keeps this one from writing. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	p->ro_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (p->ro_fd < 0) {
+		w->res = -errno;
+		snprintf(w->err, sizeof(w->err), "cannot reopen the pool read-only: %s",
+			 strerror(errno));
+		return;
+	}
+	r = p->srv->store->arena_attach(addr, p->size, p->srv->cfg.uring_depth, &p->io, err,
+					sizeof(err));
+	if (r < 0) {
+		w->res = r;
+		snprintf(w->err, sizeof(w->err), "%s", err);
+	}
+}
+
+struct unmap_job {
+	struct work w;
+	const struct store_ops *store;
+	struct store_arena *io;
+	uint8_t *map;
+	uint64_t size;
+	int fd, ro_fd;
+};
+
+static void unmap_run(struct work *w)
+{
+	struct unmap_job *j = (struct unmap_job *)w;
+
+	/* Detach first: the ring's registration pins the pages. */
+	if (j->io)
+		j->store->arena_detach(j->io);
+	if (j->map)
+		munmap(j->map, j->size);
+	if (j->fd >= 0)
+		close(j->fd);
+	if (j->ro_fd >= 0)
+		close(j->ro_fd);
+}
+
+static void unmap_done(struct work *w)
+{
+	free(w);
+}
+
+/* Frees a pool nobody pins and nothing reads (entries included).  Its
+ * bytes count as free at once; a worker unmaps them. */
+static void pool_free(struct server *srv, struct pool *p, bool now)
+{
+	struct list *l, *t;
+	struct unmap_job *j;
+
+	list_for_each_safe(l, t, &p->entries)
+	{
+		struct pentry *e = list_entry(l, struct pentry, by_off);
+		free(e->pieces);
+		free(e);
+	}
+	if (p->in_epoll)
+		epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->store->arena_fd(p->io), NULL);
+	j = now ? NULL : calloc(1, sizeof(*j));
+	if (j) {
+		*j = (struct unmap_job){ .w = { .run = unmap_run, .done = unmap_done },
+					 .store = srv->store, .io = p->io, .map = p->map,
+					 .size = p->size, .fd = p->fd, .ro_fd = p->ro_fd };
+		workers_submit(&srv->arenas, &j->w);
+	} else {
+		struct unmap_job one = { .store = srv->store, .io = p->io, .map = p->map,
+					 .size = p->size, .fd = p->fd, .ro_fd = p->ro_fd };
+		unmap_run(&one.w);
+	}
+	srv->share_bytes -= p->size;
+	list_del(&p->link);
+	free(p);
+}
+
+static void make_done(struct work *w)
+{
+	struct pool *p = (struct pool *)((char *)w - offsetof(struct pool, job));
+	struct server *srv = p->srv;
+
+	if (w->res == 0) {
+		struct epoll_event ee = { .events = EPOLLIN, .data.ptr = &p->ev };
+		if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->store->arena_fd(p->io), &ee) < 0) {
+			w->res = -errno;
+			snprintf(w->err, sizeof(w->err), "epoll: %s", strerror(errno));
+		} else {
+			p->in_epoll = true;
+		}
+	}
+	p->job.run = NULL;
+	p->last_ms = now_ms();
+	if (w->res < 0) {
+		/* Kept (as failed, holding no memory) so that every read of
+		 * the uid does not try again at once; share_tick drops it. */
+		log_warn("share: no pool for uid %u, loads read on their own: %s",
+			 (unsigned)p->uid, w->err);
+		p->failed = true;
+		if (p->io)
+			srv->store->arena_detach(p->io);
+		if (p->map)
+			munmap(p->map, p->size);
+		if (p->fd >= 0)
+			close(p->fd);
+		if (p->ro_fd >= 0)
+			close(p->ro_fd);
+		p->io = NULL;
+		p->map = NULL;
+		p->fd = p->ro_fd = -1;
+		srv->share_bytes -= p->size;
+		p->size = 0;
+		return;
+	}
+	p->ready = true;
+	log_info("share: a %llu MiB pool for the loads of uid %u", (unsigned long long)(p->size >> 20),
+		 (unsigned)p->uid);
+}
+
+/* The uid's pool if it is ready; else starts making one (if there is
+ * room) and returns NULL. */
+static struct pool *pool_get(struct server *srv, uid_t uid)
+{
+	struct pool *p = pool_of(srv, uid);
+	uint64_t size = srv->cfg.load_share;
+
+	if (size > srv->cfg.arena_total / 2)
+		size = srv->cfg.arena_total / 2;
+	size = size / (1ull << 20) * (1ull << 20);
+
+	if (p)
+		return p->ready ? p : NULL;
+	if (size < (16ull << 20) || srv->stopping)
+		return NULL;
+	if (used_bytes(srv) > srv->cfg.arena_total || size > srv->cfg.arena_total - used_bytes(srv))
+		return NULL; /* resident images are not evicted for a cache */
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->srv = srv;
+	p->uid = uid;
+	p->gen = ++srv->pool_gen ? srv->pool_gen : ++srv->pool_gen;
+	p->size = size;
+	p->fd = p->ro_fd = -1;
+	p->ev = (struct ev){ .kind = EV_POOL, .ptr = p };
+	list_init(&p->entries);
+	list_init(&p->lru);
+	srv->share_bytes += size;
+	list_add_tail(&srv->pools, &p->link);
+	p->job = (struct work){ .run = make_run, .done = make_done };
+	workers_submit(&srv->arenas, &p->job);
+	return NULL;
+}
+
+/* ---- entries ---- */
+
+static bool same_file(const struct pentry *e, const struct stat *st)
+{
+	return e->dev == st->st_dev && e->ino == st->st_ino && e->fsize == st->st_size &&
+	       e->mtime.tv_sec == st->st_mtim.tv_sec && e->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+	       e->ctime.tv_sec == st->st_ctim.tv_sec && e->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+static void lru_out(struct pentry *e)
+{
+	if (e->in_lru) {
+		list_del(&e->lru);
+		e->in_lru = false;
+	}
+}
+
+static void entry_free(struct pool *p, struct pentry *e)
+{
+	lru_out(e);
+	list_del(&e->by_off);
+	p->n_entries--;
+	free(e->pieces);
+	free(e);
+}
+
+/* Room for len bytes: the first gap between entries (by offset) that
+ * holds it, evicting unpinned entries, least recently used first, until
+ * one does.  Returns the entry after the gap (or the list head) in *ret_at
+ * and the offset, or false. */
+static bool find_gap(struct pool *p, uint64_t len, struct list **ret_at, uint64_t *ret_off)
+{
+	for (;;) {
+		uint64_t at = 0;
+		struct list *l;
+
+		if (p->n_entries < SHARE_MAX_ENTRIES) {
+			list_for_each(l, &p->entries)
+			{
+				struct pentry *e = list_entry(l, struct pentry, by_off);
+				if (e->off - at >= len) {
+					*ret_at = l;
+					*ret_off = at;
+					return true;
+				}
+				at = e->off + e->len;
+			}
+			if (p->size - at >= len) {
+				*ret_at = &p->entries;
+				*ret_off = at;
+				return true;
+			}
+		}
+		if (list_empty(&p->lru))
+			return false;
+		entry_free(p, list_entry(p->lru.next, struct pentry, lru));
+	}
+}
+
+static void notify(struct pentry *e, int res)
+{
+	struct share_wait *w = e->waiters;
+
+	e->waiters = NULL;
+	while (w) {
+		struct share_wait *next = w->next;
+		w->next = NULL;
+		w->cb(w, res);
+		w = next;
+	}
+}
+
+static void piece_done(void *ud, int res)
+{
+	struct epiece *pc = ud;
+	struct pentry *e = pc->e;
+	struct pool *p = e->p;
+	struct server *srv = p->srv;
+
+	pc->res = res;
+	if (--e->pending)
+		return;
+	for (uint32_t i = 0; i < e->n_pieces && !e->err; i++) {
+		if (e->pieces[i].res < 0) {
+			e->err = e->pieces[i].res;
+			break;
+		}
+		e->got += (uint64_t)e->pieces[i].res;
+		if ((uint64_t)e->pieces[i].res < e->pieces[i].len)
+			break;
+	}
+	free(e->pieces);
+	e->pieces = NULL;
+	p->pins--; /* the read's own */
+	p->last_ms = now_ms();
+	if (e->err) {
+		/* Every waiter reads on its own (and so meets the error, or
+		 * not, with its own descriptor); the entry goes. */
+		e->refs = 0;
+		if (e->err != -ENOMEM)
+			log_debug("share: reading %llu bytes at %llu into the pool: %s",
+				  (unsigned long long)e->len, (unsigned long long)e->file_off,
+				  strerror(-e->err));
+		struct share_wait *w = e->waiters;
+		int err = e->err;
+		e->waiters = NULL;
+		entry_free(p, e);
+		while (w) {
+			struct share_wait *next = w->next;
+			w->next = NULL;
+			w->e = NULL;
+			p->pins--;
+			w->cb(w, err);
+			w = next;
+		}
+		return;
+	}
+	srv->load_disk_bytes += e->got;
+	e->ready = true;
+	notify(e, 0);
+	if (e->refs == 0) {
+		list_add_tail(&p->lru, &e->lru);
+		e->in_lru = true;
+	}
+}
+
+bool share_get(struct server *srv, uid_t uid, int fd, const struct stat *st,
+	       struct share_wait *w)
+{
+	struct pool *p = pool_get(srv, uid);
+	struct pentry *e = NULL;
+	struct list *l, *at;
+	uint64_t off;
+
+	if (!p)
+		return false;
+	p->last_ms = now_ms();
+	list_for_each(l, &p->entries)
+	{
+		struct pentry *x = list_entry(l, struct pentry, by_off);
+		if (x->file_off <= w->file_off && w->file_off - x->file_off <= x->len &&
+		    w->len <= x->len - (w->file_off - x->file_off) && same_file(x, st)) {
+			e = x;
+			break;
+		}
+	}
+	if (e) {
+		w->e = e;
+		w->reader = false;
+		e->refs++;
+		p->pins++;
+		lru_out(e);
+		if (e->ready) {
+			/* Most recently used: to the tail when unpinned. */
+			w->cb(w, 0);
+		} else {
+			w->next = e->waiters;
+			e->waiters = w;
+		}
+		return true;
+	}
+	if (w->len > p->size || !find_gap(p, w->len, &at, &off))
+		return false;
+	e = calloc(1, sizeof(*e));
+	uint32_t n = (uint32_t)((w->len + SHARE_PIECE - 1) / SHARE_PIECE);
+	if (e)
+		e->pieces = calloc(n, sizeof(*e->pieces));
+	if (!e || !e->pieces) {
+		free(e);
+		return false;
+	}
+	e->p = p;
+	e->dev = st->st_dev;
+	e->ino = st->st_ino;
+	e->fsize = st->st_size;
+	e->mtime = st->st_mtim;
+	e->ctime = st->st_ctim;
+	e->file_off = w->file_off;
+	e->len = w->len;
+	e->off = off;
+	e->n_pieces = n;
+	e->pending = n;
+	e->refs = 1;
+	list_add_tail(at, &e->by_off); /* before `at`: keeps the offset order */
+	p->n_entries++;
+	p->pins += 2; /* the waiter's pin and the read's own */
+	w->e = e;
+	w->reader = true;
+	w->next = NULL;
+	e->waiters = w;
+	/* The callbacks may run at once (an allocation failure): the count
+	 * covers every piece before the first goes out, and nothing of e is
+	 * touched after the last call. */
+	struct epiece *pcs = e->pieces;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t rel = (uint64_t)i * SHARE_PIECE;
+		pcs[i] = (struct epiece){ .e = e, .rel = rel,
+					  .len = w->len - rel < SHARE_PIECE ? w->len - rel : SHARE_PIECE };
+	}
+	for (uint32_t i = 0; i < n; i++)
+		srv->store->arena_read(p->io, fd, off + pcs[i].rel, w->file_off + pcs[i].rel,
+				       pcs[i].len, piece_done, &pcs[i]);
+	return true;
+}
+
+uint64_t share_got(const struct share_wait *w, uint64_t *ret_pool_off, uint32_t *ret_gen,
+		   int *ret_fd)
+{
+	const struct pentry *e = w->e;
+	uint64_t rel = w->file_off - e->file_off;
+
+	*ret_pool_off = e->off + rel;
+	*ret_gen = e->p->gen;
+	*ret_fd = e->p->ro_fd;
+	if (e->got <= rel)
+		return 0;
+	return e->got - rel < w->len ? e->got - rel : w->len;
+}
+
+void share_put(struct server *srv, struct pentry *e)
+{
+	struct pool *p = e->p;
+
+	(void)srv;
+	p->pins--;
+	p->last_ms = now_ms();
+	if (--e->refs == 0 && e->ready) {
+		list_add_tail(&p->lru, &e->lru);
+		e->in_lru = true;
+	}
+}
+
+void share_io_event(struct pool *p)
+{
+	p->srv->store->arena_reap(p->io);
+}
+
+static bool idle(const struct pool *p)
+{
+	return !p->job.run && p->pins == 0 && (!p->io || p->srv->store->arena_busy(p->io) == 0);
+}
+
+void share_tick(struct server *srv)
+{
+	struct list *l, *t;
+
+	list_for_each_safe(l, t, &srv->pools)
+	{
+		struct pool *p = list_entry(l, struct pool, link);
+		if (idle(p) && now_ms() - p->last_ms > SHARE_IDLE_MS) {
+			if (!p->failed)
+				log_info("share: freed the idle pool of uid %u", (unsigned)p->uid);
+			pool_free(srv, p, false);
+		}
+	}
+}
+
+bool share_make_room(struct server *srv, uint64_t need)
+{
+	struct list *l, *t;
+
+	list_for_each_safe(l, t, &srv->pools)
+	{
+		struct pool *p = list_entry(l, struct pool, link);
+		if (used_bytes(srv) <= srv->cfg.arena_total &&
+		    need <= srv->cfg.arena_total - used_bytes(srv))
+			break;
+		if (idle(p)) {
+			log_info("share: freed the pool of uid %u to make room for an arena",
+				 (unsigned)p->uid);
+			pool_free(srv, p, false);
+		}
+	}
+	return used_bytes(srv) <= srv->cfg.arena_total &&
+	       need <= srv->cfg.arena_total - used_bytes(srv);
+}
+
+bool share_busy(struct server *srv)
+{
+	struct list *l;
+	bool busy = false;
+
+	list_for_each(l, &srv->pools)
+	{
+		struct pool *p = list_entry(l, struct pool, link);
+		if (p->io && srv->store->arena_busy(p->io)) {
+			srv->store->arena_reap(p->io);
+			busy = true;
+		}
+	}
+	return busy;
+}
+
+void share_free_all(struct server *srv)
+{
+	while (!list_empty(&srv->pools))
+		pool_free(srv, list_entry(srv->pools.next, struct pool, link), true);
+}
+
+void share_status(const struct server *srv, void *arr, uid_t uid, bool all)
+{
+	const struct list *l;
+
+	list_for_each(l, &srv->pools)
+	{
+		const struct pool *p = list_entry(l, struct pool, link);
+		uint64_t held = 0;
+		const struct list *k;
+
+		if (!all && p->uid != uid)
+			continue;
+		list_for_each(k, &p->entries)
+			held += list_entry(k, struct pentry, by_off)->len;
+		json_array_append_new(arr, json_pack("{s:I, s:I, s:I, s:I, s:I, s:b}", "uid",
+						     (json_int_t)p->uid, "bytes", (json_int_t)p->size,
+						     "held_bytes", (json_int_t)held, "entries",
+						     (json_int_t)p->n_entries, "pins",
+						     (json_int_t)p->pins, "ready", p->ready));
+	}
+}

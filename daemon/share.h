@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share.h - pieces of checkpoint files that loads read through the daemon,
+ * kept in a pool per uid so that every loader of that uid on the node that
+ * wants the same bytes gets them from one read of the disk.
+ *
+ * Why: when M ranks of a node load a checkpoint saved in another layout,
+ * each needs a part of every CRC piece (a column band of a row-sharded
+ * tensor, say), and a piece is verified whole, so each must read every
+ * piece.  With O_DIRECT (loadio.h) nothing is shared between them: M
+ * loaders read the file M times.  The pool makes that once.
+ *
+ * The pool: a sealed memfd (pool_bytes of config `load_share`), made on an
+ * arena worker the first time a loader of that uid asks, registered with
+ * io_uring like an arena, and mapped read-only by that uid's loaders (a
+ * read-only descriptor, F_SEAL_FUTURE_WRITE: only the daemon's mapping,
+ * made before the seal, writes it).  One pool per uid: a loader sees only
+ * bytes of files some loader of its own uid opened and lent; a pool is
+ * never handed to another uid.
+ *
+ * An entry is the bytes [file_off, file_off + len) of one file, at `off`
+ * in the pool, keyed by the file's identity as fstat() gives it at each
+ * read (device, inode, size, mtime, ctime), so a file written again is a
+ * new key.  A read is answered by an entry that contains it (READY, or
+ * READING: it waits), else by a new entry read from the disk with the
+ * asking client's descriptor.  Entries are pinned while a waiting read or
+ * a client holds them (the client sends LOAD_RELEASE when it has copied
+ * and checked the bytes); unpinned ones are kept, least recently used
+ * first, until their room is needed.  A pool nobody pinned for
+ * SHARE_IDLE_MS is freed, and so is an idle one when an arena needs the
+ * memory (arenas win, as over resident images).
+ *
+ * Trust: the client checks every CRC piece it uses against its manifest,
+ * as with any read; the pool saves disk reads, never checks.  A file
+ * changed under a key between two reads (same mtime and ctime) gives a
+ * CRC mismatch, as it would without the pool.
+ *
+ * Everything here runs on the loop thread except the make and free jobs.
+ */
+#ifndef CKPTD_SHARE_H
+#define CKPTD_SHARE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "daemon/list.h"
+
+struct server;
+struct pool;
+struct pentry;
+
+/* An unpinned pool is freed after this long. */
+#define SHARE_IDLE_MS 60000
+
+/* A read waiting for an entry.  cb runs once: res 0 with a pin on w->e
+ * (READY: share_put it when done), or res < 0: no bytes (read directly
+ * instead).  It may run inside share_get. */
+struct share_wait {
+	struct share_wait *next;
+	struct pentry *e;
+	uint64_t file_off, len;
+	bool reader;  /* this read's own disk read filled the entry */
+	void (*cb)(struct share_wait *w, int res);
+};
+
+/* Asks for [w->file_off, +w->len) of the file open as fd (fstat'ed as st)
+ * for a client of uid.  Returns true if w will be answered by cb, false
+ * if the pool cannot take it now (none yet: one is being made; no room;
+ * disabled): the caller reads it itself. */
+bool share_get(struct server *srv, uid_t uid, int fd, const struct stat *st,
+	       struct share_wait *w);
+/* What an answered read got: bytes (from file_off, at most len; fewer at
+ * the end of the file), where they start in the pool, the pool's gen and
+ * its read-only descriptor (the pool's own: dup or send, never close). */
+uint64_t share_got(const struct share_wait *w, uint64_t *ret_pool_off, uint32_t *ret_gen,
+		   int *ret_fd);
+/* Drops a pin. */
+void share_put(struct server *srv, struct pentry *e);
+
+/* A pool's io_uring completions (EV_POOL). */
+void share_io_event(struct pool *p);
+/* Timer: frees pools idle for SHARE_IDLE_MS. */
+void share_tick(struct server *srv);
+/* Frees idle (unpinned) pools until `need` more bytes fit in arena_total.
+ * Returns true if they fit. */
+bool share_make_room(struct server *srv, uint64_t need);
+/* Stopping: reaps what is in flight (true if anything still is). */
+bool share_busy(struct server *srv);
+/* Stopping, nothing in flight: frees every pool at once. */
+void share_free_all(struct server *srv);
+/* Status report: one JSON object per pool (of uid, or all), appended to
+ * arr (a json_t *). */
+void share_status(const struct server *srv, void *arr, uid_t uid, bool all);
+
+#endif
