@@ -259,6 +259,7 @@ struct rec {
 	uint64_t bytes_resident; /* of bytes_read, from images in ckptd's memory ("via") */
 	uint32_t files_resident;
 	uint64_t bytes_daemon;   /* of bytes_read, read by ckptd into the client's arena ("via") */
+	uint64_t bytes_shared;   /* of bytes_daemon, read from storage for another loader */
 	double verify_ms;
 	/* REC_RESULT of a save (to staged) or a copy (to its end) */
 	struct cost {
@@ -1500,6 +1501,7 @@ static int timed_load(const struct opts *o, const struct state *s, const struct 
 	rec->bytes_resident = st.bytes_resident;
 	rec->files_resident = st.files_resident;
 	rec->bytes_daemon = st.bytes_daemon;
+	rec->bytes_shared = st.bytes_shared;
 
 	/* The floor, from the same boxes (after the clock stopped). */
 	for (unsigned t = 0; t < v->count && rec->floor_bytes != UINT64_MAX; t++) {
@@ -2710,7 +2712,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 	double *staged = calloc(k, sizeof(*staged)), *end = calloc(k, sizeof(*end));
 	uint64_t start = UINT64_MAX, t_call = 0, t_staged = 0, t_end = 0;
 	uint64_t bytes_read = 0, bytes_wanted = 0, reads = 0, floor = 0, bytes_resident = 0;
-	uint64_t files_resident = 0, bytes_daemon = 0;
+	uint64_t files_resident = 0, bytes_daemon = 0, bytes_shared = 0;
 	double verify_ms = 0;
 	struct cost cost = { 0 };
 	struct drop_info drop = { 0 };
@@ -2781,6 +2783,7 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 		bytes_resident += recs[r].bytes_resident;
 		files_resident += recs[r].files_resident;
 		bytes_daemon += recs[r].bytes_daemon;
+		bytes_shared += recs[r].bytes_shared;
 		floor = floor == UINT64_MAX || recs[r].floor_bytes == UINT64_MAX ?
 				UINT64_MAX : floor + recs[r].floor_bytes;
 		verify_ms = recs[r].verify_ms > verify_ms ? recs[r].verify_ms : verify_ms;
@@ -2909,8 +2912,8 @@ static void run_cmd(const struct opts *o, const struct cmd *c, const char *line,
 			else
 				printf("null");
 			printf(", \"bytes_resident\": %" PRIu64 ", \"files_resident\": %" PRIu64
-			       ", \"bytes_daemon\": %" PRIu64,
-			       bytes_resident, files_resident, bytes_daemon);
+			       ", \"bytes_daemon\": %" PRIu64 ", \"bytes_shared\": %" PRIu64,
+			       bytes_resident, files_resident, bytes_daemon, bytes_shared);
 			if (floor != UINT64_MAX)
 				printf(", \"floor_bytes\": %" PRIu64 ", \"floor_amplification\": %.4f",
 				       floor, bytes_wanted ? (double)floor / (double)bytes_wanted : 0.0);

@@ -1872,10 +1872,17 @@ def daemon_load(worker, line, daemon):
     saved the checkpoint did not connect resident).  Anything else raises
     (a failed ckptd measurement fails the run), so the figure is not kept."""
     pid = daemon.proc.pid if daemon.proc else None
+    d0 = daemon_disk(daemon, pid)
     c0 = proc_cpu_s(pid) if pid else None
     f = worker.cmd(line)
     c1 = proc_cpu_s(pid) if pid else None
+    d1 = daemon_disk(daemon, pid)
     f["daemon_cpu_ms"] = round((c1 - c0) * 1e3, 1) if c0 is not None and c1 is not None else None
+    # What ckptd read from storage for the load, by its own count
+    # (status loads.disk_bytes) and by the kernel's (/proc/PID/io
+    # read_bytes: what the process had the block layer read).
+    for k, i in (("daemon_disk_bytes", 0), ("daemon_proc_read_bytes", 1)):
+        f[k] = d1[i] - d0[i] if d0[i] is not None and d1[i] is not None else None
     br, bd, bres, fres = (f.get(k) for k in ("bytes_read", "bytes_daemon", "bytes_resident", "files_resident"))
     if f.get("via") is None or None in (br, bd, bres, fres) or fres != 0 or bd + bres != br:
         raise BenchError("'%s' was not a load through ckptd: of the %s bytes it read, ckptd read %s into the "
@@ -2309,7 +2316,7 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
     r["reshard_gibps"] = ratio((last.get("bytes_wanted") or total) / GIB,
                                r["reshard_ms"] / 1e3 if r["reshard_ms"] else None)
     for k in ("bytes_read", "bytes_wanted", "reads", "floor_bytes", "bytes_daemon", "bytes_resident",
-              "files_resident"):
+              "files_resident", "bytes_shared", "daemon_disk_bytes", "daemon_proc_read_bytes"):
         r["reshard_" + k] = last.get(k)
     read_best, r["read_limit_gibps"], read_r, read_meds = best_of(rounds, read_items, "gibps")
     r["load_2g_gibps"] = load_res.get("load_gibps")
@@ -2322,7 +2329,8 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
     r["first_reshard_standalone_ms"] = warm.get(item + "_standalone", {}).get("ms")
     r["reshard_standalone_amplification"] = ratio(sa_last.get("bytes_read"), sa_last.get("bytes_wanted"))
 
-    per = {"read_amplification": [], "vs_load_2g": [], "reshard_vs_read_limit": []}
+    per = {"read_amplification": [], "vs_load_2g": [], "reshard_vs_read_limit": [],
+           "loaders_read_amplification": []}
     floors = []
     round_ratios = []
     for i, rd in enumerate(rounds.rounds):
@@ -2330,7 +2338,13 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
         s = f.get("ms") / 1e3 if f.get("ms") else None
         wanted = f.get("bytes_wanted")
         gib_w = wanted / GIB if wanted else None
-        x = {"read_amplification": ratio(f.get("bytes_read"), wanted),
+        # What the storage was asked for: ckptd's own count of what it
+        # read for the loads (all of them go through it), not what the
+        # loaders say they got, which counts a piece shared through
+        # ckptd's pool once per loader.
+        disk = f.get("daemon_disk_bytes")
+        x = {"read_amplification": ratio(disk if disk is not None else f.get("bytes_read"), wanted),
+             "loaders_read_amplification": ratio(f.get("bytes_read"), wanted),
              "vs_load_2g": ratio(ratio(gib_w, s), ratio(load_gib, load_r[i] / 1e3 if load_r[i] else None)),
              "reshard_vs_read_limit": ratio(ratio(gib_w, s), read_r[i])}
         fl = f.get("floor_amplification")
@@ -2339,12 +2353,22 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
         if fl is not None:
             floors.append(fl)
         x.update({k: v[i] for k, v in sa_per.items()})
-        round_ratios.append({"ratios": x, "ceilings": {"read_amplification": fl}})
-    r["ratios"] = {"read_amplification": spread(per["read_amplification"], ceilings=floors),
+        round_ratios.append({"ratios": x, "ceilings": {"loaders_read_amplification": fl}})
+    # The floor is per loader (each verifies whole pieces); shared
+    # through ckptd's pool, the node reads each piece once, so it bounds
+    # what the loaders use, not what the disk reads.
+    r["ratios"] = {"read_amplification": spread(per["read_amplification"]),
+                   "loaders_read_amplification": spread(per["loaders_read_amplification"], ceilings=floors),
                    "vs_load_2g": spread(per["vs_load_2g"]),
                    "reshard_vs_read_limit": spread(per["reshard_vs_read_limit"]),
                    "standalone_vs_read_limit": spread(sa_per["standalone_vs_read_limit"]),
                    "daemon_vs_standalone": spread(sa_per["daemon_vs_standalone"])}
+    notes.append("read_amplification (through ckptd) divides what ckptd read from storage for the loads (its "
+                 "status loads.disk_bytes, before and after each load; the kernel's /proc/PID/io read_bytes of "
+                 "ckptd is kept beside it as reshard_daemon_proc_read_bytes) by the bytes the loaders wanted; "
+                 "loaders_read_amplification divides what the loaders got (bytes_read, a piece shared through "
+                 "ckptd's pool counted once per loader that used it; bytes_shared of them came from another "
+                 "loader's read)")
     notes.append("reshard_ms, reshard_gibps, read_amplification, vs_load_2g and reshard_vs_read_limit are the "
                  "loads THROUGH ckptd (each loader's client, a %d MiB arena: ckpt_load_set_client inside the "
                  "timed part, ckptd reads with O_DIRECT into the arena; checked every round: bytes_daemon + "
@@ -2353,27 +2377,30 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
                  "wanted per second over the read limit) are the library alone (buffered preadv), in the same "
                  "rounds, informational; daemon_vs_standalone = standalone time / time through ckptd"
                  % (RESHARD_LOADER_ARENA // MIB))
-    fl = r["ratios"]["read_amplification"]["ceiling"]
+    fl = r["ratios"]["loaders_read_amplification"]["ceiling"]
     amp = r["ratios"]["read_amplification"]["median"]
+    lamp = r["ratios"]["loaders_read_amplification"]["median"]
     piece = 1 << 20  # format/layout.h LAYOUT_CRC_BLOCK
     row_bytes = cols * 4
     band_bytes = row_bytes // rsc["loaders"]
     if fl is not None:
-        notes.append("read_amplification: its floor (the \"ceiling\" printed with it: what a loader that uses only "
+        notes.append("loaders_read_amplification: its floor (the \"ceiling\" printed with it: what a loader that uses only "
                      "verified bytes must read) is %.3f here: the bytes of the 1 MiB CRC pieces each loader's "
                      "band touches, since a piece is verified whole. A row is %s and a loader's band of it %s, so "
                      "%s" % (fl, fmt_bytes(row_bytes), fmt_bytes(band_bytes),
                              "every piece holds rows of every band and every loader must read every piece: no "
                              "loader can get below %d x" % rsc["loaders"] if row_bytes <= piece else
                              "each band is one run per row, widened by up to a piece at each end"))
-    if amp is not None and fl is not None:
+    if lamp is not None and fl is not None:
+        amp_l = lamp
         extra = (r["reshard_bytes_read"] or 0) - (r["reshard_floor_bytes"] or 0)
-        notes.append("read_amplification: the loaders read %.3f x what they wanted against a floor of %.3f: %s"
-                     % (amp, fl, "the planner reads no more than the format makes it" if amp <= fl * 1.005 else
+        notes.append("loaders_read_amplification: the loaders used %.3f x what they wanted against a floor of "
+                     "%.3f: %s"
+                     % (amp_l, fl, "the planner reads no more than the format makes it" if amp_l <= fl * 1.005 else
                         "%.1f%% above the floor, %s more than the pieces the bands touch, in %s reads: bytes "
                         "read by two reads (a piece where a band is cut into reads of at most the planner's "
                         "largest read is read by both) or gaps read with their neighbours"
-                        % (100 * (amp / fl - 1), fmt_bytes(extra), r["reshard_reads"])))
+                        % (100 * (amp_l / fl - 1), fmt_bytes(extra), r["reshard_reads"])))
     r["resident_after_drop_bytes"] = resident_note(rounds, warm, [item, item + "_standalone"], notes)
     r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
     cost = load_cost(rounds, item)
@@ -2507,12 +2534,17 @@ def reshard_bound(r, read_best, cost, amp):
     if not s:
         return "n/a (no reshard measurement)"
     read = (r.get("reshard_bytes_read") or 0) / GIB
-    parts = ["through ckptd (reshard_ms, reshard_gibps), %d loaders read %.2f GiB (%.2f x the %.2f GiB they "
-             "wanted; ckptd read %.2f GiB of it with O_DIRECT into the loaders' arenas) in %.2f s: %.2f GiB/s "
-             "read, against a read limit of %s GiB/s for the checkpoint's files (%s); O_DIRECT bypasses the "
-             "page cache, so a piece wanted by several loaders is read from the disk once for each"
-             % (r["loaders"], read, amp or 0, (r.get("reshard_bytes_wanted") or 0) / GIB,
-                (r.get("reshard_bytes_daemon") or 0) / GIB, s, read / s,
+    disk = r.get("reshard_daemon_disk_bytes")
+    disk_gib = disk / GIB if disk is not None else read
+    parts = ["through ckptd (reshard_ms, reshard_gibps), %d loaders used %.2f GiB of checked pieces (%.2f GiB "
+             "of them shared: read from the disk for another loader and served from ckptd's pool) to fill "
+             "the %.2f GiB they wanted; ckptd read %.2f GiB from the disk (%.2f x what they wanted; the kernel "
+             "counted %s GiB read by ckptd) in %.2f s: %.2f GiB/s from the disk, against a read limit of %s "
+             "GiB/s for the checkpoint's files (%s)"
+             % (r["loaders"], read, (r.get("reshard_bytes_shared") or 0) / GIB,
+                (r.get("reshard_bytes_wanted") or 0) / GIB, disk_gib, amp or 0,
+                "%.2f" % (r["reshard_daemon_proc_read_bytes"] / GIB)
+                if r.get("reshard_daemon_proc_read_bytes") is not None else "n/a", s, disk_gib / s,
                 "%.2f" % r["read_limit_gibps"] if r.get("read_limit_gibps") else "n/a", read_best)]
     if cost.get("cpu_ms") is not None:
         parts.append("CPU: %.0f ms of the loaders' in %.0f ms (%.2f cores of %d busy with the loads; every byte "
@@ -2577,6 +2609,29 @@ def test_python():
             res = (None, "scripts/pyenv.sh test failed: %s" % e)
     _TEST_PY.append(res)
     return res
+
+
+# ckptd's default load_share (daemon/config.c): the pool of one uid's loads.
+LOAD_SHARE_DEFAULT = 512 * MIB
+
+
+def daemon_disk(daemon, pid):
+    """(ckptd's status loads.disk_bytes, its /proc/PID/io read_bytes), each
+    None where unknown."""
+    try:
+        st = daemon.status()
+        disk = st.get("loads", {}).get("disk_bytes")
+    except BenchError:
+        disk = None
+    io = None
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            for ln in f:
+                if ln.startswith("read_bytes:"):
+                    io = int(ln.split()[1])
+    except (OSError, ValueError, TypeError):
+        pass
+    return disk, io
 
 
 def proc_cpu_s(pid):
@@ -3212,6 +3267,10 @@ def run_scenario(name, sc, py, run_dir, data, failures):
             # finds no room evicts them.
             arenas += [RESTORE_SAVER_ARENA, RESTORE_LOADER_ARENA]
             images = restore_image_bytes(ram)
+        # Loads through ckptd share pieces in its pool for the loaders'
+        # uid (load_share, left at the daemon's default), which counts in
+        # arena_total: room for it.
+        images += LOAD_SHARE_DEFAULT
     else:
         per = arena_for(sc["bytes"], sc["tensors"])
         arenas = [per] * (ranks * (2 if sc["kind"] == "ranks" else 1))

@@ -80,17 +80,6 @@ static int handle_msg(struct ckpt_client *c, int type, const void *buf, char *de
 	}
 }
 
-/* A LOAD_READ waiting for its LOAD_DONE. */
-struct lwait {
-	uint32_t token;
-	bool done;
-	int err;
-	uint64_t got;
-	struct cli_lread *lr;
-	bool offered;                     /* PROTO_LOAD_SHARE was set */
-	struct lwait *next;
-};
-
 /* Maps a pool the daemon sent (fd taken). */
 static struct cli_pool *pool_map_locked(struct ckpt_client *c, uint32_t gen, int fd)
 {
@@ -100,11 +89,12 @@ static struct cli_pool *pool_map_locked(struct ckpt_client *c, uint32_t gen, int
 
 	if (p && fstat(fd, &st) == 0 && st.st_size > 0)
 		map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
 	if (map == MAP_FAILED) {
+		close(fd);
 		free(p);
 		return NULL;
 	}
+	p->fd = fd;
 	p->gen = gen;
 	p->map = map;
 	p->size = (uint64_t)st.st_size;
@@ -116,6 +106,7 @@ static struct cli_pool *pool_map_locked(struct ckpt_client *c, uint32_t gen, int
 		if (o->users == 0) {
 			*pp = o->next;
 			munmap((void *)o->map, o->size);
+			close(o->fd);
 			free(o);
 		} else {
 			pp = &o->next;
@@ -152,7 +143,7 @@ static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_do
 			return -EBADMSG;
 		}
 	}
-	for (struct lwait *w = c->lwaits; w; w = w->next) {
+	for (struct cli_lread *w = c->lwaits; w; w = w->next) {
 		if (w->token == m->token && !w->done) {
 			if (p && !w->offered) {
 				snprintf(detail, dlen, "LOAD_DONE in the pool for token %u, which "
@@ -164,10 +155,10 @@ static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_do
 			w->got = m->got;
 			if (p) {
 				p->users++;
-				w->lr->pool = p;
-				w->lr->bytes = (const char *)p->map + m->pool_off;
-				w->lr->shared = m->flags & PROTO_DONE_SHARED;
-				w->lr->token = m->token;
+				w->pool = p;
+				w->pool_off = m->pool_off;
+				w->bytes = (const char *)p->map + m->pool_off;
+				w->shared = m->flags & PROTO_DONE_SHARED;
 			}
 			pthread_cond_broadcast(&c->res_cv);
 			return 0;
@@ -194,6 +185,7 @@ void cli_load_release(struct ckpt_client *c, struct cli_lread *lr)
 			if (*pp == lr->pool) {
 				*pp = lr->pool->next;
 				munmap((void *)lr->pool->map, lr->pool->size);
+				close(lr->pool->fd);
 				free(lr->pool);
 				break;
 			}
@@ -290,51 +282,65 @@ void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count)
 	pthread_mutex_unlock(&c->lock);
 }
 
-int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
-		      uint64_t arena_off, struct cli_lread *ret)
+void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
+		   uint64_t arena_off, struct cli_lread *w)
 {
 	struct proto_load_read m;
-	struct lwait w = { 0 }, **pp;
-	int64_t r = 0;
 
 	memset(&m, 0, sizeof(m));
-	memset(ret, 0, sizeof(*ret));
-	w.lr = ret;
+	memset(w, 0, sizeof(*w));
 	proto_init(&m.h, PROTO_LOAD_READ, sizeof(m));
 	if (c->share)
 		m.flags = PROTO_LOAD_SHARE;
-	w.offered = c->share;
+	w->offered = c->share;
 	pthread_mutex_lock(&c->lock);
 	if (c->dead) {
+		w->send_err = -ECONNRESET;
 		pthread_mutex_unlock(&c->lock);
-		return -ECONNRESET;
+		return;
 	}
-	w.token = ++c->lread_next;
-	w.next = c->lwaits;
-	c->lwaits = &w;
+	w->token = ++c->lread_next;
+	w->next = c->lwaits;
+	c->lwaits = w;
+	w->listed = true;
 	pthread_mutex_unlock(&c->lock);
-	m.token = w.token;
+	m.token = w->token;
 	m.handle = handle;
 	m.file_off = file_off;
 	m.len = len;
 	m.arena_off = arena_off;
-	r = proto_send(c->sock, &m, sizeof(m), -1);
+	w->send_err = proto_send(c->sock, &m, sizeof(m), -1);
+}
 
+int64_t cli_load_wait(struct ckpt_client *c, struct cli_lread *w)
+{
+	int64_t r = w->send_err;
+
+	if (!w->listed)
+		return r;
 	pthread_mutex_lock(&c->lock);
 	/* No timeout: the daemon answers every read (a disk that hangs
 	 * hangs the read as it would a pread); a dead connection ends it. */
-	while (r == 0 && !w.done && !c->dead)
+	while (r == 0 && !w->done && !c->dead)
 		pthread_cond_wait(&c->res_cv, &c->lock);
-	for (pp = &c->lwaits; *pp; pp = &(*pp)->next) {
-		if (*pp == &w) {
-			*pp = w.next;
+	for (struct cli_lread **pp = &c->lwaits; *pp; pp = &(*pp)->next) {
+		if (*pp == w) {
+			*pp = w->next;
 			break;
 		}
 	}
+	w->listed = false;
 	if (r == 0)
-		r = !w.done ? -ECONNRESET : w.err ? w.err : (int64_t)w.got;
+		r = !w->done ? -ECONNRESET : w->err ? w->err : (int64_t)w->got;
 	pthread_mutex_unlock(&c->lock);
 	return r;
+}
+
+int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
+		      uint64_t arena_off, struct cli_lread *ret)
+{
+	cli_load_send(c, handle, file_off, len, arena_off, ret);
+	return cli_load_wait(c, ret);
 }
 
 /* A RESIDENT_REPLY and the fd that came with it (taken or closed). */
@@ -517,6 +523,7 @@ static void client_destroy(struct ckpt_client *c)
 		struct cli_pool *p = c->pools;
 		c->pools = p->next;
 		munmap((void *)p->map, p->size);
+		close(p->fd);
 		free(p);
 	}
 	arena_slots_free(&c->slots);

@@ -474,7 +474,7 @@ struct ckpt_client {
 	char res_msg[PROTO_MSG_LEN];
 
 	/* Reads through the daemon (LOAD_*): [lock] */
-	struct lwait *lwaits;             /* LOAD_READs awaiting LOAD_DONE */
+	struct cli_lread *lwaits;         /* LOAD_READs awaiting LOAD_DONE */
 	bool share;                       /* offer PROTO_LOAD_SHARE (unless
 	                                   * CKPT_LOAD_SHARE=0) */
 	struct cli_pool *pools;           /* the daemon's pools mapped, newest
@@ -534,6 +534,7 @@ int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off,
 /* A pool of the daemon (daemon/share.h) mapped read-only. */
 struct cli_pool {
 	uint32_t gen;
+	int fd;                           /* read-only, for windows (load.c) */
 	const uint8_t *map;
 	uint64_t size;
 	uint32_t users;                   /* reads holding bytes in it [lock] */
@@ -549,7 +550,18 @@ struct cli_lread {
 	bool shared;
 	uint32_t token;
 	struct cli_pool *pool;
+	uint64_t pool_off;
+	/* The wait (client.c): [lock] */
+	bool offered, listed, done;
+	int err, send_err;
+	uint64_t got;
+	struct cli_lread *next;
 };
+/* cli_load_read in two halves: several reads in flight from one thread.
+ * Every cli_load_send needs its cli_load_wait. */
+void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
+		   uint64_t arena_off, struct cli_lread *lr);
+int64_t cli_load_wait(struct ckpt_client *c, struct cli_lread *lr);
 void cli_load_release(struct ckpt_client *c, struct cli_lread *lr);
 
 /* Returns how many saves of checkpoint `name` this client began before, and

@@ -1042,28 +1042,70 @@ static int serve_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct
 	return 0;
 }
 
+/* Reads through the daemon go in cells of the file: the daemon's pool
+ * (daemon/share.h) shares a read between loaders only when they ask for
+ * the same bytes, and loaders' plans cut their reads in different places;
+ * asking for whole cells of a fixed grid makes their requests the same. */
+#define LOAD_CELL (8ull << 20)
+#define LOAD_MAX_CELLS (PROTO_LOAD_MAX / LOAD_CELL)
+
+/* A contiguous read-only view of pool cells (each mapped from the pool's
+ * descriptor at its offset), or NULL.  n cells of LOAD_CELL bytes, the last
+ * `last` bytes (rounded up to a page). */
+static char *cells_window(const struct cli_lread *lr, size_t n, uint64_t last)
+{
+	size_t total = (size_t)((n - 1) * LOAD_CELL + cli_div_up(last, 4096) * 4096);
+	char *win = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (win == MAP_FAILED)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = i + 1 < n ? (size_t)LOAD_CELL : total - (size_t)(i * LOAD_CELL);
+		if (mmap(win + i * LOAD_CELL, len, PROT_READ, MAP_SHARED | MAP_FIXED, lr[i].pool->fd,
+			 (off_t)lr[i].pool_off) == MAP_FAILED) {
+			munmap(win, total);
+			return NULL;
+		}
+	}
+	return win;
+}
+
 /*
- * Through the daemon: it reads the read's bytes, widened to the O_DIRECT
- * grid, into slots of the client's arena (registered with io_uring and
- * faulted in long ago); then they are checked and scattered there as a
- * bounce buffer's would be.  Returns 1 if the read does not fit the arena
- * (the caller reads it itself), 0, or -errno with the load failed.
+ * Through the daemon: it reads the read's bytes, widened to whole cells,
+ * into slots of the client's arena (registered with io_uring and faulted
+ * in long ago) or into its pool, where another loader's request may have
+ * read them already; then they are checked and scattered there as a bounce
+ * buffer's would be (pool cells through a contiguous view of them).
+ * Returns 1 if the read does not fit the arena (the caller reads it
+ * itself), 0, or -errno with the load failed.
  */
 static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lthread *th)
 {
 	struct ckpt_client *c = ld->client;
-	uint64_t a0 = rd->begin / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
-	uint64_t a1 = cli_div_up(rd->end, PROTO_LOAD_ALIGN) * PROTO_LOAD_ALIGN;
-	uint64_t n_slots = cli_div_up(a1 - a0, c->slot_bytes);
-	int64_t first, got;
-	struct cli_lread lr;
-	int r;
+	uint64_t a0 = rd->begin / LOAD_CELL * LOAD_CELL;
+	uint64_t a1 = cli_div_up(rd->end, LOAD_CELL) * LOAD_CELL;
+	uint64_t n_slots = cli_div_up(a1 - a0, c->slot_bytes), shared = 0, last = 0;
+	struct cli_lread lr[LOAD_MAX_CELLS];
+	size_t n = (size_t)((a1 - a0) / LOAD_CELL), in_pool = 0;
+	char *arena, *win = NULL;
+	const char *src;
+	int64_t first, got = 0;
+	int r = 0;
 
+	if (!c->share || a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2) {
+		/* One read of the bytes, on the O_DIRECT grid. */
+		a0 = rd->begin / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
+		a1 = cli_div_up(rd->end, PROTO_LOAD_ALIGN) * PROTO_LOAD_ALIGN;
+		n_slots = cli_div_up(a1 - a0, c->slot_bytes);
+		n = 1;
+	}
 	/* Half the arena at most, so two reads always fit at once. */
 	if (a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2)
 		return 1;
 	/* Saves on the same client take slots one at a time as they come
-	 * back; rather than wait long for a run of them, read here. */
+	 * back; rather than wait long for a run of them, read here.  A read
+	 * answered in the pool leaves them unused: they bound what this
+	 * client holds there as they bound its reads into the arena. */
 	first = cli_arena_take(c, (uint32_t)n_slots, 2000);
 	if (first == -ETIMEDOUT)
 		return 1;
@@ -1072,35 +1114,78 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		     ld->rd->path, ld->rd->m.files[rd->file].path, strerror((int)-first));
 		return (int)first;
 	}
-	got = cli_load_read(c, ld->lhandles[rd->file], a0, a1 - a0,
-			    (uint64_t)first * c->slot_bytes, &lr);
+	arena = (char *)c->arena + (uint64_t)first * c->slot_bytes;
+	for (size_t i = 0; i < n; i++)
+		cli_load_send(c, ld->lhandles[rd->file], a0 + i * (a1 - a0) / n, (a1 - a0) / n,
+			      (uint64_t)first * c->slot_bytes + i * (a1 - a0) / n, &lr[i]);
+	/* Every cell's answer, whatever came before it: each holds a pin or
+	 * a waiter until it is waited for and released. */
+	for (size_t i = 0; i < n; i++) {
+		uint64_t c0 = a0 + i * (a1 - a0) / n, need;
+		int64_t g = cli_load_wait(c, &lr[i]);
+
+		if (got < 0)
+			continue;
+		if (g < 0) {
+			got = g;
+			continue;
+		}
+		/* A cell before the end of the read must be whole. */
+		need = rd->end > c0 ? rd->end - c0 : 0;
+		if (need > (a1 - a0) / n)
+			need = (a1 - a0) / n;
+		if ((uint64_t)g < need) {
+			got = -ENODATA;
+			continue;
+		}
+		if (lr[i].bytes) {
+			in_pool++;
+			if (lr[i].shared) {
+				uint64_t b = rd->begin > c0 ? rd->begin : c0;
+				uint64_t e = rd->end < c0 + need ? rd->end : c0 + need;
+				shared += e > b ? e - b : 0;
+			}
+		}
+		last = need;
+	}
 	if (got == -EMFILE) {
 		/* The daemon lends no more descriptors (daemon/loadio.h). */
-		cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
-		return 1;
+		r = 1;
+		goto out;
 	}
-	if (got >= 0 && (uint64_t)got < rd->end - a0)
-		got = -ENODATA;
 	if (got < 0) {
 		fail(ld, got == -ENODATA ? -EBADMSG : (int)got,
 		     "reading %s/%s [%llu, %llu) through ckptd: %s", ld->rd->path,
 		     ld->rd->m.files[rd->file].path, (unsigned long long)rd->begin,
 		     (unsigned long long)rd->end,
 		     got == -ENODATA ? "the file is truncated" : strerror((int)-got));
-		cli_load_release(c, &lr);
-		cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
-		return got == -ENODATA ? -EBADMSG : (int)got;
+		r = got == -ENODATA ? -EBADMSG : (int)got;
+		goto out;
+	}
+	src = arena;
+	if (in_pool == n && n == 1) {
+		src = lr[0].bytes;
+	} else if (in_pool == n) {
+		win = cells_window(lr, n, last);
+		src = win;
+	}
+	if (!src || (in_pool && in_pool < n)) {
+		/* Some cells in the arena, some in the pool (the pool was
+		 * made meanwhile), or no view: the pool's into the arena. */
+		for (size_t i = 0; i < n; i++)
+			if (lr[i].bytes)
+				memcpy(arena + i * (a1 - a0) / n, lr[i].bytes, (size_t)lr[i].got);
+		src = arena;
 	}
 	atomic_fetch_add_explicit(&ld->bytes_daemon, rd->end - rd->begin, memory_order_relaxed);
-	if (lr.shared)
-		atomic_fetch_add_explicit(&ld->bytes_shared, rd->end - rd->begin,
-					  memory_order_relaxed);
-	/* In the pool (read-only, shared with the uid's other loaders) or in
-	 * the slots taken: checked and scattered the same way. */
-	r = serve_bounce(ld, rd, th,
-			 (lr.bytes ? lr.bytes : (const char *)c->arena + (uint64_t)first * c->slot_bytes) +
-				 (rd->begin - a0));
-	cli_load_release(c, &lr);
+	atomic_fetch_add_explicit(&ld->bytes_shared, shared, memory_order_relaxed);
+	r = serve_bounce(ld, rd, th, src + (rd->begin - a0));
+	if (win)
+		munmap(win, (size_t)((n - 1) * LOAD_CELL + cli_div_up(last, 4096) * 4096));
+	/* (n > 1 only with cells: a window spans whole cells.) */
+out:
+	for (size_t i = 0; i < n; i++)
+		cli_load_release(c, &lr[i]);
 	cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
 	return r;
 }

@@ -45,6 +45,7 @@ struct outmsg {
 };
 
 struct lreq;
+struct sfile;
 
 struct conn {
 	struct server *srv;
@@ -69,6 +70,7 @@ struct conn {
 		int fd;         /* or -errno: unusable (-EBADF: never lent) */
 		uint32_t busy;  /* reads queued or in flight */
 		bool closing;   /* LOAD_CLOSE came while busy */
+		struct sfile *sf; /* share.h: its pieces may be pooled */
 	} *lfiles;              /* PROTO_LOAD_FILES entries, or NULL */
 	uint32_t load_inflight;
 	uint64_t load_bytes;    /* bytes of those reads */

@@ -70,6 +70,8 @@ static void lfile_close(struct conn *c, struct lfile *f)
 		c->n_lent--;
 		c->srv->lent_fds--;
 	}
+	share_unlend(c->srv, f->sf);
+	f->sf = NULL;
 	f->fd = -EBADF;
 	f->closing = false;
 }
@@ -150,6 +152,7 @@ void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
 		if (!(fl & O_DIRECT))
 			(void)fcntl(fd, F_SETFL, fl | O_DIRECT);
 		f->fd = fd;
+		f->sf = share_lend(c->srv, c->creds.uid, &st);
 		c->n_lent++;
 		c->srv->lent_fds++;
 		return;
@@ -352,7 +355,7 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 		q->sw = (struct share_wait){ .file_off = m->file_off, .len = m->len,
 					     .cb = shared_done };
 		/* Answered by shared_done, perhaps at once. */
-		if (share_get(srv, c->creds.uid, f->fd, &st, &q->sw))
+		if (share_get(srv, f->sf, f->fd, &st, &q->sw))
 			return;
 	}
 	direct_start(q);

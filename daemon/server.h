@@ -53,6 +53,7 @@ struct server {
 	struct list pools;          /* share.h: one per uid that loads */
 	uint64_t share_bytes;       /* bytes of all pools (reserved or made) */
 	uint32_t pool_gen;          /* the last pool's gen */
+	struct sfile *sfiles[256];  /* share.h: lent files, hashed by (uid, dev, ino) */
 	uint64_t load_disk_bytes;   /* bytes loads had ckptd read from storage */
 	uint64_t load_shared_bytes; /* bytes loads got from another load's read */
 	bool stopping;

@@ -41,8 +41,19 @@ struct pool {
 	int64_t last_ms;
 };
 
+/* A file some client of uid has lent (share_lend). */
+struct sfile {
+	struct sfile *next;      /* in its server.sfiles bucket */
+	uid_t uid;
+	dev_t dev;
+	ino_t ino;
+	uint32_t lenders;
+};
+
 struct pentry {
 	struct list by_off;      /* pool.entries */
+	struct sfile *sf;        /* NULL once no client has the file lent:
+	                          * freed when unpinned */
 	struct list lru;         /* pool.lru while unpinned and READY */
 	bool in_lru, ready;
 	struct pool *p;
@@ -75,6 +86,15 @@ static struct pool *pool_of(struct server *srv, uid_t uid)
 			return p;
 	}
 	return NULL;
+}
+
+static unsigned sfile_bucket(uid_t uid, dev_t dev, ino_t ino)
+{
+	uint64_t h = ((uint64_t)uid * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)dev * 0xc2b2ae3d27d4eb4full) ^
+		     ((uint64_t)ino * 0x165667b19e3779f9ull);
+
+	return (unsigned)((h ^ (h >> 29)) % (sizeof(((struct server *)0)->sfiles) /
+					     sizeof(((struct server *)0)->sfiles[0])));
 }
 
 static uint64_t used_bytes(const struct server *srv)
@@ -315,6 +335,69 @@ static bool find_gap(struct pool *p, uint64_t len, struct list **ret_at, uint64_
 	}
 }
 
+struct sfile *share_lend(struct server *srv, uid_t uid, const struct stat *st)
+{
+	unsigned b = sfile_bucket(uid, st->st_dev, st->st_ino);
+	struct sfile *f;
+
+	for (f = srv->sfiles[b]; f; f = f->next)
+		if (f->uid == uid && f->dev == st->st_dev && f->ino == st->st_ino)
+			break;
+	if (!f) {
+		f = calloc(1, sizeof(*f));
+		if (!f)
+			return NULL;
+		f->uid = uid;
+		f->dev = st->st_dev;
+		f->ino = st->st_ino;
+		f->next = srv->sfiles[b];
+		srv->sfiles[b] = f;
+	}
+	f->lenders++;
+	return f;
+}
+
+void share_unlend(struct server *srv, struct sfile *f)
+{
+	struct pool *p;
+	struct sfile **pp;
+
+	if (!f || --f->lenders)
+		return;
+	p = pool_of(srv, f->uid);
+	if (p) {
+		struct list *l, *t;
+		list_for_each_safe(l, t, &p->entries)
+		{
+			struct pentry *e = list_entry(l, struct pentry, by_off);
+			if (e->sf != f)
+				continue;
+			e->sf = NULL;
+			if (e->refs == 0 && e->ready)
+				entry_free(p, e);
+		}
+	}
+	for (pp = &srv->sfiles[sfile_bucket(f->uid, f->dev, f->ino)]; *pp; pp = &(*pp)->next) {
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	}
+	free(f);
+}
+
+/* An entry nobody pins any more: kept (most recently used) while its file
+ * is lent, else freed. */
+static void unpinned(struct pool *p, struct pentry *e)
+{
+	if (!e->sf) {
+		entry_free(p, e);
+		return;
+	}
+	list_add_tail(&p->lru, &e->lru);
+	e->in_lru = true;
+}
+
 static void notify(struct pentry *e, int res)
 {
 	struct share_wait *w = e->waiters;
@@ -375,17 +458,18 @@ static void piece_done(void *ud, int res)
 	}
 	srv->load_disk_bytes += e->got;
 	e->ready = true;
+	/* A waiter may drop its pin at once (its client left): hold the
+	 * entry until every waiter has run. */
+	e->refs++;
 	notify(e, 0);
-	if (e->refs == 0) {
-		list_add_tail(&p->lru, &e->lru);
-		e->in_lru = true;
-	}
+	if (--e->refs == 0)
+		unpinned(p, e);
 }
 
-bool share_get(struct server *srv, uid_t uid, int fd, const struct stat *st,
+bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *st,
 	       struct share_wait *w)
 {
-	struct pool *p = pool_get(srv, uid);
+	struct pool *p = sf ? pool_get(srv, sf->uid) : NULL;
 	struct pentry *e = NULL;
 	struct list *l, *at;
 	uint64_t off;
@@ -396,7 +480,8 @@ bool share_get(struct server *srv, uid_t uid, int fd, const struct stat *st,
 	list_for_each(l, &p->entries)
 	{
 		struct pentry *x = list_entry(l, struct pentry, by_off);
-		if (x->file_off <= w->file_off && w->file_off - x->file_off <= x->len &&
+		if (x->sf == sf && x->file_off <= w->file_off &&
+		    w->file_off - x->file_off <= x->len &&
 		    w->len <= x->len - (w->file_off - x->file_off) && same_file(x, st)) {
 			e = x;
 			break;
@@ -428,6 +513,7 @@ bool share_get(struct server *srv, uid_t uid, int fd, const struct stat *st,
 		return false;
 	}
 	e->p = p;
+	e->sf = sf;
 	e->dev = st->st_dev;
 	e->ino = st->st_ino;
 	e->fsize = st->st_size;
@@ -482,10 +568,8 @@ void share_put(struct server *srv, struct pentry *e)
 	(void)srv;
 	p->pins--;
 	p->last_ms = now_ms();
-	if (--e->refs == 0 && e->ready) {
-		list_add_tail(&p->lru, &e->lru);
-		e->in_lru = true;
-	}
+	if (--e->refs == 0 && e->ready)
+		unpinned(p, e);
 }
 
 void share_io_event(struct pool *p)

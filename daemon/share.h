@@ -26,9 +26,13 @@
  * asking client's descriptor.  Entries are pinned while a waiting read or
  * a client holds them (the client sends LOAD_RELEASE when it has copied
  * and checked the bytes); unpinned ones are kept, least recently used
- * first, until their room is needed.  A pool nobody pinned for
- * SHARE_IDLE_MS is freed, and so is an idle one when an arena needs the
- * memory (arenas win, as over resident images).
+ * first, until their room is needed, and only while some client of the uid
+ * has the file lent (LOAD_FILE to LOAD_CLOSE): the pool shares bytes
+ * between loads that run at the same time, and is not a cache that would
+ * serve a later load of the same file from memory (the page cache's job;
+ * a load from ckptd's memory is what resident images are for).  A pool
+ * nobody pinned for SHARE_IDLE_MS is freed, and so is an idle one when an
+ * arena needs the memory (arenas win, as over resident images).
  *
  * Trust: the client checks every CRC piece it uses against its manifest,
  * as with any read; the pool saves disk reads, never checks.  A file
@@ -50,6 +54,7 @@
 struct server;
 struct pool;
 struct pentry;
+struct sfile;
 
 /* An unpinned pool is freed after this long. */
 #define SHARE_IDLE_MS 60000
@@ -65,11 +70,18 @@ struct share_wait {
 	void (*cb)(struct share_wait *w, int res);
 };
 
-/* Asks for [w->file_off, +w->len) of the file open as fd (fstat'ed as st)
- * for a client of uid.  Returns true if w will be answered by cb, false
- * if the pool cannot take it now (none yet: one is being made; no room;
+/* A client of uid lent the file st describes (LOAD_FILE): its pieces may
+ * be kept while it is lent.  NULL: out of memory (its reads go without
+ * the pool). */
+struct sfile *share_lend(struct server *srv, uid_t uid, const struct stat *st);
+/* That client gave it back (or closed): the last one out drops the file's
+ * unpinned entries (pinned ones go when unpinned). */
+void share_unlend(struct server *srv, struct sfile *f);
+/* Asks for [w->file_off, +w->len) of lent file sf, open as fd (fstat'ed
+ * now as st).  Returns true if w will be answered by cb, false if the
+ * pool cannot take it now (none yet: one is being made; no room;
  * disabled): the caller reads it itself. */
-bool share_get(struct server *srv, uid_t uid, int fd, const struct stat *st,
+bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *st,
 	       struct share_wait *w);
 /* What an answered read got: bytes (from file_off, at most len; fewer at
  * the end of the file), where they start in the pool, the pool's gen and

@@ -10,6 +10,7 @@
  * meanwhile.  The shared pool (daemon/share.h): a read one connection
  * made is answered to another of the same uid from the pool, without the
  * disk, in a read-only sealed memfd; a file written again is a new key;
+ * pieces go once no client has their file lent;
  * releases of tokens that hold nothing end the connection; pins go with
  * the connection.
  */
@@ -427,9 +428,9 @@ static void send_release(struct raw *r, uint32_t token)
 	ck_assert_int_eq(proto_send(r->fd, &m, sizeof(m), -1), 0);
 }
 
-/* Daemon 0's status report: its "loads" object's integer `key`, and the
- * pins of its first pool (-1: none). */
-static int64_t loads_stat(struct testd *t, const char *key, int64_t *ret_pins)
+/* Daemon 0's status report: its "loads" object's integer `key`, and its
+ * first pool's integer `pkey` (-1: no pool). */
+static int64_t loads_stat(struct testd *t, const char *key, const char *pkey, int64_t *ret_pv)
 {
 	char *out = NULL;
 	json_error_t je;
@@ -445,10 +446,10 @@ static int64_t loads_stat(struct testd *t, const char *key, int64_t *ret_pins)
 	ck_assert_msg(json_is_integer(json_object_get(loads, key)), "no loads.%s: %s", key, out);
 	v = json_integer_value(json_object_get(loads, key));
 	pools = json_object_get(loads, "pools");
-	if (ret_pins)
-		*ret_pins = json_array_size(pools) ?
-				    json_integer_value(json_object_get(json_array_get(pools, 0), "pins")) :
-				    -1;
+	if (ret_pv)
+		*ret_pv = json_array_size(pools) ?
+				  json_integer_value(json_object_get(json_array_get(pools, 0), pkey)) :
+				  -1;
 	json_decref(j);
 	free(out);
 	return v;
@@ -535,7 +536,7 @@ START_TEST(test_pool)
 	ck_assert_int_ge(e.fd, 0);
 	close(e.fd);
 	check_bytes((const uint8_t *)map + e.pool_off, 2 * MiB, 2 * MiB);
-	ck_assert_int_ge(loads_stat(&t, "shared_bytes", &pins), (int64_t)(2 * MiB));
+	ck_assert_int_ge(loads_stat(&t, "shared_bytes", "pins", &pins), (int64_t)(2 * MiB));
 	ck_assert_int_eq(pins, 2);
 
 	/* The end of the file: a read past it is short, from the pool too. */
@@ -573,10 +574,14 @@ START_TEST(test_pool)
 		int64_t end = td_now_ms() + 15000;
 		do {
 			td_sleep_ms(20);
-			(void)loads_stat(&t, "disk_bytes", &pins);
+			(void)loads_stat(&t, "disk_bytes", "pins", &pins);
 		} while (pins != 0 && td_now_ms() < end);
 		ck_assert_int_eq(pins, 0);
 	}
+	/* No client has the file lent any more: the pool keeps none of its
+	 * pieces (it shares between loads at once, it is no cache). */
+	(void)loads_stat(&t, "disk_bytes", "entries", &pins);
+	ck_assert_int_eq(pins, 0);
 	/* A client that does not offer the pool gets its bytes in its arena. */
 	raw_open(&a, td_sock(&t, 0), "lio");
 	fd = open(path, O_RDONLY | O_CLOEXEC);
