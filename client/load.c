@@ -1163,11 +1163,17 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		goto out;
 	}
 	src = arena;
-	if (in_pool == n && n == 1) {
-		src = lr[0].bytes;
-	} else if (in_pool == n) {
-		win = cells_window(lr, n, last);
-		src = win;
+	if (in_pool == n) {
+		/* Cells side by side in one pool (the daemon hands out room
+		 * first-fit, so a read's cells often are) are read through the
+		 * client's mapping of the whole pool, whose pages stay mapped
+		 * from one read to the next; others through a view made for
+		 * this read, whose pages fault in afresh. */
+		size_t i = 1;
+		while (i < n && lr[i].pool == lr[0].pool &&
+		       lr[i].pool_off == lr[0].pool_off + i * LOAD_CELL)
+			i++;
+		src = i == n ? lr[0].bytes : (win = cells_window(lr, n, last));
 	}
 	if (!src || (in_pool && in_pool < n)) {
 		/* Some cells in the arena, some in the pool (the pool was
