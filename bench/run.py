@@ -1747,6 +1747,10 @@ def load_memory_plan(sc, rsc, uring_depth, ram=None):
         plan["ckpt_bench_reshard"] = (rsc["ranks"] * (2 * rsc["bytes"] + RESHARD_ARENA) +
                                       rsc["loaders"] * (total // rsc["loaders"] + MIB +
                                                         RESHARD_LOADER_ARENA - RESHARD_ARENA) + 64 * MIB)
+    if rsc:
+        # ckptd's pool for the reshard's loaders (one job; load-2g's lone
+        # loader shares with nobody and gets none).
+        plan["ckptd_pool"] = LOAD_SHARE_DEFAULT
     if ram:
         plan["restore"] = (restore_image_bytes(ram) + ram["bytes"] + RESTORE_SAVER_ARENA + RESTORE_LOADER_ARENA +
                            64 * MIB)
@@ -3267,9 +3271,9 @@ def run_scenario(name, sc, py, run_dir, data, failures):
             # finds no room evicts them.
             arenas += [RESTORE_SAVER_ARENA, RESTORE_LOADER_ARENA]
             images = restore_image_bytes(ram)
-        # Loads through ckptd share pieces in its pool for the loaders'
-        # uid (load_share, left at the daemon's default), which counts in
-        # arena_total: room for it.
+        # Loads through ckptd share pieces in a pool per (uid, job) whose
+        # loaders lend the same file (load_share, left at the daemon's
+        # default: the reshard's), which counts in arena_total: room for it.
         images += LOAD_SHARE_DEFAULT
     else:
         per = arena_for(sc["bytes"], sc["tensors"])

@@ -145,6 +145,12 @@ static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_do
 	}
 	for (struct cli_lread *w = c->lwaits; w; w = w->next) {
 		if (w->token == m->token && !w->done) {
+			if (m->got > w->len) {
+				snprintf(detail, dlen, "LOAD_DONE for token %u says %llu bytes of a "
+					 "%llu-byte read", m->token, (unsigned long long)m->got,
+					 (unsigned long long)w->len);
+				return -EBADMSG;
+			}
 			if (p && !w->offered) {
 				snprintf(detail, dlen, "LOAD_DONE in the pool for token %u, which "
 					 "did not offer it", m->token);
@@ -282,6 +288,31 @@ void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count)
 	pthread_mutex_unlock(&c->lock);
 }
 
+int cli_load_reserve(struct ckpt_client *c, uint32_t n)
+{
+	int r = 0;
+
+	if (n > PROTO_LOAD_INFLIGHT)
+		return -E2BIG;
+	pthread_mutex_lock(&c->lock);
+	while (c->lreads_held + n > PROTO_LOAD_INFLIGHT && !c->dead)
+		pthread_cond_wait(&c->res_cv, &c->lock);
+	if (c->dead)
+		r = -ECONNRESET;
+	else
+		c->lreads_held += n;
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+void cli_load_unreserve(struct ckpt_client *c, uint32_t n)
+{
+	pthread_mutex_lock(&c->lock);
+	c->lreads_held -= n;
+	pthread_cond_broadcast(&c->res_cv);
+	pthread_mutex_unlock(&c->lock);
+}
+
 void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
 		   uint64_t arena_off, struct cli_lread *w)
 {
@@ -299,6 +330,7 @@ void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, ui
 		pthread_mutex_unlock(&c->lock);
 		return;
 	}
+	w->len = len;
 	w->token = ++c->lread_next;
 	w->next = c->lwaits;
 	c->lwaits = w;

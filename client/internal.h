@@ -475,6 +475,7 @@ struct ckpt_client {
 
 	/* Reads through the daemon (LOAD_*): [lock] */
 	struct cli_lread *lwaits;         /* LOAD_READs awaiting LOAD_DONE */
+	uint32_t lreads_held;             /* reserved (cli_load_reserve) */
 	bool share;                       /* offer PROTO_LOAD_SHARE (unless
 	                                   * CKPT_LOAD_SHARE=0) */
 	struct cli_pool *pools;           /* the daemon's pools mapped, newest
@@ -554,7 +555,7 @@ struct cli_lread {
 	/* The wait (client.c): [lock] */
 	bool offered, listed, done;
 	int err, send_err;
-	uint64_t got;
+	uint64_t len, got;
 	struct cli_lread *next;
 };
 /* cli_load_read in two halves: several reads in flight from one thread.
@@ -562,6 +563,12 @@ struct cli_lread {
 void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
 		   uint64_t arena_off, struct cli_lread *lr);
 int64_t cli_load_wait(struct ckpt_client *c, struct cli_lread *lr);
+/* The daemon drops a connection with more than PROTO_LOAD_INFLIGHT reads
+ * unanswered or held in its pool: a caller reserves its n reads before
+ * sending them (waits for room; -ECONNRESET, -E2BIG) and gives the room
+ * back once they are waited for and released. */
+int cli_load_reserve(struct ckpt_client *c, uint32_t n);
+void cli_load_unreserve(struct ckpt_client *c, uint32_t n);
 void cli_load_release(struct ckpt_client *c, struct cli_lread *lr);
 
 /* Returns how many saves of checkpoint `name` this client began before, and

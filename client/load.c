@@ -1115,6 +1115,13 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		return (int)first;
 	}
 	arena = (char *)c->arena + (uint64_t)first * c->slot_bytes;
+	r = cli_load_reserve(c, (uint32_t)n);
+	if (r < 0) {
+		fail(ld, r, "reading %s/%s through ckptd: %s", ld->rd->path,
+		     ld->rd->m.files[rd->file].path, strerror(-r));
+		cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
+		return r;
+	}
 	for (size_t i = 0; i < n; i++)
 		cli_load_send(c, ld->lhandles[rd->file], a0 + i * (a1 - a0) / n, (a1 - a0) / n,
 			      (uint64_t)first * c->slot_bytes + i * (a1 - a0) / n, &lr[i]);
@@ -1192,6 +1199,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 out:
 	for (size_t i = 0; i < n; i++)
 		cli_load_release(c, &lr[i]);
+	cli_load_unreserve(c, (uint32_t)n);
 	cli_arena_put(c, (uint32_t)first, (uint32_t)n_slots);
 	return r;
 }

@@ -152,7 +152,7 @@ void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
 		if (!(fl & O_DIRECT))
 			(void)fcntl(fd, F_SETFL, fl | O_DIRECT);
 		f->fd = fd;
-		f->sf = share_lend(c->srv, c->creds.uid, &st);
+		f->sf = share_lend(c->srv, c->creds.uid, c->job, &st);
 		c->n_lent++;
 		c->srv->lent_fds++;
 		return;
@@ -171,6 +171,19 @@ static void lreq_end(struct lreq *q)
 	free(q);
 }
 
+/* Its arena slots are the client's again (counted from the LOAD_READ on,
+ * so no EXTENT may claim them while the read may still land there, even
+ * one waiting in the pool that may fall back to the arena). */
+static void slots_unread(struct lreq *q)
+{
+	struct conn *c = q->c;
+	uint32_t first = (uint32_t)(q->arena_off / c->slot_bytes);
+	uint32_t last = (uint32_t)((q->arena_off + q->len - 1) / c->slot_bytes);
+
+	for (uint32_t s = first; s <= last; s++)
+		c->w.slots[s].reads--;
+}
+
 /* Its descriptor is not needed any more. */
 static void lreq_unbusy(struct lreq *q)
 {
@@ -186,8 +199,6 @@ static void piece_done(void *ud, int res)
 	struct lpiece *pc = ud;
 	struct lreq *q = pc->q;
 	struct conn *c = q->c;
-	uint32_t first = (uint32_t)(q->arena_off / c->slot_bytes);
-	uint32_t last = (uint32_t)((q->arena_off + q->len - 1) / c->slot_bytes);
 
 	pc->res = res;
 	if (--q->pending)
@@ -204,8 +215,7 @@ static void piece_done(void *ud, int res)
 		if ((uint64_t)p->res < p->len)
 			break;
 	}
-	for (uint32_t s = first; s <= last; s++)
-		c->w.slots[s].reads--;
+	slots_unread(q);
 	lreq_unbusy(q);
 	if (!q->err)
 		c->srv->load_disk_bytes += q->got;
@@ -219,20 +229,17 @@ static void direct_start(struct lreq *q)
 	struct conn *c = q->c;
 	struct server *srv = c->srv;
 	struct lfile *f = &c->lfiles[q->handle];
-	uint32_t first = (uint32_t)(q->arena_off / c->slot_bytes);
-	uint32_t last = (uint32_t)((q->arena_off + q->len - 1) / c->slot_bytes);
 
 	q->n_pieces = (uint32_t)((q->len + LOADIO_PIECE - 1) / LOADIO_PIECE);
 	q->pieces = calloc(q->n_pieces, sizeof(*q->pieces));
 	if (!q->pieces) {
+		slots_unread(q);
 		lreq_unbusy(q);
 		send_done(c, q->token, -ENOMEM, 0);
 		lreq_end(q);
 		return;
 	}
 	q->pending = q->n_pieces;
-	for (uint32_t s = first; s <= last; s++)
-		c->w.slots[s].reads++;
 	/* q is freed by the last piece's callback, which may run inside
 	 * the last call (a failure at once): nothing of it is read after. */
 	uint32_t n = q->n_pieces;
@@ -265,6 +272,7 @@ static void shared_done(struct share_wait *w, int res)
 		direct_start(q);
 		return;
 	}
+	slots_unread(q);
 	lreq_unbusy(q);
 	if (c->state == CONN_CLOSED) {
 		share_put(srv, w->e);
@@ -348,6 +356,8 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 	q->arena_off = m->arena_off;
 	q->file_off = m->file_off;
 	q->len = m->len;
+	for (uint32_t s = first; s <= last; s++)
+		c->w.slots[s].reads++;
 	f->busy++;
 	c->load_inflight++;
 	c->load_bytes += m->len;

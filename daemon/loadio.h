@@ -38,6 +38,8 @@
 
 #include <stdbool.h>
 
+#include "shm/proto.h"
+
 struct conn;
 struct proto_load_file;
 struct proto_load_read;
@@ -45,7 +47,7 @@ struct proto_load_close;
 struct proto_load_release;
 
 /* Reads in flight per connection, at most. */
-#define LOADIO_MAX_INFLIGHT 256u
+#define LOADIO_MAX_INFLIGHT PROTO_LOAD_INFLIGHT
 
 /* LOAD_FILE with its descriptor (taken over, even on failure: closed). */
 void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd);

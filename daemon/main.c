@@ -405,6 +405,7 @@ static void reap(struct server *srv)
 {
 	saves_reap(srv);
 	conns_reap(srv);
+	share_reap(srv);
 }
 
 static int run(struct server *srv)
@@ -541,6 +542,7 @@ static void teardown(struct server *srv)
 	workers_stop(&srv->uploads); /* cancelled by saves_stop: they end soon */
 	images_free_all(srv); /* no job is left that could copy into one */
 	share_free_all(srv);
+	share_reap(srv);
 	store_spill_stop();
 	store_s3_stop();
 	registry_close(&srv->reg);
@@ -590,6 +592,7 @@ int main(int argc, char **argv)
 	list_init(&srv.saves);
 	list_init(&srv.images);
 	list_init(&srv.pools);
+	list_init(&srv.dead_pools);
 	srv.start_ms = now_ms();
 	r = setup(&srv);
 	if (r < 0) {

@@ -50,7 +50,8 @@ struct server {
 	struct list images;         /* resident.h, least recently used first */
 	uint64_t resident_bytes;    /* bytes of all images (reserved or made) */
 	uint32_t lent_fds;          /* descriptors clients lent (loadio.h) */
-	struct list pools;          /* share.h: one per uid that loads */
+	struct list pools;          /* share.h: one per (uid, job) that shares loads */
+	struct list dead_pools;     /* freed this round of the loop */
 	uint64_t share_bytes;       /* bytes of all pools (reserved or made) */
 	uint32_t pool_gen;          /* the last pool's gen */
 	struct sfile *sfiles[256];  /* share.h: lent files, hashed by (uid, dev, ino) */

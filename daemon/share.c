@@ -22,17 +22,18 @@
 #define SHARE_MAX_ENTRIES 4096u
 
 struct pool {
-	struct list link;        /* server.pools */
+	struct list link;        /* server.pools, or server.dead_pools */
 	struct server *srv;
 	uid_t uid;
+	char job[CKPT_MAX_JOB_LEN + 1];
 	uint32_t gen;            /* never 0; new for every pool made */
 	uint64_t size;
 	int fd, ro_fd;           /* read-write (ours) and the read-only one clients get */
 	uint8_t *map;
 	struct store_arena *io;
 	struct ev ev;
-	bool ready, in_epoll, failed;
-	struct work job;         /* making it */
+	bool ready, in_epoll, failed, dead;
+	struct work make_job;    /* making it */
 	char err[PROTO_MSG_LEN];
 	struct list entries;     /* by pool offset */
 	struct list lru;         /* READY, unpinned: least recently used first */
@@ -41,10 +42,11 @@ struct pool {
 	int64_t last_ms;
 };
 
-/* A file some client of uid has lent (share_lend). */
+/* A file some client of (uid, job) has lent (share_lend). */
 struct sfile {
 	struct sfile *next;      /* in its server.sfiles bucket */
 	uid_t uid;
+	char job[CKPT_MAX_JOB_LEN + 1];
 	dev_t dev;
 	ino_t ino;
 	uint32_t lenders;
@@ -75,24 +77,26 @@ struct pentry {
 	uint32_t n_pieces;
 };
 
-static struct pool *pool_of(struct server *srv, uid_t uid)
+static struct pool *pool_of(struct server *srv, uid_t uid, const char *job)
 {
 	struct list *l;
 
 	list_for_each(l, &srv->pools)
 	{
 		struct pool *p = list_entry(l, struct pool, link);
-		if (p->uid == uid)
+		if (p->uid == uid && strcmp(p->job, job) == 0)
 			return p;
 	}
 	return NULL;
 }
 
-static unsigned sfile_bucket(uid_t uid, dev_t dev, ino_t ino)
+static unsigned sfile_bucket(uid_t uid, const char *job, dev_t dev, ino_t ino)
 {
 	uint64_t h = ((uint64_t)uid * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)dev * 0xc2b2ae3d27d4eb4full) ^
 		     ((uint64_t)ino * 0x165667b19e3779f9ull);
 
+	for (const char *s = job; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
 	return (unsigned)((h ^ (h >> 29)) % (sizeof(((struct server *)0)->sfiles) /
 					     sizeof(((struct server *)0)->sfiles[0])));
 }
@@ -106,7 +110,7 @@ static uint64_t used_bytes(const struct server *srv)
 
 static void make_run(struct work *w)
 {
-	struct pool *p = (struct pool *)((char *)w - offsetof(struct pool, job));
+	struct pool *p = (struct pool *)((char *)w - offsetof(struct pool, make_job));
 	char name[64], path[64], err[PROTO_MSG_LEN] = "";
 	void *addr;
 	int fd, r;
@@ -196,12 +200,29 @@ static void pool_free(struct server *srv, struct pool *p, bool now)
 	}
 	srv->share_bytes -= p->size;
 	list_del(&p->link);
-	free(p);
+	if (now) {
+		free(p);
+		return;
+	}
+	/* An epoll event of this round may still name it: freed by
+	 * share_reap, after the round. */
+	p->io = NULL;
+	p->dead = true;
+	list_add_tail(&srv->dead_pools, &p->link);
+}
+
+void share_reap(struct server *srv)
+{
+	while (!list_empty(&srv->dead_pools)) {
+		struct list *l = srv->dead_pools.next;
+		list_del(l);
+		free(list_entry(l, struct pool, link));
+	}
 }
 
 static void make_done(struct work *w)
 {
-	struct pool *p = (struct pool *)((char *)w - offsetof(struct pool, job));
+	struct pool *p = (struct pool *)((char *)w - offsetof(struct pool, make_job));
 	struct server *srv = p->srv;
 
 	if (w->res == 0) {
@@ -213,7 +234,7 @@ static void make_done(struct work *w)
 			p->in_epoll = true;
 		}
 	}
-	p->job.run = NULL;
+	p->make_job.run = NULL;
 	p->last_ms = now_ms();
 	if (w->res < 0) {
 		/* Kept (as failed, holding no memory) so that every read of
@@ -237,15 +258,16 @@ static void make_done(struct work *w)
 		return;
 	}
 	p->ready = true;
-	log_info("share: a %llu MiB pool for the loads of uid %u", (unsigned long long)(p->size >> 20),
-		 (unsigned)p->uid);
+	log_info("share: a %llu MiB pool for the loads of uid %u job '%s'",
+		 (unsigned long long)(p->size >> 20), (unsigned)p->uid, p->job);
 }
 
-/* The uid's pool if it is ready; else starts making one (if there is
- * room) and returns NULL. */
-static struct pool *pool_get(struct server *srv, uid_t uid)
+/* The pool of sf's (uid, job) if it is ready; else, if sf is lent by two
+ * clients or more (there is something to share), starts making one when
+ * there is room, and returns NULL. */
+static struct pool *pool_get(struct server *srv, const struct sfile *sf)
 {
-	struct pool *p = pool_of(srv, uid);
+	struct pool *p = pool_of(srv, sf->uid, sf->job);
 	uint64_t size = srv->cfg.load_share;
 
 	if (size > srv->cfg.arena_total / 2)
@@ -254,7 +276,7 @@ static struct pool *pool_get(struct server *srv, uid_t uid)
 
 	if (p)
 		return p->ready ? p : NULL;
-	if (size < (16ull << 20) || srv->stopping)
+	if (size < (16ull << 20) || srv->stopping || sf->lenders < 2)
 		return NULL;
 	if (used_bytes(srv) > srv->cfg.arena_total || size > srv->cfg.arena_total - used_bytes(srv))
 		return NULL; /* resident images are not evicted for a cache */
@@ -262,7 +284,8 @@ static struct pool *pool_get(struct server *srv, uid_t uid)
 	if (!p)
 		return NULL;
 	p->srv = srv;
-	p->uid = uid;
+	p->uid = sf->uid;
+	snprintf(p->job, sizeof(p->job), "%s", sf->job);
 	p->gen = ++srv->pool_gen ? srv->pool_gen : ++srv->pool_gen;
 	p->size = size;
 	p->fd = p->ro_fd = -1;
@@ -271,8 +294,8 @@ static struct pool *pool_get(struct server *srv, uid_t uid)
 	list_init(&p->lru);
 	srv->share_bytes += size;
 	list_add_tail(&srv->pools, &p->link);
-	p->job = (struct work){ .run = make_run, .done = make_done };
-	workers_submit(&srv->arenas, &p->job);
+	p->make_job = (struct work){ .run = make_run, .done = make_done };
+	workers_submit(&srv->arenas, &p->make_job);
 	return NULL;
 }
 
@@ -308,46 +331,62 @@ static void entry_free(struct pool *p, struct pentry *e)
  * and the offset, or false. */
 static bool find_gap(struct pool *p, uint64_t len, struct list **ret_at, uint64_t *ret_off)
 {
-	for (;;) {
-		uint64_t at = 0;
-		struct list *l;
+	uint64_t at = 0;
+	struct list *l;
 
-		if (p->n_entries < SHARE_MAX_ENTRIES) {
-			list_for_each(l, &p->entries)
-			{
-				struct pentry *e = list_entry(l, struct pentry, by_off);
-				if (e->off - at >= len) {
-					*ret_at = l;
-					*ret_off = at;
-					return true;
-				}
-				at = e->off + e->len;
-			}
-			if (p->size - at >= len) {
-				*ret_at = &p->entries;
+	if (p->n_entries < SHARE_MAX_ENTRIES) {
+		list_for_each(l, &p->entries)
+		{
+			struct pentry *e = list_entry(l, struct pentry, by_off);
+			if (e->off - at >= len) {
+				*ret_at = l;
 				*ret_off = at;
 				return true;
 			}
+			at = e->off + e->len;
 		}
-		if (list_empty(&p->lru))
-			return false;
-		entry_free(p, list_entry(p->lru.next, struct pentry, lru));
+		if (p->size - at >= len) {
+			*ret_at = &p->entries;
+			*ret_off = at;
+			return true;
+		}
 	}
+	/* Evictions, least recently used first; only the gap around the
+	 * evicted entry changes, so each costs O(1), not another scan. */
+	while (!list_empty(&p->lru)) {
+		struct pentry *e = list_entry(p->lru.next, struct pentry, lru);
+		struct list *prev = e->by_off.prev, *next = e->by_off.next;
+		uint64_t b = prev == &p->entries ? 0 :
+			     list_entry(prev, struct pentry, by_off)->off +
+				     list_entry(prev, struct pentry, by_off)->len;
+		uint64_t end = next == &p->entries ? p->size :
+			       list_entry(next, struct pentry, by_off)->off;
+
+		entry_free(p, e);
+		if (end - b >= len && p->n_entries < SHARE_MAX_ENTRIES) {
+			*ret_at = next;
+			*ret_off = b;
+			return true;
+		}
+	}
+	return false;
 }
 
-struct sfile *share_lend(struct server *srv, uid_t uid, const struct stat *st)
+struct sfile *share_lend(struct server *srv, uid_t uid, const char *job, const struct stat *st)
 {
-	unsigned b = sfile_bucket(uid, st->st_dev, st->st_ino);
+	unsigned b = sfile_bucket(uid, job, st->st_dev, st->st_ino);
 	struct sfile *f;
 
 	for (f = srv->sfiles[b]; f; f = f->next)
-		if (f->uid == uid && f->dev == st->st_dev && f->ino == st->st_ino)
+		if (f->uid == uid && f->dev == st->st_dev && f->ino == st->st_ino &&
+		    strcmp(f->job, job) == 0)
 			break;
 	if (!f) {
 		f = calloc(1, sizeof(*f));
 		if (!f)
 			return NULL;
 		f->uid = uid;
+		snprintf(f->job, sizeof(f->job), "%s", job);
 		f->dev = st->st_dev;
 		f->ino = st->st_ino;
 		f->next = srv->sfiles[b];
@@ -364,7 +403,7 @@ void share_unlend(struct server *srv, struct sfile *f)
 
 	if (!f || --f->lenders)
 		return;
-	p = pool_of(srv, f->uid);
+	p = pool_of(srv, f->uid, f->job);
 	if (p) {
 		struct list *l, *t;
 		list_for_each_safe(l, t, &p->entries)
@@ -377,7 +416,8 @@ void share_unlend(struct server *srv, struct sfile *f)
 				entry_free(p, e);
 		}
 	}
-	for (pp = &srv->sfiles[sfile_bucket(f->uid, f->dev, f->ino)]; *pp; pp = &(*pp)->next) {
+	for (pp = &srv->sfiles[sfile_bucket(f->uid, f->job, f->dev, f->ino)]; *pp;
+	     pp = &(*pp)->next) {
 		if (*pp == f) {
 			*pp = f->next;
 			break;
@@ -430,6 +470,10 @@ static void piece_done(void *ud, int res)
 		if ((uint64_t)e->pieces[i].res < e->pieces[i].len)
 			break;
 	}
+	/* Short before the end of the file as it was when asked: not a
+	 * piece to keep for others (each reads on its own instead). */
+	if (!e->err && e->got < e->len && e->file_off + e->got < (uint64_t)e->fsize)
+		e->err = -EIO;
 	free(e->pieces);
 	e->pieces = NULL;
 	p->pins--; /* the read's own */
@@ -469,7 +513,7 @@ static void piece_done(void *ud, int res)
 bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *st,
 	       struct share_wait *w)
 {
-	struct pool *p = sf ? pool_get(srv, sf->uid) : NULL;
+	struct pool *p = sf ? pool_get(srv, sf) : NULL;
 	struct pentry *e = NULL;
 	struct list *l, *at;
 	uint64_t off;
@@ -574,12 +618,13 @@ void share_put(struct server *srv, struct pentry *e)
 
 void share_io_event(struct pool *p)
 {
-	p->srv->store->arena_reap(p->io);
+	if (!p->dead)
+		p->srv->store->arena_reap(p->io);
 }
 
 static bool idle(const struct pool *p)
 {
-	return !p->job.run && p->pins == 0 && (!p->io || p->srv->store->arena_busy(p->io) == 0);
+	return !p->make_job.run && p->pins == 0 && (!p->io || p->srv->store->arena_busy(p->io) == 0);
 }
 
 void share_tick(struct server *srv)
@@ -653,8 +698,9 @@ void share_status(const struct server *srv, void *arr, uid_t uid, bool all)
 			continue;
 		list_for_each(k, &p->entries)
 			held += list_entry(k, struct pentry, by_off)->len;
-		json_array_append_new(arr, json_pack("{s:I, s:I, s:I, s:I, s:I, s:b}", "uid",
-						     (json_int_t)p->uid, "bytes", (json_int_t)p->size,
+		json_array_append_new(arr, json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:b}", "uid",
+						     (json_int_t)p->uid, "job", p->job, "bytes",
+						     (json_int_t)p->size,
 						     "held_bytes", (json_int_t)held, "entries",
 						     (json_int_t)p->n_entries, "pins",
 						     (json_int_t)p->pins, "ready", p->ready));

@@ -10,13 +10,17 @@
  * piece.  With O_DIRECT (loadio.h) nothing is shared between them: M
  * loaders read the file M times.  The pool makes that once.
  *
- * The pool: a sealed memfd (pool_bytes of config `load_share`), made on an
- * arena worker the first time a loader of that uid asks, registered with
- * io_uring like an arena, and mapped read-only by that uid's loaders (a
+ * The pool: a sealed memfd (config `load_share` bytes), registered with
+ * io_uring like an arena, and mapped read-only by the loaders it serves (a
  * read-only descriptor, F_SEAL_FUTURE_WRITE: only the daemon's mapping,
- * made before the seal, writes it).  One pool per uid: a loader sees only
- * bytes of files some loader of its own uid opened and lent; a pool is
- * never handed to another uid.
+ * made before the seal, writes it).  One pool per (uid, job), as resident
+ * images are keyed: a loader sees only bytes of files some loader of its
+ * own uid and job opened and lent (a uid is not always a tenant: containers
+ * may share one), and a pool is never handed to another.  It is made, on
+ * an arena worker, once two clients of the (uid, job) have the same file
+ * lent -- something to share -- and there is room in arena_total; until
+ * it is ready (populating it takes a second or so here) reads land in the
+ * clients' arenas as without it.
  *
  * An entry is the bytes [file_off, file_off + len) of one file, at `off`
  * in the pool, keyed by the file's identity as fstat() gives it at each
@@ -70,10 +74,10 @@ struct share_wait {
 	void (*cb)(struct share_wait *w, int res);
 };
 
-/* A client of uid lent the file st describes (LOAD_FILE): its pieces may
- * be kept while it is lent.  NULL: out of memory (its reads go without
- * the pool). */
-struct sfile *share_lend(struct server *srv, uid_t uid, const struct stat *st);
+/* A client of (uid, job) lent the file st describes (LOAD_FILE): its
+ * pieces may be kept while it is lent.  NULL: out of memory (its reads go
+ * without the pool). */
+struct sfile *share_lend(struct server *srv, uid_t uid, const char *job, const struct stat *st);
 /* That client gave it back (or closed): the last one out drops the file's
  * unpinned entries (pinned ones go when unpinned). */
 void share_unlend(struct server *srv, struct sfile *f);
@@ -93,6 +97,9 @@ void share_put(struct server *srv, struct pentry *e);
 
 /* A pool's io_uring completions (EV_POOL). */
 void share_io_event(struct pool *p);
+/* After each round of the loop: frees the pools freed during it (an event
+ * of the round may still have named them). */
+void share_reap(struct server *srv);
 /* Timer: frees pools idle for SHARE_IDLE_MS. */
 void share_tick(struct server *srv);
 /* Frees idle (unpinned) pools until `need` more bytes fit in arena_total.

@@ -209,12 +209,14 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 		json_t *pools = json_array();
 		if (pools)
 			share_status(srv, pools, uid, all);
+		/* The node's totals for root; a user sees its own pools. */
 		if (!pools ||
 		    json_object_set_new(top, "loads",
-					json_pack("{s:I, s:I, s:I, s:o}", "disk_bytes",
-						  (json_int_t)srv->load_disk_bytes, "shared_bytes",
-						  (json_int_t)srv->load_shared_bytes, "pool_bytes",
-						  (json_int_t)srv->share_bytes, "pools", pools)) < 0) {
+					all ? json_pack("{s:I, s:I, s:I, s:o}", "disk_bytes",
+							(json_int_t)srv->load_disk_bytes, "shared_bytes",
+							(json_int_t)srv->load_shared_bytes, "pool_bytes",
+							(json_int_t)srv->share_bytes, "pools", pools) :
+					      json_pack("{s:o}", "pools", pools)) < 0) {
 			json_decref(top);
 			return -ENOMEM;
 		}

@@ -228,6 +228,9 @@ struct proto_resident_reply {
 #define PROTO_LOAD_ALIGN 4096u
 #define PROTO_LOAD_FILES 4096u
 #define PROTO_LOAD_MAX   (256ull << 20)
+/* LOAD_READs a connection may have unanswered, or answered in the pool and
+ * not released, at once: one more ends the connection. */
+#define PROTO_LOAD_INFLIGHT 256u
 
 struct proto_load_file {
 	struct proto_hdr h;

@@ -481,7 +481,7 @@ START_TEST(test_pool)
 {
 	const uint64_t size = 6 * MiB + 4096;
 	struct testd t;
-	struct raw a, b;
+	struct raw a, b, o;
 	struct pdone d, e;
 	char path[TD_PATH], proc[64];
 	uint32_t tok_a = 0, tok_b = 100;
@@ -495,10 +495,20 @@ START_TEST(test_pool)
 	td_path(path, sizeof(path), "%s/data", t.dir);
 	make_file(path, size);
 	raw_open(&a, td_sock(&t, 0), "lio");
-	raw_open(&b, td_sock(&t, 0), "other-job"); /* the same uid: the same pool */
+	raw_open(&b, td_sock(&t, 0), "lio"); /* the same uid and job: the same pool */
+	raw_open(&o, td_sock(&t, 0), "other-job");
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
 	lend(&a, 0, fd);
+	lend(&o, 3, fd);
+	/* One client of the job has the file: nothing to share, no pool. */
+	send_read_flags(&a, ++tok_a, 0, 0, MiB, 0, PROTO_LOAD_SHARE);
+	next_pdone(&a, tok_a, &d);
+	ck_assert_int_eq(d.v, (int64_t)MiB);
+	ck_assert_uint_eq(d.flags, 0);
+	check_bytes(a.arena, 0, MiB);
+	(void)loads_stat(&t, "disk_bytes", "entries", &pins);
+	ck_assert_int_eq(pins, -1);
 	lend(&b, 7, fd);
 	close(fd);
 
@@ -538,6 +548,16 @@ START_TEST(test_pool)
 	check_bytes((const uint8_t *)map + e.pool_off, 2 * MiB, 2 * MiB);
 	ck_assert_int_ge(loads_stat(&t, "shared_bytes", "pins", &pins), (int64_t)(2 * MiB));
 	ck_assert_int_eq(pins, 2);
+
+	/* A client of another job (same uid) lent the same file: its job has
+	 * no pool of its own (one lender), and it never gets this one. */
+	send_read_flags(&o, 1, 3, 2 * MiB, 2 * MiB, 0, PROTO_LOAD_SHARE);
+	next_pdone(&o, 1, &e);
+	ck_assert_int_eq(e.v, (int64_t)(2 * MiB));
+	ck_assert_uint_eq(e.flags, 0);
+	ck_assert_int_lt(e.fd, 0);
+	check_bytes(o.arena, 2 * MiB, 2 * MiB);
+	raw_close(&o);
 
 	/* The end of the file: a read past it is short, from the pool too. */
 	read_until_pool(&a, &tok_a, 0, 4 * MiB, 4 * MiB, &e);
