@@ -25,7 +25,7 @@ _Static_assert(sizeof(struct ckpt_save_opts) == 2 * 4 + 2 * 8 + 8, "padding");
 _Static_assert(sizeof(struct ckpt_tensor) == 2 * 4 + 5 * 8 + 4 * 4 + 8, "padding");
 _Static_assert(sizeof(struct ckpt_load_dst) == 4 * 4 + 4 * 8, "padding");
 _Static_assert(sizeof(struct ckpt_load_tensor) == 2 * 4 + 2 * 8 + 2 * 4 + 8, "padding");
-_Static_assert(sizeof(struct ckpt_load_stats) == 2 * 4 + 6 * 8 + 2 * 4, "padding");
+_Static_assert(sizeof(struct ckpt_load_stats) == 2 * 4 + 7 * 8 + 4 * 4, "padding");
 #endif
 _Static_assert(sizeof(enum ckpt_dtype) == 4 && sizeof(enum ckpt_device) == 4 &&
 	       sizeof(enum ckpt_cuda_pin) == 4,

@@ -660,6 +660,7 @@ static int check_grant(struct ckpt_client *c, const struct proto_hello_ok *ok)
 	c->arena_bytes = ab;
 	c->slot_bytes = sb;
 	c->client_id = ok->client_id;
+	snprintf(c->spill_dir, sizeof(c->spill_dir), "%s", ok->spill_dir);
 	return 0;
 }
 

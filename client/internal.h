@@ -476,6 +476,7 @@ struct ckpt_client {
 	/* Reads through the daemon (LOAD_*): [lock] */
 	struct cli_lread *lwaits;         /* LOAD_READs awaiting LOAD_DONE */
 	uint32_t lreads_held;             /* reserved (cli_load_reserve) */
+	char spill_dir[PROTO_MSG_LEN];    /* the daemon's S3 spill tier, or "" */
 	bool share;                       /* offer PROTO_LOAD_SHARE (unless
 	                                   * CKPT_LOAD_SHARE=0) */
 	struct cli_pool *pools;           /* the daemon's pools mapped, newest

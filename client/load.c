@@ -45,6 +45,7 @@
  * shares the reads with the other ranks over NCCL: see "Groups" below.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -126,10 +127,13 @@ struct ckpt_load {
 		const char *map;      /* read-only mapping, or NULL: storage */
 		uint64_t len;         /* the file's size (manifest) */
 		atomic_bool bad;      /* a block did not match: storage from now */
+		bool spill;           /* not ckptd's memory: the node's copy of
+		                       * an S3 shard in the spill tier's cache */
 		int open_err;         /* opening the file in storage failed (the
 		                       * fallback then fails too) */
 	} *imgs;
 	atomic_uint_least64_t bytes_resident; /* verified bytes from images */
+	atomic_uint_least64_t bytes_local;    /* verified bytes from spill copies */
 	uint32_t *lhandles;           /* per manifest file: lent to the daemon
 	                               * (cli_load_lend), or LOAD_NO_HANDLE */
 	atomic_uint_least64_t bytes_daemon;   /* bytes the daemon read for us */
@@ -888,13 +892,15 @@ static bool image_read(struct ckpt_load *ld, const struct plan_read *rd, const s
 		r = crc_iov(ld, rd, iov, NULL, &bad, &item);
 	}
 	if (r == 0) {
-		atomic_fetch_add_explicit(&ld->bytes_resident, rd->end - rd->begin,
+		atomic_fetch_add_explicit(im->spill ? &ld->bytes_local : &ld->bytes_resident,
+					  rd->end - rd->begin,
 					  memory_order_relaxed);
 		return true;
 	}
 	if (!atomic_exchange(&im->bad, true))
-		cli_log(CKPT_LOG_WARNING, "ckptd's in-memory copy of %s/%s does not match the "
-			"manifest at offset %llu: reading the file from storage instead",
+		cli_log(CKPT_LOG_WARNING, "%s of %s/%s does not match the manifest at offset "
+			"%llu: reading the file from storage instead",
+			im->spill ? "the node's local copy (S3 spill tier)" : "ckptd's in-memory copy",
 			ld->rd->path, ld->rd->m.files[rd->file].path, (unsigned long long)bad);
 	return false;
 }
@@ -2028,6 +2034,100 @@ static void unlend_files(struct ckpt_load *load)
 	load->lhandles = NULL;
 }
 
+/* Reads all of a small file (at most max bytes) at dirfd/name into a new
+ * NUL-terminated buffer, or NULL. */
+static char *slurp_at(int dirfd, const char *name, size_t max)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	char *buf = fd >= 0 ? malloc(max + 1) : NULL;
+	size_t got = 0;
+	ssize_t n = 0;
+
+	while (buf && got < max && (n = read(fd, buf + got, max - got)) > 0)
+		got += (size_t)n;
+	if (fd >= 0)
+		close(fd);
+	if (!buf || n < 0 || got == max) {
+		free(buf);
+		return NULL;
+	}
+	buf[got] = '\0';
+	return buf;
+}
+
+/*
+ * An S3 checkpoint's shards that this node saved through the spill tier
+ * wait in its cache (store/spill.c): <spill_dir>/<uid>/cache/<the first 16
+ * hex digits of the root's hash>/<name>/, with source.json naming the
+ * root, name and attempt they belong to.  The directory is the user's own
+ * (mode 0700): the library opens the files itself, with its own rights,
+ * maps them and reads them as it reads images -- every block checked
+ * against the manifest it took from S3, a file that does not match read
+ * from S3 instead.  Any doubt (another attempt, another size) leaves the
+ * file to S3.
+ */
+static void attach_spill(struct ckpt_load *load, const char *canon)
+{
+	const struct manifest *m = &load->rd->m;
+	const char *slash = strrchr(canon, '/');
+	char root[PATH_MAX], dir[PATH_MAX], hash[STORE_ID_LEN + 1];
+	char *text;
+	json_t *j;
+	bool ok;
+	int dfd;
+
+	if (!slash || (size_t)(slash - canon) >= sizeof(root))
+		return;
+	memcpy(root, canon, (size_t)(slash - canon));
+	root[slash - canon] = '\0';
+	store_hash_hex(root, strlen(root), hash);
+	hash[16] = '\0';
+	if ((size_t)snprintf(dir, sizeof(dir), "%s/%u/cache/%s/%s", load->client->spill_dir,
+			     (unsigned)geteuid(), hash, slash + 1) >= sizeof(dir))
+		return;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	text = slurp_at(dfd, "source.json", 64 << 10);
+	j = text ? json_loads(text, 0, NULL) : NULL;
+	ok = j && json_is_string(json_object_get(j, "root")) &&
+	     json_is_string(json_object_get(j, "name")) &&
+	     json_is_string(json_object_get(j, "attempt")) &&
+	     strcmp(json_string_value(json_object_get(j, "root")), root) == 0 &&
+	     strcmp(json_string_value(json_object_get(j, "name")), slash + 1) == 0 &&
+	     strcmp(json_string_value(json_object_get(j, "attempt")), m->attempt) == 0;
+	json_decref(j);
+	free(text);
+	for (size_t i = 0; ok && i < load->plan->n_reads; i++) {
+		uint32_t f = load->plan->reads[i].file;
+		const struct manifest_file *mf = &m->files[f];
+		struct stat st;
+		void *map;
+		int fd;
+
+		if (load->imgs[f].map || mf->size == 0 || mf->size > SIZE_MAX)
+			continue;
+		fd = openat(dfd, mf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != mf->size) {
+			close(fd);
+			continue;
+		}
+		map = mmap(NULL, (size_t)mf->size, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (map == MAP_FAILED)
+			continue;
+		(void)madvise(map, (size_t)mf->size, MADV_SEQUENTIAL);
+		load->imgs[f].map = map;
+		load->imgs[f].len = mf->size;
+		load->imgs[f].spill = true;
+		cli_log(CKPT_LOG_DEBUG, "%s/%s: read from this node's copy in %s", load->rd->path,
+			mf->path, dir);
+	}
+	close(dfd);
+}
+
 /* Maps the daemon's images of the files the plan reads, where it has them
  * (ckpt_load_set_client).  Anything short of a usable image leaves the file
  * to storage: the image is an accelerator, never the only way. */
@@ -2090,6 +2190,8 @@ static void attach_images(struct ckpt_load *load)
 		cli_log(CKPT_LOG_DEBUG, "%s/%s: read from ckptd's memory", load->rd->path,
 			mf->path);
 	}
+	if (load->rd->s3 && load->client->spill_dir[0])
+		attach_spill(load, canon);
 	for (size_t f = 0; f < m->n_files; f++)
 		if (!load->imgs[f].map)
 			load->imgs[f].len = 0;
@@ -2275,8 +2377,14 @@ int ckpt_load_stats(const struct ckpt_load *load, struct ckpt_load_stats *ret_st
 	s.bytes_resident = atomic_load(&load->bytes_resident);
 	s.bytes_daemon = atomic_load(&load->bytes_daemon);
 	s.bytes_shared = atomic_load(&load->bytes_shared);
+	s.bytes_local = atomic_load(&load->bytes_local);
 	for (size_t f = 0; load->imgs && f < load->rd->m.n_files; f++)
-		s.files_resident += load->imgs[f].map && !atomic_load(&load->imgs[f].bad);
+		if (load->imgs[f].map && !atomic_load(&load->imgs[f].bad)) {
+			if (load->imgs[f].spill)
+				s.files_local++;
+			else
+				s.files_resident++;
+		}
 	s.missing = load->missing;
 	if (load->plan) {
 		s.bytes_wanted = load->plan->bytes_wanted;

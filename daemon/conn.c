@@ -359,10 +359,15 @@ static void arena_done(struct work *w)
 		return;
 	}
 	c->state = CONN_READY;
+	memset(&ok, 0, sizeof(ok));
 	proto_init(&ok.h, PROTO_HELLO_OK, sizeof(ok));
 	ok.client_id = c->id;
 	ok.arena_bytes = c->arena_bytes;
 	ok.slot_bytes = c->slot_bytes;
+	/* Where the node's copies of its S3 shards wait: the client reads its
+	 * own user's there itself (store/spill.c: <dir>/<uid>/cache). */
+	if (srv->cfg.s3_spill_dir && strlen(srv->cfg.s3_spill_dir) < sizeof(ok.spill_dir))
+		snprintf(ok.spill_dir, sizeof(ok.spill_dir), "%s", srv->cfg.s3_spill_dir);
 	if (conn_send(c, &ok, sizeof(ok), c->arena_fd) < 0)
 		return;
 	/* The client has its own reference now; ours is the mapping. */
@@ -481,6 +486,7 @@ static void on_hello(struct conn *c, const struct proto_hello *m)
 	}
 	if (m->role == PROTO_ROLE_CONTROL) {
 		struct proto_hello_ok ok;
+		memset(&ok, 0, sizeof(ok));
 		proto_init(&ok.h, PROTO_HELLO_OK, sizeof(ok));
 		ok.client_id = c->id;
 		c->state = CONN_CONTROL;

@@ -645,9 +645,14 @@ struct ckpt_load_stats {
 	                          * arena or its uid's shared pool */
 	/* later libckpt 0.5 builds (ckpt_load_stats fills what the size holds): */
 	uint64_t bytes_shared;   /* of bytes_daemon, read from storage for
-	                          * another load of the same uid on this node
+	                          * another load of the same job on this node
 	                          * and shared through ckptd's pool: this load
 	                          * cost the storage nothing for them */
+	uint64_t bytes_local;    /* of bytes_read, of an S3 checkpoint: read
+	                          * from this node's copy in ckptd's spill
+	                          * tier, not from S3 */
+	uint32_t files_local;    /* files read from such copies */
+	uint32_t reserved2;
 };
 
 #define CKPT_LOAD_STATS_INIT .size = sizeof(struct ckpt_load_stats)

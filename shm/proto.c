@@ -90,7 +90,7 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 	}
 	case PROTO_HELLO_OK: {
 		const struct proto_hello_ok *m = buf;
-		if (m->reserved)
+		if (m->reserved || !terminated(m->spill_dir, sizeof(m->spill_dir)))
 			goto bad_field;
 		break;
 	}

@@ -141,6 +141,10 @@ struct proto_hello_ok {
 	uint64_t slot_bytes;
 	uint32_t client_id;
 	uint32_t reserved;
+	char spill_dir[PROTO_MSG_LEN]; /* the S3 spill tier's directory ("" if
+	                                * none or longer than this): its cache
+	                                * holds local copies of this node's S3
+	                                * shards (store/spill.c) */
 };
 
 /* Sent before the daemon closes a connection it refuses or drops. */

@@ -10,7 +10,9 @@
  * checks, corrupt and missing files, `latest`.  The case "s3" does the
  * same through S3 (ranged GETs), run by tests/integration/s3.sh.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1048,6 +1050,142 @@ START_TEST(test_s3_corrupt)
 }
 END_TEST
 
+/* An S3 checkpoint saved through the spill tier loads from this node's copy
+ * in the spill cache (no byte from S3), every block checked against the
+ * manifest from S3: a copy with a flipped byte is left for S3, with a
+ * warning, and the load still gets the right bytes. */
+START_TEST(test_s3_spill)
+{
+	enum { N = 3 * 1024 * 1024 + 77 };
+	struct testd t;
+	struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT };
+	struct ckpt_client *c;
+	struct ckpt_save *sv;
+	uint64_t shape[1] = { N };
+	uint8_t *w = malloc(N), *back = malloc(N);
+	char root[1024], path[1100], msg[256], conf[2048], spill[TD_PATH], cache[TD_PATH * 2];
+	char shard[TD_PATH * 3] = "";
+	const char *base = s3_base("s3_spill");
+	int sst, cm;
+
+	if (!base) {
+		free(w);
+		free(back);
+		return;
+	}
+	td_init(&t, "s3_spill");
+	ck_assert_int_lt(snprintf(root, sizeof(root), "%s/spill-%d", base, (int)getpid()),
+			 (int)sizeof(root));
+	td_path(spill, sizeof(spill), "%s/spill", t.dir);
+	snprintf(conf, sizeof(conf), "arena_max = 64M\ncommit_deadline = 90s\nroot = %s\n"
+		 "s3_endpoint = %s\ns3_retries = 4\ns3_backoff_base = 20ms\ns3_spill_dir = %s\n",
+		 root, getenv("S3_ENDPOINT"), spill);
+	ck_assert_int_eq(td_daemon_start(&t, 0, conf), 0);
+	td_fill(w, N, 94, 0);
+	o.world = 1;
+	o.job = "spill";
+	o.run = "";
+	o.socket_path = td_sock(&t, 0);
+	o.arena_bytes = arena_for(root);
+	ck_assert_msg(ckpt_connect(&o, &c) == 0, "%s", ckpt_last_error());
+	ck_assert_int_eq(ckpt_save_begin(c, root, "sp", 1, &sv), 0);
+	td_add(sv, "w", CKPT_U8, 1, shape, w);
+	ck_assert_int_eq(td_commit_wait(sv, 90000, &sst, &cm, msg, sizeof(msg)), 0);
+	ck_assert_msg(sst == 0 && cm == 0, "%s", msg);
+	ckpt_save_free(sv);
+
+	/* The cache keeps the committed copy: <spill>/<uid>/cache/<hash>/sp/. */
+	{
+		char d[TD_PATH + 32];
+		DIR *dir;
+		struct dirent *e;
+		int64_t end = td_now_ms() + 15000;
+
+		snprintf(d, sizeof(d), "%s/%u/cache", spill, (unsigned)geteuid());
+		while (!shard[0] && td_now_ms() < end) {
+			dir = opendir(d);
+			while (dir && (e = readdir(dir)))
+				if (e->d_name[0] != '.')
+					snprintf(cache, sizeof(cache), "%s/%s/sp", d, e->d_name);
+			if (dir)
+				closedir(dir);
+			dir = cache[0] ? opendir(cache) : NULL;
+			while (dir && (e = readdir(dir)))
+				if (!strncmp(e->d_name, "rank-00000", 10))
+					snprintf(shard, sizeof(shard), "%s/%s", cache, e->d_name);
+			if (dir)
+				closedir(dir);
+			if (!shard[0])
+				td_sleep_ms(50);
+		}
+		ck_assert_msg(shard[0], "no copy of rank 0's shard under %s", d);
+	}
+
+	snprintf(path, sizeof(path), "%s/sp", root);
+	for (int k = 0; k < 3; k++) {
+		struct ckpt_reader *rd;
+		struct ckpt_load *ld;
+		struct ckpt_future *done;
+		struct ckpt_load_stats st = { CKPT_LOAD_STATS_INIT };
+		uint64_t offs[1] = { 0 }, before;
+		struct ckpt_load_dst d = { CKPT_LOAD_DST_INIT, .offsets = offs, .shape = shape,
+					   .data = back };
+		struct ckpt_load_tensor lt = { CKPT_LOAD_TENSOR_INIT, .dtype = CKPT_U8,
+					       .name = "w", .global_shape = shape, .ndim = 1,
+					       .n_dsts = 1, .dsts = &d };
+
+		if (k == 1) {
+			/* A byte of the local copy flipped: S3 serves that file. */
+			int fd = open(shard, O_RDWR | O_CLOEXEC);
+			uint8_t b;
+			ck_assert_int_ge(fd, 0);
+			ck_assert_int_eq(pread(fd, &b, 1, 4096 + 1000), 1);
+			b ^= 0x40;
+			ck_assert_int_eq(pwrite(fd, &b, 1, 4096 + 1000), 1);
+			close(fd);
+			pthread_mutex_lock(&log_lock);
+			log_seen[0] = '\0';
+			pthread_mutex_unlock(&log_lock);
+			ckpt_set_log_fn(keep_warnings, NULL);
+		}
+		memset(back, 0, N);
+		ck_assert_int_eq(ckpt_reader_open(path, &rd), 0);
+		ck_assert_int_eq(ckpt_load_begin(rd, 0, &ld), 0);
+		ck_assert_int_eq(ckpt_load_add_tensor(ld, &lt), 0);
+		if (k < 2)
+			ck_assert_int_eq(ckpt_load_set_client(ld, c), 0);
+		before = s3_bytes_down();
+		ck_assert_int_eq(ckpt_load_start(ld, &done), 0);
+		ck_assert_msg(td_future_wait(done, 60000) == 0, "%s", ckpt_future_error(done));
+		ck_assert_int_eq(ckpt_load_stats(ld, &st), 0);
+		ck_assert_msg(memcmp(back, w, N) == 0, "load %d: bytes differ", k);
+		ck_assert_uint_eq(st.bytes_resident, 0);
+		if (k == 0) {
+			ck_assert_uint_eq(st.files_local, 1);
+			ck_assert_uint_eq(st.bytes_local, st.bytes_read);
+			ck_assert_uint_eq(s3_bytes_down() - before, 0);
+		} else {
+			/* The flipped copy (k 1), or no client (k 2): S3. */
+			ck_assert_uint_eq(st.files_local, 0);
+			ck_assert_uint_gt(s3_bytes_down() - before, 0);
+		}
+		if (k == 1) {
+			ckpt_set_log_fn(NULL, NULL);
+			pthread_mutex_lock(&log_lock);
+			ck_assert_msg(strstr(log_seen, "local copy") != NULL, "no warning: '%s'",
+				      log_seen);
+			pthread_mutex_unlock(&log_lock);
+		}
+		ckpt_load_free(ld);
+		ckpt_reader_close(rd);
+	}
+	ckpt_disconnect(c);
+	free(w);
+	free(back);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *load_suite(void)
 {
 	Suite *s = suite_create("integration_load");
@@ -1064,6 +1202,7 @@ static Suite *load_suite(void)
 	tcase_add_test(tc, test_s3_resident);
 	tcase_add_test(tc, test_s3_latest);
 	tcase_add_test(tc, test_s3_corrupt);
+	tcase_add_test(tc, test_s3_spill);
 	suite_add_tcase(s, tc);
 	return s;
 }

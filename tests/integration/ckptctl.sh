@@ -331,7 +331,7 @@ cat >"$tmp/fake.py" <<'EOF'
 import json, os, socket, struct, sys
 
 path, mode = sys.argv[1], sys.argv[2]
-MAGIC, VERSION = 0x54504B43, 4
+MAGIC, VERSION = 0x54504B43, 5
 HELLO, HELLO_OK, ERROR, STATUS_REQ, STATUS_REPLY = 1, 2, 3, 10, 11
 HDR = struct.Struct("<IHHII")
 HELLO_SIZE = (HDR.size + 16 + 8 + 8 + 129 + 129 + 7) // 8 * 8   # struct proto_hello
@@ -386,7 +386,7 @@ if mode == "refuse":
     text = b"too many clients".ljust(512, b"\0")
     conn.send(msg(ERROR, struct.pack("<iI", -16, 0) + text))
     sys.exit(0)
-conn.send(msg(HELLO_OK, struct.pack("<QQII", 0, 0, 7, 0)))
+conn.send(msg(HELLO_OK, struct.pack("<QQII512s", 0, 0, 7, 0, b"")))
 req = conn.recv(1024)
 assert HDR.unpack_from(req)[2] == STATUS_REQ and len(req) == HDR.size, req
 data = json.dumps(report).replace('"uptime_s": 43.101,',

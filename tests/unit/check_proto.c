@@ -206,6 +206,8 @@ static const struct {
 	  sizeof(((struct proto_hello *)0)->job), "HELLO.job" },
 	{ PROTO_HELLO, F_STRING, offsetof(struct proto_hello, run),
 	  sizeof(((struct proto_hello *)0)->run), "HELLO.run" },
+	{ PROTO_HELLO_OK, F_STRING, offsetof(struct proto_hello_ok, spill_dir), PROTO_MSG_LEN,
+	  "HELLO_OK.spill_dir" },
 	{ PROTO_HELLO_OK, F_RESERVED, offsetof(struct proto_hello_ok, reserved), 4,
 	  "HELLO_OK.reserved" },
 	{ PROTO_ERROR, F_RESERVED, offsetof(struct proto_error, reserved), 4, "ERROR.reserved" },
