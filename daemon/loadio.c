@@ -363,7 +363,7 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 	c->load_bytes += m->len;
 	if ((m->flags & PROTO_LOAD_SHARE) && fstat(f->fd, &st) == 0) {
 		q->sw = (struct share_wait){ .file_off = m->file_off, .len = m->len,
-					     .cb = shared_done };
+					     .who = c->id, .cb = shared_done };
 		/* Answered by shared_done, perhaps at once. */
 		if (share_get(srv, f->sf, f->fd, &st, &q->sw))
 			return;

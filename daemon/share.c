@@ -65,6 +65,7 @@ struct pentry {
 	struct timespec mtime, ctime;
 	uint64_t file_off, len, off;
 	uint64_t got;
+	uint32_t reader_id;      /* the connection whose request read it */
 	uint32_t refs;
 	uint32_t pending;        /* pieces of the disk read not back */
 	int err;
@@ -533,7 +534,7 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	}
 	if (e) {
 		w->e = e;
-		w->reader = false;
+		w->reader = e->reader_id == w->who;
 		e->refs++;
 		p->pins++;
 		lru_out(e);
@@ -558,6 +559,7 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	}
 	e->p = p;
 	e->sf = sf;
+	e->reader_id = w->who;
 	e->dev = st->st_dev;
 	e->ino = st->st_ino;
 	e->fsize = st->st_size;

@@ -70,7 +70,10 @@ struct share_wait {
 	struct share_wait *next;
 	struct pentry *e;
 	uint64_t file_off, len;
-	bool reader;  /* this read's own disk read filled the entry */
+	uint32_t who; /* the asking connection's id */
+	bool reader;  /* the entry was read from the disk for this connection
+	               * (this request or an earlier one of it): not shared
+	               * with another load */
 	void (*cb)(struct share_wait *w, int res);
 };
 
