@@ -1672,19 +1672,20 @@ DCP_LOAD_THREADS = (1, 4)
 # The arenas of the load scenarios' clients.  Their saves only make the
 # checkpoints (untimed), so they need not hold a shard at once; but the
 # loads through the daemon (ckpt_load_set_client) are read by ckptd into
-# the loader's arena, at most half of it per read (client/load.c
-# do_daemon: a read larger is done by the library itself, which this
-# bench counts as a failure), and the library's 4 load threads each have
-# a read of up to 64 MiB (format/plan.h PLAN_DEFAULT_MAX_READ) in flight,
-# i.e. 9 slots of 8 MiB once widened to the O_DIRECT grid: 36 slots for
-# all four.  load-2g's loader gets 512 MiB (64 slots).  reshard-8to3's 3
-# loaders get 320 MiB each (40 slots; ckpt_bench --loader-arena), its 5
-# other ranks, which only save, 64 MiB: the load group's memory plan
-# (load_memory_plan, ~21.8 GiB at full size with DCP) must stay within
-# what a 23 GiB machine has available, or DCP is left out.
-LOAD_ARENA = 512 * MIB
+# the loader's arena (or, for the reshard's loaders, its pool, the arena's
+# slots then only bounding what they hold), at most half of it per read
+# (client/load.c do_daemon: a read larger is done by the library itself,
+# which this bench counts as a failure), and the library's 8 load threads
+# through the daemon each have a read of up to 16 MiB (LOAD_DAEMON_READ) in
+# flight, i.e. 3 slots of 8 MiB once widened to 8 MiB cells: 24 slots for
+# all eight.  load-2g's loader and reshard-8to3's 3 loaders get 256 MiB
+# each (32 slots; ckpt_bench --loader-arena), its 5 other ranks, which only
+# save, 64 MiB: the load group's memory plan (load_memory_plan, ~21.9 GiB at
+# full size with DCP and ckptd's pool) must stay within what a 23 GiB
+# machine has available, or DCP is left out.
+LOAD_ARENA = 256 * MIB
 RESHARD_ARENA = 64 * MIB
-RESHARD_LOADER_ARENA = 320 * MIB
+RESHARD_LOADER_ARENA = 256 * MIB
 # restore-ram-2g's saver (its save is not timed) and its loader, which
 # stages nothing and reads nothing through ckptd (every byte comes from the
 # image): its connection only serves the load, so it asks for a small arena.

@@ -100,6 +100,7 @@ static struct cli_pool *pool_map_locked(struct ckpt_client *c, uint32_t gen, int
 	p->size = (uint64_t)st.st_size;
 	p->next = c->pools;
 	c->pools = p;
+	__atomic_store_n(&c->pooled, true, __ATOMIC_RELAXED);
 	/* An older pool nobody reads any more goes now. */
 	for (struct cli_pool **pp = &p->next; *pp;) {
 		struct cli_pool *o = *pp;

@@ -1098,7 +1098,11 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	int64_t first, got = 0;
 	int r = 0;
 
-	if (!c->share || a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2) {
+	/* Cells only once the daemon answers this client in a pool: without
+	 * one, a cell's bytes beyond the read would be read from the disk
+	 * for nothing (the pool is what dedups them). */
+	if (!c->share || !__atomic_load_n(&c->pooled, __ATOMIC_RELAXED) ||
+	    a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2) {
 		/* One read of the bytes, on the O_DIRECT grid. */
 		a0 = rd->begin / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
 		a1 = cli_div_up(rd->end, PROTO_LOAD_ALIGN) * PROTO_LOAD_ALIGN;
