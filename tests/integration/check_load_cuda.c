@@ -75,7 +75,7 @@ static int save_rank(void *arg, int rep, int go)
 	const struct save_args *a = arg;
 	struct ckpt_client *c = NULL;
 	struct ckpt_save *sv = NULL;
-	struct ckpt_future *fs, *fc;
+	char msg[512];
 	void *bufs[MAX_DEFS + 1] = { 0 };
 	uint64_t offs[MAX_DEFS][3], shape[MAX_DEFS][3];
 	char key[32];
@@ -123,14 +123,12 @@ static int save_rank(void *arg, int rep, int go)
 		td_report(rep, "blob %d: %s", rc, ckpt_last_error());
 		return 13;
 	}
-	rc = ckpt_save_commit(sv, &fs, &fc);
+	rc = td_commit_wait(sv, WAIT_MS, &st, &cm, msg, sizeof(msg));
 	if (rc < 0) {
-		td_report(rep, "commit %d: %s", rc, ckpt_last_error());
+		td_report(rep, "commit %d: %s", rc, msg);
 		return 14;
 	}
-	st = td_future_wait(fs, WAIT_MS);
-	cm = td_future_wait(fc, WAIT_MS);
-	td_report(rep, "committed %d %s", cm, ckpt_future_error(fc));
+	td_report(rep, "committed %d %s", cm, msg);
 	ckpt_save_free(sv);
 	ckpt_disconnect(c);
 	for (unsigned i = 0; i <= MAX_DEFS; i++)
