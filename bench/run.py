@@ -2074,7 +2074,8 @@ def load_scenario(name, sc, daemon, py, run_dir, failures, rsc):
         rounds.note_settling(notes)
         # The daemon made the checkpoints and serves the loads through
         # it; its figures are kept like every scenario's.
-        detail["max_loop_stall_ms"], _ = loop_stall(daemon, notes)
+        detail["max_loop_stall_ms"], st = loop_stall(daemon, notes)
+        detail["max_loop_cpu_ms"] = find_key(st, "max_loop_cpu_ms") if st else None
     finally:
         close_workers(workers, notes)
 
@@ -2221,6 +2222,7 @@ def analyse_load(name, sc, rounds, warm, read_items, have_dcp, py, notes, detail
     r["resident_after_drop_bytes"] = resident_note(rounds, warm, ["ckptd", "ckptd_standalone"] + read_items,
                                                    notes)
     r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
+    r["max_loop_cpu_ms"] = detail.get("max_loop_cpu_ms")
     cost = load_cost(rounds, "ckptd")
     sa_cost = load_cost(rounds, "ckptd_standalone")
     r["load_cpu_ms"] = cost.get("cpu_ms")
@@ -2408,6 +2410,7 @@ def analyse_reshard(sname, rsc, rounds, warm, item, view, load_r, load_gib, read
                         % (100 * (amp_l / fl - 1), fmt_bytes(extra), r["reshard_reads"])))
     r["resident_after_drop_bytes"] = resident_note(rounds, warm, [item, item + "_standalone"], notes)
     r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
+    r["max_loop_cpu_ms"] = detail.get("max_loop_cpu_ms")
     cost = load_cost(rounds, item)
     sa_cost = load_cost(rounds, item + "_standalone")
     r["reshard_cpu_ms"] = cost.get("cpu_ms")
@@ -2490,6 +2493,7 @@ def analyse_restore(name, sc, rounds, notes, detail):
                  "every figure is a new process's first load, while load-2g's are a long-lived process's")
     r["resident_after_drop_bytes"] = resident_note(rounds, {}, [item], notes)
     r["max_loop_stall_ms"] = detail.get("max_loop_stall_ms")
+    r["max_loop_cpu_ms"] = detail.get("max_loop_cpu_ms")
     cost = load_cost(rounds, item)
     r["ram_cpu_ms"] = cost.get("cpu_ms")
     r["bound"] = restore_bound(r, cost)

@@ -1432,6 +1432,8 @@ struct gctx {
 	uint64_t *rfill;       /* per plan read: bytes there */
 	size_t lo;             /* plan reads before it are complete */
 	struct lthread th;
+	const struct manifest_chunk **chunks; /* g_image_ok's index */
+	size_t n_chunks;
 };
 
 static bool load_failed(struct ckpt_load *ld)
@@ -1682,24 +1684,110 @@ static void g_deliver(struct gctx *g, uint32_t file, uint64_t b, uint64_t e, con
 		g->lo++;
 }
 
+static int gchunk_cmp(const void *a, const void *b)
+{
+	const struct manifest_chunk *x = *(const struct manifest_chunk *const *)a;
+	const struct manifest_chunk *y = *(const struct manifest_chunk *const *)b;
+
+	return x->file != y->file ? (x->file < y->file ? -1 : 1) :
+	       x->begin != y->begin ? (x->begin < y->begin ? -1 : 1) : 0;
+}
+
+/* Every chunk of the manifest, by file then offset (g_image_ok); made on
+ * first use.  Returns false if out of memory. */
+static bool g_chunks_ready(struct gctx *g)
+{
+	const struct manifest *m = &g->ld->rd->m;
+	size_t n = 0;
+
+	if (g->chunks)
+		return true;
+	for (size_t i = 0; i < m->n_items; i++)
+		n += m->items[i].n_chunks;
+	g->chunks = malloc((n ? n : 1) * sizeof(*g->chunks));
+	if (!g->chunks)
+		return false;
+	for (size_t i = 0; i < m->n_items; i++)
+		for (size_t k = 0; k < m->items[i].n_chunks; k++)
+			g->chunks[g->n_chunks++] = &m->items[i].chunks[k];
+	qsort(g->chunks, g->n_chunks, sizeof(*g->chunks), gchunk_cmp);
+	return true;
+}
+
+/* True if every CRC piece of `file` that [off, off + len) touches matches
+ * the manifest in the image (whole pieces: the image holds the whole
+ * file, whichever region a rank reads). */
+static bool g_image_ok(struct gctx *g, uint32_t file, uint64_t off, uint64_t len)
+{
+	const char *map = g->ld->imgs[file].map;
+	size_t lo = 0, hi;
+
+	if (!g_chunks_ready(g))
+		return false;
+	/* The first chunk of the file that ends after off. */
+	hi = g->n_chunks;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct manifest_chunk *c = g->chunks[mid];
+		if (c->file < file || (c->file == file && c->end <= off))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < g->n_chunks; i++) {
+		const struct manifest_chunk *c = g->chunks[i];
+		uint64_t pos;
+
+		if (c->file != file || c->begin >= off + len)
+			break;
+		pos = off > c->begin ? off / LAYOUT_CRC_BLOCK * LAYOUT_CRC_BLOCK : c->begin;
+		if (pos < c->begin)
+			pos = c->begin;
+		while (pos < c->end && pos < off + len) {
+			uint64_t grid = (pos / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
+			uint64_t stop = grid < c->end ? grid : c->end;
+
+			if (crc32c(map + pos, (size_t)(stop - pos), 0) !=
+			    c->crcs[pos / LAYOUT_CRC_BLOCK - c->begin / LAYOUT_CRC_BLOCK])
+				return false;
+			pos = stop;
+		}
+	}
+	return true;
+}
+
 /*
- * A region's bytes, from ckptd's image of the file when the load has a
- * usable one (ckpt_load_set_client), else from storage.  Not verified
- * here: every rank that uses them checks them when its read is complete
- * (g_deliver).  So a bad image fails the load of every rank that wanted
- * the bytes, where a load without a group falls back to storage: the
- * regions of a group load are not on the read boundaries a quiet check
- * here would need.
+ * A region's bytes, from ckptd's image of the file (or the node's copy of
+ * an S3 shard) when the load has a usable one, else from storage.  The
+ * image's bytes are checked here first, against every CRC piece the region
+ * touches: the regions of a group load do not follow the plan's reads, so
+ * the quiet check of image_read does not apply, and a bad image must cost
+ * a read from storage, not the load of every rank that wanted the bytes.
+ * Every rank that uses the bytes checks them again when its read is
+ * complete (g_deliver), whoever read them.
  */
 static int g_read(struct gctx *g, const struct plan_read *at, uint64_t off, uint64_t len,
 		  char *buf)
 {
 	struct ckpt_load *ld = g->ld;
+	struct limage *im = &ld->imgs[at->file];
 
 	if (image_use(ld, at->file)) {
-		memcpy(buf, ld->imgs[at->file].map + off, (size_t)len);
-		atomic_fetch_add_explicit(&ld->bytes_resident, len, memory_order_relaxed);
-		return 0;
+		if (g_image_ok(g, at->file, off, len)) {
+			memcpy(buf, im->map + off, (size_t)len);
+			atomic_fetch_add_explicit(im->spill ? &ld->bytes_local : &ld->bytes_resident,
+						  len, memory_order_relaxed);
+			return 0;
+		}
+		if (!atomic_exchange(&im->bad, true))
+			cli_log(CKPT_LOG_WARNING, "%s of %s/%s does not match the manifest in "
+				"[%llu, %llu): reading the file from storage instead",
+				im->spill ? "the node's local copy (S3 spill tier)" :
+					    "ckptd's in-memory copy",
+				ld->rd->path, ld->rd->m.files[at->file].path,
+				(unsigned long long)off, (unsigned long long)(off + len));
+		if (image_fallback(ld, at) < 0)
+			return -EBADMSG;
 	}
 	return read_bytes(ld, at, off, len, buf);
 }
@@ -1883,6 +1971,7 @@ static void *group_thread(void *arg)
 	free(g.rfill);
 	free(g.mine);
 	free(g.peers);
+	free(g.chunks);
 	ra_plan_free(g.plan);
 	load_thread_exit(ld);
 	return NULL;

@@ -59,18 +59,26 @@ struct save_args {
 	const char *sock, *root, *name;
 	uint32_t rank;
 	uint32_t flags; /* ckpt_connect_opts.flags */
+	const char *run; /* NULL: the library's default */
+	uint64_t seed_add; /* other bytes than defs' */
 };
 
 #define JOB "loadgroup"
 
-static int connect_rc(const char *sock, uint32_t rank, uint32_t world, uint32_t flags,
-		      struct ckpt_client **ret)
+static int connect_run_rc(const char *sock, const char *run, uint32_t rank, uint32_t world,
+			  uint32_t flags, struct ckpt_client **ret)
 {
 	struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT, .socket_path = sock, .job = JOB,
 				       .rank = rank, .world = world, .arena_bytes = 16 * MiB,
-				       .flags = flags };
+				       .flags = flags, .run = run };
 
 	return ckpt_connect(&o, ret);
+}
+
+static int connect_rc(const char *sock, uint32_t rank, uint32_t world, uint32_t flags,
+		      struct ckpt_client **ret)
+{
+	return connect_run_rc(sock, NULL, rank, world, flags, ret);
 }
 
 static void part_box(const struct tdef *d, unsigned parts, unsigned p, uint64_t *offs,
@@ -98,7 +106,7 @@ static int save_rank(void *arg, int rep, int go)
 	int rc, st, cm;
 
 	(void)go;
-	rc = connect_rc(a->sock, a->rank, SAVE_WORLD, a->flags, &c);
+	rc = connect_run_rc(a->sock, a->run, a->rank, SAVE_WORLD, a->flags, &c);
 	if (rc < 0) {
 		td_report(rep, "connect %d: %s", rc, ckpt_last_error());
 		return 11;
@@ -116,7 +124,8 @@ static int save_rank(void *arg, int rep, int go)
 		bufs[i] = malloc(td_nbytes(es, d->ndim, shape[i]) + 1);
 		if (!bufs[i])
 			return 10;
-		td_fill_chunk(bufs[i], es, d->ndim, d->shape, offs[i], shape[i], d->seed);
+		td_fill_chunk(bufs[i], es, d->ndim, d->shape, offs[i], shape[i],
+			      d->seed + a->seed_add);
 		struct ckpt_tensor tn = { CKPT_TENSOR_INIT, .name = d->name, .dtype = d->dt,
 					  .ndim = d->ndim, .shape = shape[i], .data = bufs[i],
 					  .global_shape = d->ndim ? d->shape : NULL,
@@ -144,15 +153,16 @@ static int save_rank(void *arg, int rep, int go)
 
 /* Saves the checkpoint as <root>/<name>; its path into path.  Before the
  * test loads the fakes: the ranks are forked. */
-static void save_ckpt_flags(struct testd *t, const char *name, uint32_t flags, char *path,
-			    size_t len)
+static void save_ckpt_how(struct testd *t, int daemon, const char *run, uint64_t seed_add,
+			  const char *name, uint32_t flags, char *path, size_t len)
 {
 	struct td_child ch[SAVE_WORLD];
 	struct save_args a[SAVE_WORLD];
 
 	for (uint32_t r = 0; r < SAVE_WORLD; r++) {
-		a[r] = (struct save_args){ .sock = td_sock(t, 0), .root = t->root, .name = name,
-					   .rank = r, .flags = flags };
+		a[r] = (struct save_args){ .sock = td_sock(t, daemon), .root = t->root,
+					   .name = name, .rank = r, .flags = flags, .run = run,
+					   .seed_add = seed_add };
 		ck_assert_int_eq(td_child_start(&ch[r], save_rank, &a[r]), 0);
 	}
 	for (uint32_t r = 0; r < SAVE_WORLD; r++) {
@@ -161,6 +171,12 @@ static void save_ckpt_flags(struct testd *t, const char *name, uint32_t flags, c
 			      "rank %u: %s; it said:\n%s", r, td_status_str(st), ch[r].out);
 	}
 	td_path(path, len, "%s/%s", t->root, name);
+}
+
+static void save_ckpt_flags(struct testd *t, const char *name, uint32_t flags, char *path,
+			    size_t len)
+{
+	save_ckpt_how(t, 0, NULL, 0, name, flags, path, len);
 }
 
 static void save_ckpt(struct testd *t, const char *name, char *path, size_t len)
@@ -865,6 +881,56 @@ START_TEST(test_resident)
 }
 END_TEST
 
+/*
+ * A stale image: job J saves "st" resident through daemon 0 (bytes of
+ * other seeds); the checkpoint is removed and saved again at the same path,
+ * with the same run (so the same attempt id), through daemon 1, which
+ * cannot tell daemon 0.  Daemon 0 still serves its image for that path and
+ * attempt; the group load through its clients must find the image's pieces
+ * wrong before using them and read storage instead: every byte right, no
+ * byte from the image, and a warning.
+ */
+START_TEST(test_stale_resident)
+{
+	struct fakes f;
+	struct testd t;
+	struct rank_run r[2];
+	char path[TD_PATH];
+	const unsigned n = 2;
+
+	td_init(&t, "stale_resident");
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 32M\n"), 0);
+	ck_assert_int_eq(td_daemon_start(&t, 1, "arena_max = 32M\n"), 0);
+	save_ckpt_how(&t, 0, "run1", 1000, "st", CKPT_CONNECT_RESIDENT, path, sizeof(path));
+	ck_assert_int_eq(td_rm_rf(path), 0);
+	save_ckpt_how(&t, 1, "run1", 0, "st", 0, path, sizeof(path));
+	NEED_FAKES(&f);
+	memset(r, 0, sizeof(r));
+	for (unsigned k = 0; k < n; k++) {
+		int rc;
+
+		r[k] = (struct rank_run){ .f = &f, .path = path, .dev = (int)(k % 2),
+					  .n_boxes = N_DEFS };
+		rc = connect_rc(td_sock(&t, 0), k, n, 0, &r[k].client);
+		ck_assert_msg(rc == 0, "connect rank %u: %d %s", k, rc, ckpt_last_error());
+		for (unsigned i = 0; i < N_DEFS; i++) {
+			box_set(&r[k].boxes[i], i, NULL, NULL, -1);
+			box_mem(&f, &r[k].boxes[i]);
+		}
+	}
+	run_ranks(&f, r, n, true);
+	assert_ok(r, n);
+	for (unsigned k = 0; k < n; k++) {
+		for (unsigned i = 0; i < N_DEFS; i++)
+			box_verify(&f, &r[k].boxes[i], k);
+		ck_assert_uint_eq(r[k].stats.bytes_resident, 0);
+		ckpt_disconnect(r[k].client);
+	}
+	ranks_free(&f, r, n);
+	td_fini(&t);
+}
+END_TEST
+
 /* ---- refusals -------------------------------------------------------------------------- */
 
 /* ckpt_load_set_group's checks, before anything is loaded. */
@@ -969,6 +1035,7 @@ int main(void)
 	td_case(s, "corrupt", test_corrupt, 180, 0, 1);
 	td_case(s, "other_ckpt", test_other_ckpt, 180, 0, 1);
 	td_case(s, "resident", test_resident, 180, 0, 1);
+	td_case(s, "stale_resident", test_stale_resident, 180, 0, 1);
 	td_case(s, "refused", test_refused, 120, 0, 1);
 #endif
 	return td_main(s, "check_load_group");
