@@ -160,6 +160,11 @@ static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_do
 			w->done = true;
 			w->err = m->err;
 			w->got = m->got;
+			/* Cells pay only while a pool dedups them (load.c
+			 * do_daemon): an offered read answered in the arena
+			 * says the daemon has none for us now. */
+			if (w->offered && !m->err)
+				__atomic_store_n(&c->pooled, p != NULL, __ATOMIC_RELAXED);
 			if (p) {
 				p->users++;
 				w->pool = p;

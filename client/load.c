@@ -128,7 +128,12 @@ struct ckpt_load {
 		uint64_t len;         /* the file's size (manifest) */
 		atomic_bool bad;      /* a block did not match: storage from now */
 		bool spill;           /* not ckptd's memory: the node's copy of
-		                       * an S3 shard in the spill tier's cache */
+		                       * an S3 shard in the spill tier's cache,
+		                       * read with pread from sfd (a mapped disk
+		                       * file would kill the process with SIGBUS
+		                       * on a bad sector; a failed read is only a
+		                       * bad copy) */
+		int sfd;
 		int open_err;         /* opening the file in storage failed (the
 		                       * fallback then fails too) */
 	} *imgs;
@@ -882,7 +887,29 @@ static bool image_read(struct ckpt_load *ld, const struct plan_read *rd, const s
 	 * else copy everything, then check. */
 	for (size_t k = rd->check0; k < rd->check0 + rd->n_checks; k++)
 		covered += ld->plan->checks[k].end - ld->plan->checks[k].begin;
-	if (covered == rd->end - rd->begin) {
+	if (im->spill) {
+		/* Read, then checked where it landed; an error or a short
+		 * read is a bad copy, like a mismatch. */
+		r = 0;
+		for (size_t i = 0; i < n_iov && r == 0; i++) {
+			size_t got = 0;
+			while (got < iov[i].iov_len) {
+				ssize_t n = pread(im->sfd, (char *)iov[i].iov_base + got,
+						  iov[i].iov_len - got, (off_t)(off + got));
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n <= 0) {
+					r = -EIO;
+					bad = off + got;
+					break;
+				}
+				got += (size_t)n;
+			}
+			off += iov[i].iov_len;
+		}
+		if (r == 0)
+			r = crc_iov(ld, rd, iov, NULL, &bad, &item);
+	} else if (covered == rd->end - rd->begin) {
 		r = crc_iov(ld, rd, iov, im->map, &bad, &item);
 	} else {
 		for (size_t i = 0; i < n_iov; i++) {
@@ -905,11 +932,11 @@ static bool image_read(struct ckpt_load *ld, const struct plan_read *rd, const s
 	return false;
 }
 
-/* True if reads of `file` come from the daemon's image. */
+/* True if reads of `file` come from the daemon's image (or a spill copy). */
 static bool image_use(struct ckpt_load *ld, uint32_t file)
 {
-	return ld->imgs[file].map && !atomic_load_explicit(&ld->imgs[file].bad,
-							   memory_order_relaxed);
+	return (ld->imgs[file].map || ld->imgs[file].spill) &&
+	       !atomic_load_explicit(&ld->imgs[file].bad, memory_order_relaxed);
 }
 
 /* An image failed its check and storage is the fallback: 0 if the file
@@ -1707,17 +1734,23 @@ static bool g_chunks_ready(struct gctx *g)
 	g->chunks = malloc((n ? n : 1) * sizeof(*g->chunks));
 	if (!g->chunks)
 		return false;
+	/* Not the empty ones: they share an offset with their neighbour,
+	 * and would break the order the search needs. */
 	for (size_t i = 0; i < m->n_items; i++)
 		for (size_t k = 0; k < m->items[i].n_chunks; k++)
-			g->chunks[g->n_chunks++] = &m->items[i].chunks[k];
+			if (m->items[i].chunks[k].end > m->items[i].chunks[k].begin)
+				g->chunks[g->n_chunks++] = &m->items[i].chunks[k];
 	qsort(g->chunks, g->n_chunks, sizeof(*g->chunks), gchunk_cmp);
 	return true;
 }
 
 /* True if every CRC piece of `file` that [off, off + len) touches matches
- * the manifest in the image (whole pieces: the image holds the whole
- * file, whichever region a rank reads). */
-static bool g_image_ok(struct gctx *g, uint32_t file, uint64_t off, uint64_t len)
+ * the manifest, its bytes inside the region taken from buf (the region
+ * as copied: what is sent is what was checked, even if the image changed
+ * meanwhile) and the rest from the image (whole pieces: the image holds the
+ * whole file, whichever region a rank reads). */
+static bool g_image_ok(struct gctx *g, uint32_t file, uint64_t off, uint64_t len,
+		       const char *buf)
 {
 	const char *map = g->ld->imgs[file].map;
 	size_t lo = 0, hi;
@@ -1747,8 +1780,16 @@ static bool g_image_ok(struct gctx *g, uint32_t file, uint64_t off, uint64_t len
 			uint64_t grid = (pos / LAYOUT_CRC_BLOCK + 1) * LAYOUT_CRC_BLOCK;
 			uint64_t stop = grid < c->end ? grid : c->end;
 
-			if (crc32c(map + pos, (size_t)(stop - pos), 0) !=
-			    c->crcs[pos / LAYOUT_CRC_BLOCK - c->begin / LAYOUT_CRC_BLOCK])
+			uint64_t in0 = pos > off ? pos : off;
+			uint64_t in1 = stop < off + len ? stop : off + len;
+			uint32_t crc = 0;
+
+			if (pos < in0)
+				crc = crc32c(map + pos, (size_t)(in0 - pos), crc);
+			crc = crc32c(buf + (in0 - off), (size_t)(in1 - in0), crc);
+			if (in1 < stop)
+				crc = crc32c(map + in1, (size_t)(stop - in1), crc);
+			if (crc != c->crcs[pos / LAYOUT_CRC_BLOCK - c->begin / LAYOUT_CRC_BLOCK])
 				return false;
 			pos = stop;
 		}
@@ -1772,19 +1813,18 @@ static int g_read(struct gctx *g, const struct plan_read *at, uint64_t off, uint
 	struct ckpt_load *ld = g->ld;
 	struct limage *im = &ld->imgs[at->file];
 
-	if (image_use(ld, at->file)) {
-		if (g_image_ok(g, at->file, off, len)) {
-			memcpy(buf, im->map + off, (size_t)len);
-			atomic_fetch_add_explicit(im->spill ? &ld->bytes_local : &ld->bytes_resident,
-						  len, memory_order_relaxed);
+	/* Spill copies are disk files: regions of group loads are read from
+	 * S3 (their checks would need whole pieces read from the copy). */
+	if (image_use(ld, at->file) && !im->spill) {
+		memcpy(buf, im->map + off, (size_t)len);
+		if (g_image_ok(g, at->file, off, len, buf)) {
+			atomic_fetch_add_explicit(&ld->bytes_resident, len, memory_order_relaxed);
 			return 0;
 		}
 		if (!atomic_exchange(&im->bad, true))
 			cli_log(CKPT_LOG_WARNING, "%s of %s/%s does not match the manifest in "
 				"[%llu, %llu): reading the file from storage instead",
-				im->spill ? "the node's local copy (S3 spill tier)" :
-					    "ckptd's in-memory copy",
-				ld->rd->path, ld->rd->m.files[at->file].path,
+				"ckptd's in-memory copy", ld->rd->path, ld->rd->m.files[at->file].path,
 				(unsigned long long)off, (unsigned long long)(off + len));
 		if (image_fallback(ld, at) < 0)
 			return -EBADMSG;
@@ -2073,9 +2113,12 @@ static void drop_images(struct ckpt_load *load)
 {
 	if (!load->imgs)
 		return;
-	for (size_t i = 0; i < load->rd->m.n_files; i++)
+	for (size_t i = 0; i < load->rd->m.n_files; i++) {
 		if (load->imgs[i].map)
 			munmap((void *)load->imgs[i].map, (size_t)load->imgs[i].len);
+		if (load->imgs[i].spill)
+			close(load->imgs[i].sfd);
+	}
 	free(load->imgs);
 	load->imgs = NULL;
 }
@@ -2127,12 +2170,22 @@ static void unlend_files(struct ckpt_load *load)
 	load->lhandles = NULL;
 }
 
+/* True if fd is this user's own directory (dir) or regular file, which no
+ * one else may write. */
+static bool own_file(int fd, bool dir)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 022) &&
+	       (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+}
+
 /* Reads all of a small file (at most max bytes) at dirfd/name into a new
  * NUL-terminated buffer, or NULL. */
 static char *slurp_at(int dirfd, const char *name, size_t max)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	char *buf = fd >= 0 ? malloc(max + 1) : NULL;
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	char *buf = fd >= 0 && own_file(fd, false) ? malloc(max + 1) : NULL;
 	size_t got = 0;
 	ssize_t n = 0;
 
@@ -2181,6 +2234,13 @@ static void attach_spill(struct ckpt_load *load, const char *canon)
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
 		return;
+	/* The path came from the daemon, but the files are the user's own:
+	 * in a mount namespace where another user could write there, they
+	 * would not be. */
+	if (!own_file(dfd, true)) {
+		close(dfd);
+		return;
+	}
 	text = slurp_at(dfd, "source.json", 64 << 10);
 	j = text ? json_loads(text, 0, NULL) : NULL;
 	ok = j && json_is_string(json_object_get(j, "root")) &&
@@ -2195,24 +2255,22 @@ static void attach_spill(struct ckpt_load *load, const char *canon)
 		uint32_t f = load->plan->reads[i].file;
 		const struct manifest_file *mf = &m->files[f];
 		struct stat st;
-		void *map;
 		int fd;
 
-		if (load->imgs[f].map || mf->size == 0 || mf->size > SIZE_MAX)
+		if (load->imgs[f].map || load->imgs[f].spill || load->imgs[f].len == UINT64_MAX ||
+		    mf->size == 0)
 			continue;
-		fd = openat(dfd, mf->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != mf->size) {
-			close(fd);
+		/* A FIFO must not block the open. */
+		fd = openat(dfd, mf->path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0 || !own_file(fd, false) || fstat(fd, &st) < 0 ||
+		    (uint64_t)st.st_size != mf->size) {
+			if (fd >= 0)
+				close(fd);
+			load->imgs[f].len = UINT64_MAX; /* looked at once */
 			continue;
 		}
-		map = mmap(NULL, (size_t)mf->size, PROT_READ, MAP_SHARED, fd, 0);
-		close(fd);
-		if (map == MAP_FAILED)
-			continue;
-		(void)madvise(map, (size_t)mf->size, MADV_SEQUENTIAL);
-		load->imgs[f].map = map;
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+		load->imgs[f].sfd = fd;
 		load->imgs[f].len = mf->size;
 		load->imgs[f].spill = true;
 		cli_log(CKPT_LOG_DEBUG, "%s/%s: read from this node's copy in %s", load->rd->path,
@@ -2283,10 +2341,13 @@ static void attach_images(struct ckpt_load *load)
 		cli_log(CKPT_LOG_DEBUG, "%s/%s: read from ckptd's memory", load->rd->path,
 			mf->path);
 	}
+	for (size_t f = 0; f < m->n_files; f++)
+		if (!load->imgs[f].map)
+			load->imgs[f].len = 0;
 	if (load->rd->s3 && load->client->spill_dir[0])
 		attach_spill(load, canon);
 	for (size_t f = 0; f < m->n_files; f++)
-		if (!load->imgs[f].map)
+		if (!load->imgs[f].map && !load->imgs[f].spill)
 			load->imgs[f].len = 0;
 }
 
@@ -2472,7 +2533,7 @@ int ckpt_load_stats(const struct ckpt_load *load, struct ckpt_load_stats *ret_st
 	s.bytes_shared = atomic_load(&load->bytes_shared);
 	s.bytes_local = atomic_load(&load->bytes_local);
 	for (size_t f = 0; load->imgs && f < load->rd->m.n_files; f++)
-		if (load->imgs[f].map && !atomic_load(&load->imgs[f].bad)) {
+		if ((load->imgs[f].map || load->imgs[f].spill) && !atomic_load(&load->imgs[f].bad)) {
 			if (load->imgs[f].spill)
 				s.files_local++;
 			else
