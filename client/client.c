@@ -374,13 +374,6 @@ int64_t cli_load_wait(struct ckpt_client *c, struct cli_lread *w)
 	return r;
 }
 
-int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
-		      uint64_t arena_off, struct cli_lread *ret)
-{
-	cli_load_send(c, handle, file_off, len, arena_off, ret);
-	return cli_load_wait(c, ret);
-}
-
 /* A RESIDENT_REPLY and the fd that came with it (taken or closed). */
 static int on_resident_locked(struct ckpt_client *c, const struct proto_resident_reply *m,
 			      int fd, char *detail, size_t dlen)

@@ -519,20 +519,18 @@ int cli_resident_get(struct ckpt_client *c, const char *attempt, const char *whe
  * reads, waiting up to timeout_ms for saves to give some back; the first
  * slot, or -ETIMEDOUT, -ECONNRESET, -E2BIG (more than the arena has).
  * cli_arena_put: gives them back.
- * cli_load_read: reads file bytes [file_off, +len) of handle into the
+ * cli_load_send: asks for file bytes [file_off, +len) of handle in the
  * arena at arena_off (all multiples of PROTO_LOAD_ALIGN, len at most
- * PROTO_LOAD_MAX, inside slots the caller took) and waits for the answer:
- * the bytes read (fewer than len only at the end of the file) or -errno.
- * The daemon may answer in its pool instead (PROTO_LOAD_SHARE): *ret says
- * where the bytes are.  Any thread.
+ * PROTO_LOAD_MAX, inside slots the caller took); cli_load_wait waits for
+ * the answer: the bytes read (fewer than len only at the end of the file)
+ * or -errno.  The daemon may answer in its pool instead
+ * (PROTO_LOAD_SHARE): the cli_lread says where the bytes are.  Any thread.
  */
 int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle);
 void cli_load_unlend(struct ckpt_client *c, uint32_t handle);
 int64_t cli_arena_take(struct ckpt_client *c, uint32_t count, int64_t timeout_ms);
 void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count);
 struct cli_lread;
-int64_t cli_load_read(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
-		      uint64_t arena_off, struct cli_lread *ret);
 
 /* A pool of the daemon (daemon/share.h) mapped read-only. */
 struct cli_pool {
@@ -560,8 +558,8 @@ struct cli_lread {
 	uint64_t len, got;
 	struct cli_lread *next;
 };
-/* cli_load_read in two halves: several reads in flight from one thread.
- * Every cli_load_send needs its cli_load_wait. */
+/* Several reads may be in flight from one thread; every cli_load_send
+ * needs its cli_load_wait. */
 void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
 		   uint64_t arena_off, struct cli_lread *lr);
 int64_t cli_load_wait(struct ckpt_client *c, struct cli_lread *lr);

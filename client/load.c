@@ -66,6 +66,7 @@
 #include "format/grow.h"
 #include "format/plan.h"
 #include "format/readassign.h"
+#include "store/fsutil.h"
 #include "store/s3_addr.h"
 #include "store/store.h"
 #include "store/store_s3.h"
@@ -1083,15 +1084,17 @@ static int serve_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct
 #define LOAD_MAX_CELLS (PROTO_LOAD_MAX / LOAD_CELL)
 
 /* A contiguous read-only view of pool cells (each mapped from the pool's
- * descriptor at its offset), or NULL.  n cells of LOAD_CELL bytes, the last
- * `last` bytes (rounded up to a page). */
-static char *cells_window(const struct cli_lread *lr, size_t n, uint64_t last)
+ * descriptor at its offset), or NULL; its length (for munmap) in *ret_len.
+ * n cells of LOAD_CELL bytes, the last `last` bytes (rounded up to a
+ * page). */
+static char *cells_window(const struct cli_lread *lr, size_t n, uint64_t last, size_t *ret_len)
 {
 	size_t total = (size_t)((n - 1) * LOAD_CELL + cli_div_up(last, 4096) * 4096);
 	char *win = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	if (win == MAP_FAILED)
 		return NULL;
+	*ret_len = total;
 	for (size_t i = 0; i < n; i++) {
 		size_t len = i + 1 < n ? (size_t)LOAD_CELL : total - (size_t)(i * LOAD_CELL);
 		if (mmap(win + i * LOAD_CELL, len, PROT_READ, MAP_SHARED | MAP_FIXED, lr[i].pool->fd,
@@ -1121,6 +1124,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	struct cli_lread lr[LOAD_MAX_CELLS];
 	size_t n = (size_t)((a1 - a0) / LOAD_CELL), in_pool = 0;
 	char *arena, *win = NULL;
+	size_t win_len = 0;
 	const char *src;
 	int64_t first, got = 0;
 	int r = 0;
@@ -1217,7 +1221,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		while (i < n && lr[i].pool == lr[0].pool &&
 		       lr[i].pool_off == lr[0].pool_off + i * LOAD_CELL)
 			i++;
-		src = i == n ? lr[0].bytes : (win = cells_window(lr, n, last));
+		src = i == n ? lr[0].bytes : (win = cells_window(lr, n, last, &win_len));
 	}
 	if (!src || (in_pool && in_pool < n)) {
 		/* Some cells in the arena, some in the pool (the pool was
@@ -1231,7 +1235,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	atomic_fetch_add_explicit(&ld->bytes_shared, shared, memory_order_relaxed);
 	r = serve_bounce(ld, rd, th, src + (rd->begin - a0));
 	if (win)
-		munmap(win, (size_t)((n - 1) * LOAD_CELL + cli_div_up(last, 4096) * 4096));
+		munmap(win, win_len);
 	/* (n > 1 only with cells: a window spans whole cells.) */
 out:
 	for (size_t i = 0; i < n; i++)
@@ -2180,27 +2184,6 @@ static bool own_file(int fd, bool dir)
 	       (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
 }
 
-/* Reads all of a small file (at most max bytes) at dirfd/name into a new
- * NUL-terminated buffer, or NULL. */
-static char *slurp_at(int dirfd, const char *name, size_t max)
-{
-	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	char *buf = fd >= 0 && own_file(fd, false) ? malloc(max + 1) : NULL;
-	size_t got = 0;
-	ssize_t n = 0;
-
-	while (buf && got < max && (n = read(fd, buf + got, max - got)) > 0)
-		got += (size_t)n;
-	if (fd >= 0)
-		close(fd);
-	if (!buf || n < 0 || got == max) {
-		free(buf);
-		return NULL;
-	}
-	buf[got] = '\0';
-	return buf;
-}
-
 /*
  * An S3 checkpoint's shards that this node saved through the spill tier
  * wait in its cache (store/spill.c): <spill_dir>/<uid>/cache/<the first 16
@@ -2218,6 +2201,7 @@ static void attach_spill(struct ckpt_load *load, const char *canon)
 	const char *slash = strrchr(canon, '/');
 	char root[PATH_MAX], dir[PATH_MAX], hash[STORE_ID_LEN + 1];
 	char *text;
+	size_t text_len;
 	json_t *j;
 	bool ok;
 	int dfd;
@@ -2241,7 +2225,10 @@ static void attach_spill(struct ckpt_load *load, const char *canon)
 		close(dfd);
 		return;
 	}
-	text = slurp_at(dfd, "source.json", 64 << 10);
+	/* The directory is the user's own and no one else may write in it
+	 * (checked above): so is what it holds. */
+	if (fs_read_file_at(dfd, "source.json", 64 << 10, &text, &text_len) < 0)
+		text = NULL;
 	j = text ? json_loads(text, 0, NULL) : NULL;
 	ok = j && json_is_string(json_object_get(j, "root")) &&
 	     json_is_string(json_object_get(j, "name")) &&

@@ -15,24 +15,82 @@
 #include "daemon/share.h"
 #include "shm/proto.h"
 
-/* One LOAD_READ, issued as pieces of at most LOADIO_PIECE bytes: the
- * disk sees many requests in flight, as the read limit's fio and
- * ckpt_bench readers give it (one huge O_DIRECT read is slower here). */
+/* A read issued as pieces of at most LOADIO_PIECE bytes: the disk sees
+ * many requests in flight, as the read limit's fio and ckpt_bench readers
+ * give it (one huge O_DIRECT read is slower here). */
 #define LOADIO_PIECE (8ull << 20)
+
+struct pread_job {
+	void (*done)(void *owner, int err, uint64_t got);
+	void *owner;
+	uint32_t pending, n;
+	struct rpiece {
+		struct pread_job *j;
+		uint64_t len;
+		int res;
+	} pieces[];
+};
+
+static void rpiece_done(void *ud, int res)
+{
+	struct rpiece *pc = ud;
+	struct pread_job *j = pc->j;
+	uint64_t got = 0;
+	int err = 0;
+
+	pc->res = res;
+	if (--j->pending)
+		return;
+	/* All pieces are back: the bytes read are the prefix of whole
+	 * pieces up to the first short one (the end of the file). */
+	for (uint32_t i = 0; i < j->n; i++) {
+		if (j->pieces[i].res < 0) {
+			err = j->pieces[i].res;
+			break;
+		}
+		got += (uint64_t)j->pieces[i].res;
+		if ((uint64_t)j->pieces[i].res < j->pieces[i].len)
+			break;
+	}
+	j->done(j->owner, err, err ? 0 : got);
+	free(j);
+}
+
+void loadio_read_pieces(const struct store_ops *store, struct store_arena *io, int fd,
+			uint64_t arena_off, uint64_t file_off, uint64_t len,
+			void (*done)(void *owner, int err, uint64_t got), void *owner)
+{
+	uint32_t n = (uint32_t)((len + LOADIO_PIECE - 1) / LOADIO_PIECE);
+	struct pread_job *j = calloc(1, sizeof(*j) + n * sizeof(j->pieces[0]));
+
+	if (!j) {
+		done(owner, -ENOMEM, 0);
+		return;
+	}
+	j->done = done;
+	j->owner = owner;
+	j->n = n;
+	j->pending = n;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t rel = (uint64_t)i * LOADIO_PIECE;
+		j->pieces[i] = (struct rpiece){ .j = j, .len = len - rel < LOADIO_PIECE ?
+								    len - rel : LOADIO_PIECE };
+	}
+	/* j is freed by the last piece's callback, which may run inside the
+	 * last call (a failure at once): nothing of it is read after.  The
+	 * count covers every piece before the first goes out. */
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t rel = (uint64_t)i * LOADIO_PIECE;
+		store->arena_read(io, fd, arena_off + rel, file_off + rel,
+				  len - rel < LOADIO_PIECE ? len - rel : LOADIO_PIECE, rpiece_done,
+				  &j->pieces[i]);
+	}
+}
 
 struct lreq {
 	struct conn *c;
 	uint32_t token, handle;
 	uint64_t arena_off, file_off, len;
-	uint32_t pending;    /* pieces not done */
-	int err;             /* the first piece's error */
-	uint64_t got;        /* bytes of the pieces read whole, in order */
-	struct lpiece {
-		struct lreq *q;
-		uint64_t off, len; /* relative to the read */
-		int res;
-	} *pieces;
-	uint32_t n_pieces;
 	struct share_wait sw; /* answered in the pool (share.h) */
 	struct lreq *next_pin;
 };
@@ -167,7 +225,6 @@ static void lreq_end(struct lreq *q)
 
 	c->load_inflight--;
 	c->load_bytes -= q->len;
-	free(q->pieces);
 	free(q);
 }
 
@@ -194,66 +251,26 @@ static void lreq_unbusy(struct lreq *q)
 		lfile_close(c, f);
 }
 
-static void piece_done(void *ud, int res)
+static void direct_done(void *owner, int err, uint64_t got)
 {
-	struct lpiece *pc = ud;
-	struct lreq *q = pc->q;
+	struct lreq *q = owner;
 	struct conn *c = q->c;
 
-	pc->res = res;
-	if (--q->pending)
-		return;
-	/* All pieces are back: the bytes read are the prefix of whole
-	 * pieces up to the first short one (the end of the file). */
-	for (uint32_t i = 0; i < q->n_pieces && !q->err; i++) {
-		struct lpiece *p = &q->pieces[i];
-		if (p->res < 0) {
-			q->err = p->res;
-			break;
-		}
-		q->got += (uint64_t)p->res;
-		if ((uint64_t)p->res < p->len)
-			break;
-	}
 	slots_unread(q);
 	lreq_unbusy(q);
-	if (!q->err)
-		c->srv->load_disk_bytes += q->got;
-	send_done(c, q->token, q->err, q->err ? 0 : q->got);
+	if (!err)
+		c->srv->load_disk_bytes += got;
+	send_done(c, q->token, err, got);
 	lreq_end(q);
 }
 
-/* Reads q into the client's arena. */
+/* Reads q into the client's arena (direct_done answers; q is freed then). */
 static void direct_start(struct lreq *q)
 {
 	struct conn *c = q->c;
-	struct server *srv = c->srv;
-	struct lfile *f = &c->lfiles[q->handle];
 
-	q->n_pieces = (uint32_t)((q->len + LOADIO_PIECE - 1) / LOADIO_PIECE);
-	q->pieces = calloc(q->n_pieces, sizeof(*q->pieces));
-	if (!q->pieces) {
-		slots_unread(q);
-		lreq_unbusy(q);
-		send_done(c, q->token, -ENOMEM, 0);
-		lreq_end(q);
-		return;
-	}
-	q->pending = q->n_pieces;
-	/* q is freed by the last piece's callback, which may run inside
-	 * the last call (a failure at once): nothing of it is read after. */
-	uint32_t n = q->n_pieces;
-	struct lpiece *pcs = q->pieces;
-	uint64_t arena_off = q->arena_off, file_off = q->file_off, len = q->len;
-	for (uint32_t i = 0; i < n; i++) {
-		struct lpiece *p = &pcs[i];
-		p->q = q;
-		p->off = (uint64_t)i * LOADIO_PIECE;
-		p->len = len - p->off < LOADIO_PIECE ? len - p->off : LOADIO_PIECE;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		srv->store->arena_read(c->io, f->fd, arena_off + pcs[i].off, file_off + pcs[i].off,
-				       pcs[i].len, piece_done, &pcs[i]);
+	loadio_read_pieces(c->srv->store, c->io, c->lfiles[q->handle].fd, q->arena_off,
+			   q->file_off, q->len, direct_done, q);
 }
 
 /* The pool answered q (share.h): res 0, the bytes are there (pinned until

@@ -37,6 +37,7 @@
 #define CKPTD_LOADIO_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "shm/proto.h"
 
@@ -48,6 +49,18 @@ struct proto_load_release;
 
 /* Reads in flight per connection, at most. */
 #define LOADIO_MAX_INFLIGHT PROTO_LOAD_INFLIGHT
+
+struct store_ops;
+struct store_arena;
+
+/* Reads len bytes of fd at file_off into arena io at arena_off, in pieces
+ * of 8 MiB (the disk wants many requests in flight); also the pool's reads
+ * (share.c).  done runs once, perhaps inside this call: err 0 and the bytes
+ * read (the whole pieces in order up to the first short one: the end of
+ * the file), or -errno. */
+void loadio_read_pieces(const struct store_ops *store, struct store_arena *io, int fd,
+			uint64_t arena_off, uint64_t file_off, uint64_t len,
+			void (*done)(void *owner, int err, uint64_t got), void *owner);
 
 /* LOAD_FILE with its descriptor (taken over, even on failure: closed). */
 void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd);

@@ -10,14 +10,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "daemon/loadio.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 #include "daemon/share.h"
 #include "shm/arena.h"
 #include "shm/proto.h"
 
-/* A disk read of an entry goes out in pieces of this (as loadio.c's). */
-#define SHARE_PIECE (8ull << 20)
 /* Entries of one pool, at most (lookups scan them). */
 #define SHARE_MAX_ENTRIES 4096u
 
@@ -59,23 +58,14 @@ struct pentry {
 	struct list lru;         /* pool.lru while unpinned and READY */
 	bool in_lru, ready;
 	struct pool *p;
-	dev_t dev;
-	ino_t ino;
-	off_t fsize;
+	off_t fsize;             /* with the times, what fstat said of the file
+	                          * (its device and inode are sf's) */
 	struct timespec mtime, ctime;
 	uint64_t file_off, len, off;
 	uint64_t got;
 	uint32_t reader_id;      /* the connection whose request read it */
 	uint32_t refs;
-	uint32_t pending;        /* pieces of the disk read not back */
-	int err;
 	struct share_wait *waiters;
-	struct epiece {
-		struct pentry *e;
-		uint64_t rel, len;
-		int res;
-	} *pieces;
-	uint32_t n_pieces;
 };
 
 static struct pool *pool_of(struct server *srv, uid_t uid, const char *job)
@@ -183,7 +173,6 @@ static void pool_free(struct server *srv, struct pool *p, bool now)
 	list_for_each_safe(l, t, &p->entries)
 	{
 		struct pentry *e = list_entry(l, struct pentry, by_off);
-		free(e->pieces);
 		free(e);
 	}
 	if (p->in_epoll)
@@ -304,7 +293,7 @@ static struct pool *pool_get(struct server *srv, const struct sfile *sf)
 
 static bool same_file(const struct pentry *e, const struct stat *st)
 {
-	return e->dev == st->st_dev && e->ino == st->st_ino && e->fsize == st->st_size &&
+	return e->fsize == st->st_size &&
 	       e->mtime.tv_sec == st->st_mtim.tv_sec && e->mtime.tv_nsec == st->st_mtim.tv_nsec &&
 	       e->ctime.tv_sec == st->st_ctim.tv_sec && e->ctime.tv_nsec == st->st_ctim.tv_nsec;
 }
@@ -322,7 +311,6 @@ static void entry_free(struct pool *p, struct pentry *e)
 	lru_out(e);
 	list_del(&e->by_off);
 	p->n_entries--;
-	free(e->pieces);
 	free(e);
 }
 
@@ -452,43 +440,28 @@ static void notify(struct pentry *e, int res)
 	}
 }
 
-static void piece_done(void *ud, int res)
+static void read_done(void *owner, int err, uint64_t got)
 {
-	struct epiece *pc = ud;
-	struct pentry *e = pc->e;
+	struct pentry *e = owner;
 	struct pool *p = e->p;
 	struct server *srv = p->srv;
 
-	pc->res = res;
-	if (--e->pending)
-		return;
-	for (uint32_t i = 0; i < e->n_pieces && !e->err; i++) {
-		if (e->pieces[i].res < 0) {
-			e->err = e->pieces[i].res;
-			break;
-		}
-		e->got += (uint64_t)e->pieces[i].res;
-		if ((uint64_t)e->pieces[i].res < e->pieces[i].len)
-			break;
-	}
+	e->got = got;
 	/* Short before the end of the file as it was when asked: not a
 	 * piece to keep for others (each reads on its own instead). */
-	if (!e->err && e->got < e->len && e->file_off + e->got < (uint64_t)e->fsize)
-		e->err = -EIO;
-	free(e->pieces);
-	e->pieces = NULL;
+	if (!err && e->got < e->len && e->file_off + e->got < (uint64_t)e->fsize)
+		err = -EIO;
 	p->pins--; /* the read's own */
 	p->last_ms = now_ms();
-	if (e->err) {
+	if (err) {
 		/* Every waiter reads on its own (and so meets the error, or
 		 * not, with its own descriptor); the entry goes. */
 		e->refs = 0;
-		if (e->err != -ENOMEM)
+		if (err != -ENOMEM)
 			log_debug("share: reading %llu bytes at %llu into the pool: %s",
 				  (unsigned long long)e->len, (unsigned long long)e->file_off,
-				  strerror(-e->err));
+				  strerror(-err));
 		struct share_wait *w = e->waiters;
-		int err = e->err;
 		e->waiters = NULL;
 		entry_free(p, e);
 		while (w) {
@@ -550,26 +523,17 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	if (w->len > p->size || !find_gap(p, w->len, &at, &off))
 		return false;
 	e = calloc(1, sizeof(*e));
-	uint32_t n = (uint32_t)((w->len + SHARE_PIECE - 1) / SHARE_PIECE);
-	if (e)
-		e->pieces = calloc(n, sizeof(*e->pieces));
-	if (!e || !e->pieces) {
-		free(e);
+	if (!e)
 		return false;
-	}
 	e->p = p;
 	e->sf = sf;
 	e->reader_id = w->who;
-	e->dev = st->st_dev;
-	e->ino = st->st_ino;
 	e->fsize = st->st_size;
 	e->mtime = st->st_mtim;
 	e->ctime = st->st_ctim;
 	e->file_off = w->file_off;
 	e->len = w->len;
 	e->off = off;
-	e->n_pieces = n;
-	e->pending = n;
 	e->refs = 1;
 	list_add_tail(at, &e->by_off); /* before `at`: keeps the offset order */
 	p->n_entries++;
@@ -578,18 +542,8 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	w->reader = true;
 	w->next = NULL;
 	e->waiters = w;
-	/* The callbacks may run at once (an allocation failure): the count
-	 * covers every piece before the first goes out, and nothing of e is
-	 * touched after the last call. */
-	struct epiece *pcs = e->pieces;
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t rel = (uint64_t)i * SHARE_PIECE;
-		pcs[i] = (struct epiece){ .e = e, .rel = rel,
-					  .len = w->len - rel < SHARE_PIECE ? w->len - rel : SHARE_PIECE };
-	}
-	for (uint32_t i = 0; i < n; i++)
-		srv->store->arena_read(p->io, fd, off + pcs[i].rel, w->file_off + pcs[i].rel,
-				       pcs[i].len, piece_done, &pcs[i]);
+	/* read_done may run at once (an allocation failure) and answer w. */
+	loadio_read_pieces(srv->store, p->io, fd, off, w->file_off, w->len, read_done, e);
 	return true;
 }
 
