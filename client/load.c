@@ -172,6 +172,7 @@ struct lthread {
 	bool owned;         /* malloc'd, grown on demand; else an arena slot */
 	char *stage;        /* arena slot: device copies packed for H2D */
 	struct iovec *iov;  /* IOV_MAX entries, for the direct path */
+	uint64_t *ioff;     /* IOV_MAX entries: their file offsets (image_iov) */
 };
 
 /* ---- building ---- */
@@ -786,16 +787,76 @@ static bool direct_iov(struct ckpt_load *ld, const struct plan_read *rd, struct 
 	return pos == rd->end;
 }
 
-/* The spans of read rd against its bytes in the iovecs (in file order from
- * rd->begin), each piece checksummed across the iovecs it spans.  Returns
- * 0; -EBADMSG with the first bad piece's offset and item in *ret_bad and
- * *ret_item; or -EIO if a span steps backwards (a bug). */
+/*
+ * A read served from an image copies no more than its copies' bytes: the
+ * image is memory, so a bounce buffer of the whole CRC blocks (what a read
+ * from storage takes) would only cost a second copy and check.  When every
+ * copy is one contiguous run on both sides, in host memory, the runs in
+ * file order without overlap and inside the read's check spans, fills iov
+ * and ioff with the destinations and their file offsets and returns true.
+ * crc_iov then copies the runs and checks each piece over the bytes that
+ * landed, plus the image's bytes of the piece outside the runs.
+ */
+static bool image_iov(struct ckpt_load *ld, const struct plan_read *rd, struct iovec *iov,
+		      uint64_t *ioff)
+{
+	const struct plan *p = ld->plan;
+	uint64_t last = 0;
+
+	if (rd->n_copies == 0 || rd->n_copies > IOV_MAX)
+		return false;
+	for (size_t i = 0; i < rd->n_copies; i++) {
+		const struct plan_copy *cp = &p->copies[rd->copy0 + i];
+		const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
+		const struct manifest_chunk *c = &t->chunks[cp->chunk];
+		uint64_t ss[CKPT_MAX_NDIM];
+		const uint64_t *ds = ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim;
+		size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
+
+		if ((i && cp->src < last) || ld->dsts[cp->want].device >= 0)
+			return false;
+		plan_chunk_strides(t, c, esize, ss);
+		if (!region_contiguous(cp->shape, ss, t->ndim, esize) ||
+		    !region_contiguous(cp->shape, ds, t->ndim, esize))
+			return false;
+		iov[i].iov_base = copy_dst(ld, cp, t->ndim);
+		iov[i].iov_len = (size_t)cp->bytes;
+		ioff[i] = cp->src;
+		last = cp->src + cp->bytes;
+	}
+	/* Every run inside the spans (the planner makes them so: a copy's
+	 * bytes are in the pieces it touches), so the check sees each byte
+	 * that lands. */
+	for (size_t i = 0, k = rd->check0; i < rd->n_copies; i++) {
+		uint64_t at = ioff[i], end = ioff[i] + iov[i].iov_len;
+
+		while (at < end) {
+			while (k < rd->check0 + rd->n_checks && at >= p->checks[k].end)
+				k++;
+			if (k == rd->check0 + rd->n_checks || at < p->checks[k].begin)
+				return false;
+			at = p->checks[k].end < end ? p->checks[k].end : end;
+		}
+	}
+	return true;
+}
+
+/* The spans of read rd against its bytes in the iovecs, each piece
+ * checksummed across the iovecs it spans.  The iovecs hold the file's bytes
+ * from rd->begin on, one after the other, or with ioff, iov[i] those at
+ * file offset ioff[i] (in file order, gaps allowed: image_iov).  With src
+ * (an image: the file's bytes at 0), each run is copied from src into its
+ * iovec first, and bytes of a piece in no iovec are taken from src.
+ * Returns 0; -EBADMSG with the first bad piece's offset and item in
+ * *ret_bad and *ret_item; or -EIO if a span steps backwards or outside the
+ * iovecs (a bug). */
 static int crc_iov(const struct ckpt_load *ld, const struct plan_read *rd,
-		   const struct iovec *iov, const char *src, uint64_t *ret_bad, uint32_t *ret_item)
+		   const struct iovec *iov, const uint64_t *ioff, size_t n_iov, const char *src,
+		   uint64_t *ret_bad, uint32_t *ret_item)
 {
 	const struct plan *p = ld->plan;
 	size_t v = 0;
-	uint64_t vbase = rd->begin; /* file offset of iov[v] */
+	uint64_t vbase = ioff ? ioff[0] : rd->begin; /* file offset of iov[v] */
 
 	for (size_t k = rd->check0; k < rd->check0 + rd->n_checks; k++) {
 		const struct plan_check *ck = &p->checks[k];
@@ -812,21 +873,31 @@ static int crc_iov(const struct ckpt_load *ld, const struct plan_read *rd,
 				 * own disjoint bytes: manifest_parse, plan.c);
 				 * one that does not is a bug, never a read
 				 * before a destination. */
-				if (at < vbase)
-					return -EIO;
-				while (at >= vbase + iov[v].iov_len) {
-					vbase += iov[v].iov_len;
+				while (v < n_iov && at >= vbase + iov[v].iov_len) {
+					vbase = ioff && v + 1 < n_iov ? ioff[v + 1] :
+									vbase + iov[v].iov_len;
 					v++;
+				}
+				if (v == n_iov || at < vbase) {
+					/* Bytes of the piece no run takes: from
+					 * the image, never copied. */
+					if (!ioff || !src)
+						return -EIO;
+					uint64_t gap = v < n_iov && vbase < stop ? vbase : stop;
+					crc = crc32c(src + at, (size_t)(gap - at), crc);
+					at = gap;
+					continue;
 				}
 				uint64_t n = stop - at, room = vbase + iov[v].iov_len - at;
 				if (n > room)
 					n = room;
 				/* From an image (src: the file's bytes at 0),
-				 * each run is copied, then checksummed while it
-				 * is still in the cache. */
+				 * each run is copied (large ones with streaming
+				 * stores), then checksummed where it landed. */
 				if (src)
-					memcpy((char *)iov[v].iov_base + (at - vbase), src + at,
-					       (size_t)n);
+					copy_engine_host.copy((char *)iov[v].iov_base +
+							      (at - vbase), src + at,
+							      (size_t)n, NULL, 0);
 				crc = crc32c((const char *)iov[v].iov_base + (at - vbase), (size_t)n,
 					     crc);
 				at += n;
@@ -847,7 +918,7 @@ static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const 
 {
 	uint64_t bad = 0;
 	uint32_t item = 0;
-	int r = crc_iov(ld, rd, iov, NULL, &bad, &item);
+	int r = crc_iov(ld, rd, iov, NULL, rd->n_copies, NULL, &bad, &item);
 
 	if (r == -EIO) {
 		/* Spans move forward through the iovecs (chunks own disjoint
@@ -874,20 +945,20 @@ static int check_direct(struct ckpt_load *ld, const struct plan_read *rd, const 
  * path with the same attempt id, or a daemon that reused the image
  * meanwhile, must not fail a load that storage can serve. */
 static bool image_read(struct ckpt_load *ld, const struct plan_read *rd, const struct iovec *iov,
-		       size_t n_iov)
+		       const uint64_t *ioff, size_t n_iov)
 {
 	struct limage *im = &ld->imgs[rd->file];
-	uint64_t off = rd->begin, bad = 0;
+	uint64_t off = ioff ? ioff[0] : rd->begin, bad = 0, covered = 0, span = 0;
 	uint32_t item = 0;
 	int r;
 
-	uint64_t covered = 0;
-
-	/* When the read's CRC spans cover all of it (as they do when its
+	/* When the read's CRC spans cover all its iovecs (as they do when its
 	 * copies are whole chunks' bytes), copy and check in one pass;
 	 * else copy everything, then check. */
 	for (size_t k = rd->check0; k < rd->check0 + rd->n_checks; k++)
 		covered += ld->plan->checks[k].end - ld->plan->checks[k].begin;
+	for (size_t i = 0; i < n_iov; i++)
+		span += iov[i].iov_len;
 	if (im->spill) {
 		/* Read, then checked where it landed; an error or a short
 		 * read is a bad copy, like a mismatch. */
@@ -906,18 +977,23 @@ static bool image_read(struct ckpt_load *ld, const struct plan_read *rd, const s
 				}
 				got += (size_t)n;
 			}
-			off += iov[i].iov_len;
+			off = ioff && i + 1 < n_iov ? ioff[i + 1] : off + iov[i].iov_len;
 		}
 		if (r == 0)
-			r = crc_iov(ld, rd, iov, NULL, &bad, &item);
-	} else if (covered == rd->end - rd->begin) {
-		r = crc_iov(ld, rd, iov, im->map, &bad, &item);
+			r = crc_iov(ld, rd, iov, ioff, n_iov, NULL, &bad, &item);
+	} else if (ioff || covered == span) {
+		/* Large runs with streaming stores: the copy then moves two
+		 * thirds of the memory traffic (client/copy.c), which the
+		 * check's read of the destination more than pays for. */
+		r = crc_iov(ld, rd, iov, ioff, n_iov, im->map, &bad, &item);
+		if (copy_engine_host.sync)
+			copy_engine_host.sync(NULL, 0);
 	} else {
 		for (size_t i = 0; i < n_iov; i++) {
 			memcpy(iov[i].iov_base, im->map + off, iov[i].iov_len);
-			off += iov[i].iov_len;
+			off = ioff && i + 1 < n_iov ? ioff[i + 1] : off + iov[i].iov_len;
 		}
-		r = crc_iov(ld, rd, iov, NULL, &bad, &item);
+		r = crc_iov(ld, rd, iov, ioff, n_iov, NULL, &bad, &item);
 	}
 	if (r == 0) {
 		atomic_fetch_add_explicit(im->spill ? &ld->bytes_local : &ld->bytes_resident,
@@ -963,7 +1039,7 @@ static int do_direct(struct ckpt_load *ld, const struct plan_read *rd, struct io
 
 	/* Copied, then checked where it landed (image_read). */
 	if (image_use(ld, rd->file)) {
-		if (image_read(ld, rd, iov, rd->n_copies))
+		if (image_read(ld, rd, iov, NULL, rd->n_copies))
 			return 0;
 		if ((r = image_fallback(ld, rd)) < 0)
 			return r;
@@ -1033,7 +1109,7 @@ static int do_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		/* Checked here quietly, and again by serve_bounce: a bounce
 		 * read from an image pays the CRC twice. */
 		struct iovec one = { th->buf, (size_t)len };
-		if (image_read(ld, rd, &one, 1))
+		if (image_read(ld, rd, &one, NULL, 1))
 			return serve_bounce(ld, rd, th, th->buf);
 		if ((r = image_fallback(ld, rd)) < 0)
 			return r;
@@ -1285,7 +1361,8 @@ static void *load_thread(void *arg)
 		th.owned = false;
 	}
 	th.iov = malloc(IOV_MAX * sizeof(*th.iov));
-	if (!th.iov)
+	th.ioff = malloc(IOV_MAX * sizeof(*th.ioff));
+	if (!th.iov || !th.ioff)
 		fail(ld, -ENOMEM, "out of memory");
 	for (;;) {
 		size_t i;
@@ -1306,6 +1383,17 @@ static void *load_thread(void *arg)
 				continue;
 			/* Too large for the arena: read here, as without it. */
 		}
+		if (image_use(ld, p->reads[i].file) && !ld->imgs[p->reads[i].file].spill &&
+		    image_iov(ld, &p->reads[i], th.iov, th.ioff)) {
+			/* The copy writes the destinations before they are
+			 * checked. */
+			atomic_store_explicit(&ld->wrote, true, memory_order_relaxed);
+			if (image_read(ld, &p->reads[i], th.iov, th.ioff, p->reads[i].n_copies))
+				continue;
+			if (image_fallback(ld, &p->reads[i]) < 0)
+				break;
+			/* Storage serves it below (the image is no longer used). */
+		}
 		if (direct_iov(ld, &p->reads[i], th.iov)) {
 			/* preadv writes the destinations before they are checked. */
 			atomic_store_explicit(&ld->wrote, true, memory_order_relaxed);
@@ -1318,6 +1406,7 @@ static void *load_thread(void *arg)
 	if (th.owned)
 		free(th.buf);
 	free(th.iov);
+	free(th.ioff);
 	load_thread_exit(ld);
 	return NULL;
 }
