@@ -219,9 +219,9 @@ static void abs_deadline(struct timespec *dl, int64_t timeout_ms)
 	}
 }
 
-int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle)
+/* A free handle, marked taken: 0, -EMFILE or -ECONNRESET. */
+static int lhandle_take(struct ckpt_client *c, uint32_t *ret)
 {
-	struct proto_load_file m;
 	uint32_t h = PROTO_LOAD_FILES;
 	int r;
 
@@ -237,11 +237,49 @@ int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle)
 		cli_load_unlend(c, h);
 		return r;
 	}
+	*ret = h;
+	return r;
+}
+
+int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle)
+{
+	struct proto_load_file m;
+	uint32_t h;
+	int r = lhandle_take(c, &h);
+
 	if (r)
 		return r;
 	proto_init(&m.h, PROTO_LOAD_FILE, sizeof(m));
 	m.handle = h;
 	r = proto_send(c->sock, &m, sizeof(m), fd);
+	if (r < 0) {
+		pthread_mutex_lock(&c->lock);
+		c->lhandles[h / 64] &= ~(1ull << (h % 64));
+		pthread_mutex_unlock(&c->lock);
+		return r;
+	}
+	*ret_handle = h;
+	return 0;
+}
+
+int cli_load_lend_object(struct ckpt_client *c, const char *ckpt, const char *file,
+			 uint64_t size, uint32_t *ret_handle)
+{
+	struct proto_load_object m;
+	uint32_t h;
+	int r;
+
+	if (strlen(ckpt) >= sizeof(m.ckpt) || strlen(file) >= sizeof(m.file))
+		return -ENAMETOOLONG;
+	r = lhandle_take(c, &h);
+	if (r)
+		return r;
+	proto_init(&m.h, PROTO_LOAD_OBJECT, sizeof(m));
+	m.handle = h;
+	m.size = size;
+	snprintf(m.ckpt, sizeof(m.ckpt), "%s", ckpt);
+	snprintf(m.file, sizeof(m.file), "%s", file);
+	r = proto_send(c->sock, &m, sizeof(m), -1);
 	if (r < 0) {
 		pthread_mutex_lock(&c->lock);
 		c->lhandles[h / 64] &= ~(1ull << (h % 64));

@@ -527,6 +527,11 @@ int cli_resident_get(struct ckpt_client *c, const char *attempt, const char *whe
  * (PROTO_LOAD_SHARE): the cli_lread says where the bytes are.  Any thread.
  */
 int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle);
+/* An S3 checkpoint's shard instead (LOAD_OBJECT): ckpt is the checkpoint's
+ * canonical s3:// URL, file the shard's name, size its size; the daemon
+ * reads it with ranged GETs.  -ENAMETOOLONG if the names do not fit. */
+int cli_load_lend_object(struct ckpt_client *c, const char *ckpt, const char *file,
+			 uint64_t size, uint32_t *ret_handle);
 void cli_load_unlend(struct ckpt_client *c, uint32_t handle);
 int64_t cli_arena_take(struct ckpt_client *c, uint32_t count, int64_t timeout_ms);
 void cli_arena_put(struct ckpt_client *c, uint32_t first, uint32_t count);

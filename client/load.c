@@ -160,6 +160,7 @@ struct ckpt_load {
 	char errmsg[1024];            /* [lock] */
 	unsigned running;             /* [lock] */
 	atomic_bool wrote;            /* some destination bytes were written */
+	atomic_bool s3_refused;       /* ckptd refused an S3 read: warned once */
 	unsigned next_slot;           /* [lock] arena slots handed out */
 	pthread_t threads[LOAD_MAX_THREADS];
 	unsigned n_threads;
@@ -1277,12 +1278,26 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		r = 1;
 		goto out;
 	}
+	if (ld->rd->s3 && (got == -EOPNOTSUPP || got == -EACCES || got == -EINVAL)) {
+		/* The daemon does not read S3 for clients (no S3 set up, or
+		 * not below its S3 roots): the library GETs it itself. */
+		if (!atomic_exchange(&ld->s3_refused, true))
+			cli_log(CKPT_LOG_WARNING, "ckptd does not read %s for this client (%s): "
+				"reading it with the library's own S3 credentials", ld->rd->path,
+				got == -EACCES ? "not below an S3 root of its config" :
+						 strerror((int)-got));
+		r = 1;
+		goto out;
+	}
 	if (got < 0) {
 		fail(ld, got == -ENODATA ? -EBADMSG : (int)got,
 		     "reading %s/%s [%llu, %llu) through ckptd: %s", ld->rd->path,
 		     ld->rd->m.files[rd->file].path, (unsigned long long)rd->begin,
 		     (unsigned long long)rd->end,
-		     got == -ENODATA ? "the file is truncated" : strerror((int)-got));
+		     got == -ENODATA ? "the file is truncated" :
+		     ld->rd->s3 && got == -EBADMSG ?
+			     "S3 has fewer bytes than the manifest says (the object is truncated)" :
+						     strerror((int)-got));
 		r = got == -ENODATA ? -EBADMSG : (int)got;
 		goto out;
 	}
@@ -2221,7 +2236,17 @@ static void drop_images(struct ckpt_load *load)
 static void lend_files(struct ckpt_load *load)
 {
 	const struct manifest *m = &load->rd->m;
+	char canon[PROTO_LOAD_URL_LEN + 64] = "";
 
+	if (load->rd->s3) {
+		/* The daemon takes S3 locations in one spelling only. */
+		struct s3_loc loc;
+		char e[256];
+
+		if (s3_url_parse(load->rd->path, &loc, e, sizeof(e)) < 0 ||
+		    s3_url_format(&loc, canon, sizeof(canon)) < 0)
+			return;
+	}
 	load->lhandles = malloc((m->n_files ? m->n_files : 1) * sizeof(*load->lhandles));
 	if (!load->lhandles)
 		return;
@@ -2232,8 +2257,18 @@ static void lend_files(struct ckpt_load *load)
 		struct stat st;
 		int fd, r;
 
-		if (load->lhandles[f] != LOAD_NO_HANDLE || load->imgs[f].map)
+		if (load->lhandles[f] != LOAD_NO_HANDLE || load->imgs[f].map || load->imgs[f].spill)
 			continue;
+		if (load->rd->s3) {
+			/* Read by the daemon with ranged GETs into the arena;
+			 * a daemon without S3 or this root refuses the reads,
+			 * and the library GETs the file itself (do_daemon). */
+			r = cli_load_lend_object(load->client, canon, m->files[f].path,
+						 m->files[f].size, &h);
+			if (r == 0)
+				load->lhandles[f] = h;
+			continue;
+		}
 		/* Our own descriptor: the daemon turns on O_DIRECT in it,
 		 * which the reader's (buffered preads) must not get. */
 		fd = openat(load->rd->dirfd, m->files[f].path,
@@ -2500,7 +2535,7 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	if (load->client)
 		attach_images(load);
 	/* Reads through the daemon want an arena with room for two. */
-	if (load->client && !rd->s3 && load->client->slots.n_slots >= 2)
+	if (load->client && load->client->slots.n_slots >= 2)
 		lend_files(load);
 	if (!rd->s3) {
 		for (size_t i = 0; i < load->plan->n_reads; i++) {

@@ -640,6 +640,7 @@ void conn_event(struct conn *c, uint32_t events)
 		struct proto_load_read lread;
 		struct proto_load_close lclose;
 		struct proto_load_release lrelease;
+		struct proto_load_object lobject;
 	} u;
 	char err[256];
 
@@ -744,6 +745,11 @@ void conn_event(struct conn *c, uint32_t events)
 			if (c->state != CONN_READY)
 				goto wrong;
 			loadio_on_release(c, &u.lrelease);
+			break;
+		case PROTO_LOAD_OBJECT:
+			if (c->state != CONN_READY)
+				goto wrong;
+			loadio_on_object(c, &u.lobject);
 			break;
 		default:
 			goto wrong;

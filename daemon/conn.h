@@ -71,6 +71,9 @@ struct conn {
 		uint32_t busy;  /* reads queued or in flight */
 		bool closing;   /* LOAD_CLOSE came while busy */
 		struct sfile *sf; /* share.h: its pieces may be pooled */
+		char *s3;         /* or an S3 object: "<ckpt>\0<file>" (malloc'd) */
+		uint64_t s3_size;
+		bool s3_warned;   /* a failed read of it was logged */
 	} *lfiles;              /* PROTO_LOAD_FILES entries, or NULL */
 	uint32_t load_inflight;
 	uint64_t load_bytes;    /* bytes of those reads */

@@ -8,12 +8,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/config.h"
 #include "daemon/conn.h"
 #include "daemon/loadio.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 #include "daemon/share.h"
 #include "shm/proto.h"
+#include "store/s3_addr.h"
+#include "store/store_s3.h"
 
 /* A read issued as pieces of at most LOADIO_PIECE bytes: the disk sees
  * many requests in flight, as the read limit's fio and ckpt_bench readers
@@ -93,6 +96,12 @@ struct lreq {
 	uint64_t arena_off, file_off, len;
 	struct share_wait sw; /* answered in the pool (share.h) */
 	struct lreq *next_pin;
+	/* An S3 object's read, on an s3_reads worker: GET of s3_len bytes
+	 * (the request clipped to the object's size) into s3_dst. */
+	struct work w;
+	const char *s3_ckpt, *s3_file;
+	uint8_t *s3_dst;
+	uint64_t s3_len;
 };
 
 static void send_done(struct conn *c, uint32_t token, int err, uint64_t got)
@@ -130,6 +139,10 @@ static void lfile_close(struct conn *c, struct lfile *f)
 	}
 	share_unlend(c->srv, f->sf);
 	f->sf = NULL;
+	free(f->s3);
+	f->s3 = NULL;
+	f->s3_size = 0;
+	f->s3_warned = false;
 	f->fd = -EBADF;
 	f->closing = false;
 }
@@ -216,6 +229,49 @@ void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd)
 		return;
 	}
 	close(fd);
+}
+
+void loadio_on_object(struct conn *c, const struct proto_load_object *m)
+{
+	struct server *srv = c->srv;
+	size_t lc = strlen(m->ckpt), lf = strlen(m->file);
+	struct lfile *f;
+
+	if (m->handle >= PROTO_LOAD_FILES) {
+		conn_drop(c, "LOAD_OBJECT handle %u is not below %u", m->handle, PROTO_LOAD_FILES);
+		return;
+	}
+	if (!lfiles_ready(c)) {
+		conn_drop(c, "out of memory for lent files");
+		return;
+	}
+	f = &c->lfiles[m->handle];
+	if (f->busy) {
+		conn_drop(c, "LOAD_OBJECT replaces handle %u while reads of it are in flight",
+			  m->handle);
+		return;
+	}
+	lfile_close(c, f);
+	/* Errors come with the reads, as for LOAD_FILE: the library then
+	 * reads the object itself (with its own credentials, if it has any).
+	 * The daemon's credentials read only below its S3 roots, the same
+	 * places they write for any client of the socket (README: S3). */
+	if (!srv->s3_reads.n) {
+		f->fd = -EOPNOTSUPP;
+	} else if (!config_root_allowed(&srv->cfg, m->ckpt)) {
+		log_warn("client %u (uid %u): S3 load of '%s', which is not below any S3 root of "
+			 "the config: refused", c->id, (unsigned)c->creds.uid, m->ckpt);
+		f->fd = -EACCES;
+	} else if (!lf || strchr(m->file, '/') || !strcmp(m->file, ".") ||
+		   !strcmp(m->file, "..")) {
+		f->fd = -EINVAL;
+	} else if (!(f->s3 = malloc(lc + lf + 2))) {
+		f->fd = -ENOMEM;
+	} else {
+		memcpy(f->s3, m->ckpt, lc + 1);
+		memcpy(f->s3 + lc + 1, m->file, lf + 1);
+		f->s3_size = m->size;
+	}
 }
 
 /* The read is over (answered or not): its accounting ends. */
@@ -315,6 +371,55 @@ static void shared_done(struct share_wait *w, int res)
 	}
 }
 
+static void s3_run(struct work *w)
+{
+	struct lreq *q = (struct lreq *)((char *)w - offsetof(struct lreq, w));
+
+	w->res = store_s3_read_range_err(q->s3_ckpt, q->s3_file, q->file_off, q->s3_len,
+					 q->s3_dst, w->err, sizeof(w->err));
+}
+
+static void s3_done(struct work *w)
+{
+	struct lreq *q = (struct lreq *)((char *)w - offsetof(struct lreq, w));
+	struct conn *c = q->c;
+	struct lfile *f = &c->lfiles[q->handle];
+
+	if (w->res < 0 && !f->s3_warned) {
+		/* Once per object: the client's load fails (or falls back)
+		 * with the errno; the reason is here. */
+		f->s3_warned = true;
+		log_warn("client %u (uid %u): %s", c->id, (unsigned)c->creds.uid, w->err);
+	}
+	slots_unread(q);
+	lreq_unbusy(q);
+	if (w->res == 0)
+		c->srv->load_s3_bytes += q->s3_len;
+	send_done(c, q->token, w->res, w->res < 0 ? 0 : q->s3_len);
+	lreq_end(q);
+}
+
+/* A read of an S3 object (LOAD_OBJECT), on an s3_reads worker: the
+ * request clipped to the object's size, as a file read ends at its end. */
+static void s3_start(struct lreq *q)
+{
+	struct conn *c = q->c;
+	struct lfile *f = &c->lfiles[q->handle];
+
+	q->s3_ckpt = f->s3;
+	q->s3_file = f->s3 + strlen(f->s3) + 1;
+	q->s3_dst = c->arena + q->arena_off;
+	q->s3_len = q->file_off >= f->s3_size ? 0 :
+		    f->s3_size - q->file_off < q->len ? f->s3_size - q->file_off : q->len;
+	q->w = (struct work){ .run = s3_run, .done = s3_done };
+	if (q->s3_len == 0) {
+		q->w.res = 0;
+		s3_done(&q->w);
+		return;
+	}
+	workers_submit(&c->srv->s3_reads, &q->w);
+}
+
 void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 {
 	struct server *srv = c->srv;
@@ -352,7 +457,9 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 			  LOADIO_MAX_INFLIGHT);
 		return;
 	}
-	if (m->handle >= PROTO_LOAD_FILES || !c->lfiles || c->lfiles[m->handle].fd < 0 ||
+	bool s3 = m->handle < PROTO_LOAD_FILES && c->lfiles && c->lfiles[m->handle].s3;
+
+	if (m->handle >= PROTO_LOAD_FILES || !c->lfiles || (!s3 && c->lfiles[m->handle].fd < 0) ||
 	    c->lfiles[m->handle].closing) {
 		send_done(c, m->token,
 			  m->handle < PROTO_LOAD_FILES && c->lfiles && c->lfiles[m->handle].fd < 0 ?
@@ -378,6 +485,10 @@ void loadio_on_read(struct conn *c, const struct proto_load_read *m)
 	f->busy++;
 	c->load_inflight++;
 	c->load_bytes += m->len;
+	if (s3) {
+		s3_start(q);
+		return;
+	}
 	if ((m->flags & PROTO_LOAD_SHARE) && fstat(f->fd, &st) == 0) {
 		q->sw = (struct share_wait){ .file_off = m->file_off, .len = m->len,
 					     .who = c->id, .cb = shared_done };

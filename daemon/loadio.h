@@ -46,6 +46,7 @@ struct proto_load_file;
 struct proto_load_read;
 struct proto_load_close;
 struct proto_load_release;
+struct proto_load_object;
 
 /* Reads in flight per connection, at most. */
 #define LOADIO_MAX_INFLIGHT PROTO_LOAD_INFLIGHT
@@ -64,6 +65,9 @@ void loadio_read_pieces(const struct store_ops *store, struct store_arena *io, i
 
 /* LOAD_FILE with its descriptor (taken over, even on failure: closed). */
 void loadio_on_file(struct conn *c, const struct proto_load_file *m, int fd);
+/* LOAD_OBJECT: a shard of an S3 checkpoint, read by ranged GETs on the
+ * s3_reads workers (only below the config's S3 roots). */
+void loadio_on_object(struct conn *c, const struct proto_load_object *m);
 void loadio_on_read(struct conn *c, const struct proto_load_read *m);
 void loadio_on_close(struct conn *c, const struct proto_load_close *m);
 /* LOAD_RELEASE: the client is done with a read answered in the pool. */

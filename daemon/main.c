@@ -315,6 +315,17 @@ static int setup(struct server *srv)
 	r = workers_start(&srv->uploads, UPLOAD_WORKERS, 0);
 	if (r < 0)
 		return r;
+	/* Ranged GETs for loads block on the network: as many at once as the
+	 * uploads' parts in flight. */
+	if (store_s3_client()) {
+		unsigned n = srv->cfg.s3_parts_in_flight < 16 ? srv->cfg.s3_parts_in_flight : 16;
+		r = workers_start(&srv->s3_reads, n, 0);
+		if (r == 0)
+			r = add_ev(srv, srv->s3_reads.efd, &srv->ev_s3_reads, EV_WORK,
+				   &srv->s3_reads);
+		if (r < 0)
+			return r;
+	}
 	srv->lfd = listen_socket(srv);
 	if (srv->lfd < 0)
 		return srv->lfd;
@@ -523,16 +534,21 @@ static void teardown(struct server *srv)
 		workers_complete(&srv->work);
 		workers_complete(&srv->arenas);
 		workers_complete(&srv->uploads);
+		if (srv->s3_reads.n)
+			workers_complete(&srv->s3_reads);
 		reap(srv);
 		if (!io && list_empty(&srv->saves) && list_empty(&srv->conns) &&
 		    !workers_in_flight(&srv->crcs) && !workers_in_flight(&srv->work) &&
-		    !workers_in_flight(&srv->arenas) && !workers_in_flight(&srv->uploads))
+		    !workers_in_flight(&srv->arenas) && !workers_in_flight(&srv->uploads) &&
+		    !(srv->s3_reads.n && workers_in_flight(&srv->s3_reads)))
 			break;
-		struct pollfd pfd[4] = { { .fd = srv->work.efd, .events = POLLIN },
+		struct pollfd pfd[5] = { { .fd = srv->work.efd, .events = POLLIN },
 					 { .fd = srv->arenas.efd, .events = POLLIN },
 					 { .fd = srv->crcs.efd, .events = POLLIN },
-					 { .fd = srv->uploads.efd, .events = POLLIN } };
-		poll(pfd, 4, 10);
+					 { .fd = srv->uploads.efd, .events = POLLIN },
+					 { .fd = srv->s3_reads.n ? srv->s3_reads.efd : -1,
+					   .events = POLLIN } };
+		poll(pfd, 5, 10);
 	}
 	if (!list_empty(&srv->saves) || !list_empty(&srv->conns))
 		log_warn("stopping with work still in flight");
@@ -540,6 +556,8 @@ static void teardown(struct server *srv)
 	workers_stop(&srv->work);
 	workers_stop(&srv->arenas);
 	workers_stop(&srv->uploads); /* cancelled by saves_stop: they end soon */
+	if (srv->s3_reads.n)
+		workers_stop(&srv->s3_reads); /* no arena is freed before they end */
 	images_free_all(srv); /* no job is left that could copy into one */
 	share_free_all(srv);
 	share_reap(srv);
@@ -599,7 +617,8 @@ int main(int argc, char **argv)
 		log_err("start-up failed: %s", strerror(-r));
 		/* The threads setup started stop before exit() runs the
 		 * libraries' destructors under them. */
-		struct workers *pools[] = { &srv.work, &srv.arenas, &srv.crcs, &srv.uploads };
+		struct workers *pools[] = { &srv.work, &srv.arenas, &srv.crcs, &srv.uploads,
+					    &srv.s3_reads };
 		for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
 			if (pools[i]->n)
 				workers_stop(pools[i]);

@@ -41,8 +41,10 @@ struct server {
 	struct workers arenas;      /* making arenas (seconds each) */
 	struct workers crcs;        /* checksums of arena slots (writer.h) */
 	struct workers uploads;     /* uploads of spilled shards (spill tier) */
+	struct workers s3_reads;    /* ranged GETs for clients' loads (loadio.h);
+	                             * n == 0: S3 is not set up */
 	int epfd, lfd, sigfd, tfd;
-	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas, ev_crcs, ev_uploads;
+	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas, ev_crcs, ev_uploads, ev_s3_reads;
 	struct list conns, saves;
 	unsigned n_conns;
 	uint32_t next_id;
@@ -57,6 +59,7 @@ struct server {
 	struct sfile *sfiles[256];  /* share.h: lent files, hashed by (uid, dev, ino) */
 	uint64_t load_disk_bytes;   /* bytes loads had ckptd read from storage */
 	uint64_t load_shared_bytes; /* bytes loads got from another load's read */
+	uint64_t load_s3_bytes;     /* bytes loads had ckptd GET from S3 */
 	bool stopping;
 	int64_t start_ms, last_sweep_ms;
 	bool sweeping;

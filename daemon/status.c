@@ -212,8 +212,9 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 		/* The node's totals for root; a user sees its own pools. */
 		if (!pools ||
 		    json_object_set_new(top, "loads",
-					all ? json_pack("{s:I, s:I, s:I, s:o}", "disk_bytes",
-							(json_int_t)srv->load_disk_bytes, "shared_bytes",
+					all ? json_pack("{s:I, s:I, s:I, s:I, s:o}", "disk_bytes",
+							(json_int_t)srv->load_disk_bytes, "s3_bytes",
+							(json_int_t)srv->load_s3_bytes, "shared_bytes",
 							(json_int_t)srv->load_shared_bytes, "pool_bytes",
 							(json_int_t)srv->share_bytes, "pools", pools) :
 					      json_pack("{s:o}", "pools", pools)) < 0) {

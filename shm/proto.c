@@ -28,7 +28,9 @@ static const size_t proto_sizes[PROTO_TYPE_MAX + 1] = {
 	[PROTO_LOAD_DONE] = sizeof(struct proto_load_done),
 	[PROTO_LOAD_CLOSE] = sizeof(struct proto_load_close),
 	[PROTO_LOAD_RELEASE] = sizeof(struct proto_load_release),
+	[PROTO_LOAD_OBJECT] = sizeof(struct proto_load_object),
 };
+_Static_assert(sizeof(struct proto_load_object) <= PROTO_MSG_MAX, "message too large");
 
 _Static_assert(sizeof(struct proto_error) <= PROTO_MSG_MAX, "message too large");
 _Static_assert(sizeof(struct proto_save_result) <= PROTO_MSG_MAX, "message too large");
@@ -131,6 +133,13 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 	case PROTO_LOAD_FILE: {
 		const struct proto_load_file *m = buf;
 		if (m->reserved)
+			goto bad_field;
+		break;
+	}
+	case PROTO_LOAD_OBJECT: {
+		const struct proto_load_object *m = buf;
+		if (m->reserved || !terminated(m->ckpt, sizeof(m->ckpt)) ||
+		    !terminated(m->file, sizeof(m->file)))
 			goto bad_field;
 		break;
 	}

@@ -49,6 +49,10 @@
  *   C: LOAD_READ(token, handle, file_off, len, arena_off)
  *   D: LOAD_DONE(token, bytes read | -errno)
  *   C: LOAD_CLOSE(handle)
+ * A shard of an S3 checkpoint is lent by name instead, and read by the
+ * daemon with ranged GETs (its credentials; only under its S3 roots):
+ *   C: LOAD_OBJECT(handle, checkpoint URL, file name, size)
+ * then LOAD_READ/LOAD_DONE/LOAD_CLOSE as for a file (never in the pool).
  * With PROTO_LOAD_SHARE the daemon may answer in its shared pool of the
  * client's uid (daemon/share.h): LOAD_DONE(POOL, gen, pool_off), with the
  * pool's read-only memfd the first time a connection sees that gen; the
@@ -75,7 +79,7 @@
 #include "ckpt.h"
 
 #define PROTO_MAGIC   0x54504b43u /* "CKPT" in memory order */
-#define PROTO_VERSION 5u
+#define PROTO_VERSION 6u
 #define PROTO_MSG_MAX 1024        /* largest message, bytes */
 #define PROTO_MSG_LEN 512         /* reason strings, bytes incl. NUL */
 
@@ -99,7 +103,8 @@ enum proto_type {
 	PROTO_LOAD_DONE = 17,
 	PROTO_LOAD_CLOSE = 18,
 	PROTO_LOAD_RELEASE = 19,
-	PROTO_TYPE_MAX = 19,
+	PROTO_LOAD_OBJECT = 20,
+	PROTO_TYPE_MAX = 20,
 };
 
 enum proto_role {
@@ -240,6 +245,19 @@ struct proto_load_file {
 	struct proto_hdr h;
 	uint32_t handle;   /* < PROTO_LOAD_FILES; reusing one replaces it */
 	uint32_t reserved;
+};
+
+/* A shard of an S3 checkpoint, lent by name: its reads are ranged GETs of
+ * <ckpt>/<file> by the daemon, clipped to `size` bytes. */
+#define PROTO_LOAD_URL_LEN 512u
+#define PROTO_LOAD_NAME_LEN 256u
+struct proto_load_object {
+	struct proto_hdr h;
+	uint32_t handle;   /* < PROTO_LOAD_FILES; reusing one replaces it */
+	uint32_t reserved;
+	uint64_t size;     /* the object's size, as the manifest says */
+	char ckpt[PROTO_LOAD_URL_LEN];   /* s3://bucket/prefix/name, canonical */
+	char file[PROTO_LOAD_NAME_LEN];  /* the shard's name in it */
 };
 
 struct proto_load_read {

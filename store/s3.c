@@ -1409,31 +1409,44 @@ static int s3_list_root(const char *root, const char *dir,
 	return s3_list(loc.bucket, pre, true, list_one, &l, err, sizeof(err));
 }
 
-static int s3_read_range(const char *ckpt, const char *file, uint64_t off, uint64_t len,
-			 void *buf)
+int store_s3_read_range_err(const char *ckpt, const char *file, uint64_t off, uint64_t len,
+			    void *buf, char *err, size_t errlen)
 {
 	struct s3_loc loc;
-	char key[S3_KEY_MAX + 1], err[512];
+	char key[S3_KEY_MAX + 1];
 	int r;
 
 	if (!g_s3)
-		return -ENOTSUP;
-	r = s3_url_parse(ckpt, &loc, err, sizeof(err));
+		return no_client(err, errlen);
+	r = s3_url_parse(ckpt, &loc, err, errlen);
 	if (r == 0)
-		r = key_of(&loc, file, key, sizeof(key), err, sizeof(err));
+		r = key_of(&loc, file, key, sizeof(key), err, errlen);
 	if (r < 0)
 		return r;
 	if (len == 0)
 		return 0;
 	struct s3_req q = { .method = "GET", .bucket = loc.bucket, .key = key, .range_off = off,
 			    .range_len = len, .into = buf, .max_resp = (size_t)len };
-	r = s3_call(g_s3, &q, err, sizeof(err));
-	if (r == 0 && q.resp_len != len)
+	r = s3_call(g_s3, &q, err, errlen);
+	if (q.status == 416 || (r == 0 && q.resp_len != len)) {
+		/* A range past the end (InvalidRange), or a short answer: the
+		 * object is shorter than the manifest says. */
 		r = -EBADMSG;
-	if (q.status == 416)
-		r = -EBADMSG; /* the range starts past the end (InvalidRange) */
+		snprintf(err, errlen, "S3 GET s3://%s/%s: %s", loc.bucket, key,
+			 "the object is shorter than the checkpoint's manifest says");
+	}
 	s3_req_free(&q);
 	return r;
+}
+
+static int s3_read_range(const char *ckpt, const char *file, uint64_t off, uint64_t len,
+			 void *buf)
+{
+	char err[512];
+
+	if (!g_s3)
+		return -ENOTSUP;
+	return store_s3_read_range_err(ckpt, file, off, len, buf, err, sizeof(err));
 }
 
 int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, size_t *ret_len,

@@ -58,6 +58,12 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 /* The running client, or NULL. */
 struct s3_client *store_s3_client(void);
 
+/* Bytes [off, off + len) of object <ckpt>/<file> into buf with one ranged
+ * GET (retried as s3_call retries).  0, or -errno with the reason in err
+ * (-EBADMSG: the object is shorter). */
+int store_s3_read_range_err(const char *ckpt, const char *file, uint64_t off, uint64_t len,
+			    void *buf, char *err, size_t errlen);
+
 /* shard_write of store_s3 with the part's CRC32C given: the caller's
  * checksum of the bytes it checked (the spill tier's), sent as the part's
  * x-amz-checksum-crc32c, so S3 refuses the part if the bytes sent differ

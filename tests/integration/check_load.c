@@ -428,6 +428,9 @@ static void save_simple(struct testd *t, const char *root, const char *name, uin
 	free(w);
 }
 
+/* load_w loads through this client when set (reads by ckptd). */
+static struct ckpt_client *load_w_via;
+
 static int load_w(const char *path, uint32_t flags, float *w, int *ret_start, char *msg,
 		  size_t len)
 {
@@ -443,6 +446,8 @@ static int load_w(const char *path, uint32_t flags, float *w, int *ret_start, ch
 	ck_assert_int_eq(ckpt_reader_open(path, &rd), 0);
 	ck_assert_int_eq(ckpt_load_begin(rd, flags, &ld), 0);
 	ck_assert_int_eq(ckpt_load_add_tensor(ld, &lt), 0);
+	if (load_w_via)
+		ck_assert_int_eq(ckpt_load_set_client(ld, load_w_via), 0);
 	*ret_start = ckpt_load_start(ld, &done);
 	if (*ret_start) {
 		snprintf(msg, len, "%s", ckpt_last_error());
@@ -825,7 +830,8 @@ END_TEST
 
 /* An S3 checkpoint saved by a resident client loads from ckptd's memory:
  * not one byte comes from S3, and the bytes are the saved ones.  The same
- * load of another job's client reads S3 (the image is not its own). */
+ * load of another job's client reads S3 (the image is not its own), through
+ * ckptd's ranged GETs. */
 START_TEST(test_s3_resident)
 {
 	enum { N = 3 * 1024 * 1024 + 77 };
@@ -888,15 +894,17 @@ START_TEST(test_s3_resident)
 		ck_assert_msg(td_future_wait(done, 60000) == 0, "%s", ckpt_future_error(done));
 		ck_assert_int_eq(ckpt_load_stats(ld, &st), 0);
 		ck_assert_msg(memcmp(back, w, N) == 0, "load %d: bytes differ", k);
+		/* Not one byte by the library's own S3 client: from the
+		 * image, or (another job's) GET by ckptd. */
+		ck_assert_uint_eq(s3_bytes_down() - before, 0);
 		if (k == 0) {
 			ck_assert_uint_eq(st.files_resident, 1);
 			ck_assert_uint_eq(st.bytes_resident, st.bytes_read);
-			ck_assert_uint_eq(s3_bytes_down() - before, 0);
+			ck_assert_uint_eq(st.bytes_daemon, 0);
 		} else {
 			ck_assert_uint_eq(st.files_resident, 0);
-			ck_assert_uint_eq(s3_bytes_down() - before, st.bytes_read);
+			ck_assert_uint_eq(st.bytes_daemon, st.bytes_read);
 		}
-		ck_assert_uint_eq(st.bytes_daemon, 0); /* S3 files are not lent */
 		ckpt_load_free(ld);
 		ckpt_reader_close(rd);
 	}
@@ -1000,19 +1008,25 @@ END_TEST
 START_TEST(test_s3_corrupt)
 {
 	struct testd t;
-	char root[1024], path[1100], off[32], file[256], msg[1024];
-	const char *base = s3_base("s3_corrupt");
+	char root[1024], path[1100], off[32], file[256], msg[1024], name[32];
+	const char *base;
 	float *w = malloc(512 * 1024 * 4);
 	int start, rc;
 
+	/* _i 1: every load through a client, so ckptd's ranged GETs read
+	 * the object and the library checks what they brought. */
+	snprintf(name, sizeof(name), "s3_corrupt%s", _i ? "_via" : "");
+	base = s3_base(name);
 	if (!base) {
 		free(w);
 		return;
 	}
 	ck_assert_ptr_nonnull(w);
-	td_init(&t, "s3_corrupt");
-	s3_daemon_start(&t, base, "corrupt", root, sizeof(root));
+	td_init(&t, name);
+	s3_daemon_start(&t, base, name, root, sizeof(root));
 	save_simple(&t, root, "c", 1);
+	if (_i)
+		load_w_via = td_connect(td_sock(&t, 0), "corrupt-reader", 0, 1, arena_for(root));
 	snprintf(path, sizeof(path), "%s/c", root);
 	ck_assert_int_eq(load_w(path, 0, w, &start, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(td_check(w, 512 * 1024 * 4, 77, 0), -1);
@@ -1045,7 +1059,111 @@ START_TEST(test_s3_corrupt)
 	rc = load_w(path, 0, w, &start, msg, sizeof(msg));
 	ck_assert_int_eq(rc, -ENOENT);
 	ck_assert_msg(strstr(msg, file) && strstr(msg, root), "%s", msg);
+	if (load_w_via) {
+		ckpt_disconnect(load_w_via);
+		load_w_via = NULL;
+	}
 	free(w);
+	td_fini(&t);
+}
+END_TEST
+
+/*
+ * Loads of S3 checkpoints through a client: ckptd GETs the shards into the
+ * client's arena (the library's own S3 client downloads nothing), for a
+ * whole tensor and for a box in the middle of one.  A daemon whose roots
+ * do not hold the checkpoint refuses (its credentials serve its roots
+ * only); the library then GETs the shards itself, with a warning, and the
+ * bytes are the same.
+ */
+START_TEST(test_s3_daemon)
+{
+	enum { ROWS = 3000, COLS = 1024 };
+	struct testd t;
+	struct ckpt_client *c, *stranger;
+	struct ckpt_save *sv;
+	uint64_t shape[2] = { ROWS, COLS };
+	float *w = malloc((size_t)ROWS * COLS * 4), *back = malloc((size_t)ROWS * COLS * 4);
+	char root[1024], path[1100], msg[256], conf[2048];
+	const char *base = s3_base("s3_daemon");
+	int sst, cm;
+
+	if (!base) {
+		free(w);
+		free(back);
+		return;
+	}
+	td_init(&t, "s3_daemon");
+	s3_daemon_start(&t, base, "daemon", root, sizeof(root));
+	/* Daemon 1: the same bucket and credentials, only a local root. */
+	snprintf(conf, sizeof(conf), "arena_max = 64M\ns3_endpoint = %s\ns3_retries = 4\n",
+		 getenv("S3_ENDPOINT"));
+	ck_assert_int_eq(td_daemon_start(&t, 1, conf), 0);
+	td_fill(w, (size_t)ROWS * COLS * 4, 95, 0);
+	c = td_connect(td_sock(&t, 0), "s3-daemon", 0, 1, arena_for(root));
+	ck_assert_int_eq(ckpt_save_begin(c, root, "d", 1, &sv), 0);
+	td_add(sv, "w", CKPT_F32, 2, shape, w);
+	ck_assert_int_eq(td_commit_wait(sv, 90000, &sst, &cm, msg, sizeof(msg)), 0);
+	ck_assert_msg(sst == 0 && cm == 0, "%s", msg);
+	ckpt_save_free(sv);
+	stranger = td_connect(td_sock(&t, 1), "s3-daemon", 0, 1, 64ull << 20);
+	snprintf(path, sizeof(path), "%s/d", root);
+
+	/* k 0, 1: through daemon 0 (whole, then rows [1001, 1777)); k 2:
+	 * through daemon 1, which refuses. */
+	for (int k = 0; k < 3; k++) {
+		struct ckpt_reader *rd;
+		struct ckpt_load *ld;
+		struct ckpt_future *done;
+		struct ckpt_load_stats st = { CKPT_LOAD_STATS_INIT };
+		uint64_t r0 = k == 1 ? 1001 : 0, nr = k == 1 ? 776 : ROWS, before;
+		uint64_t offs[2] = { r0, 0 }, box[2] = { nr, COLS };
+		size_t bytes = (size_t)(nr * COLS * 4);
+		struct ckpt_load_dst d = { CKPT_LOAD_DST_INIT, .offsets = offs, .shape = box,
+					   .data = back };
+		struct ckpt_load_tensor lt = { CKPT_LOAD_TENSOR_INIT, .dtype = CKPT_F32,
+					       .name = "w", .global_shape = shape, .ndim = 2,
+					       .n_dsts = 1, .dsts = &d };
+
+		memset(back, 0xA5, (size_t)ROWS * COLS * 4);
+		ck_assert_int_eq(ckpt_reader_open(path, &rd), 0);
+		ck_assert_int_eq(ckpt_load_begin(rd, 0, &ld), 0);
+		ck_assert_int_eq(ckpt_load_add_tensor(ld, &lt), 0);
+		ck_assert_int_eq(ckpt_load_set_client(ld, k < 2 ? c : stranger), 0);
+		if (k == 2) {
+			log_seen[0] = '\0';
+			ckpt_set_log_fn(keep_warnings, NULL);
+		}
+		before = s3_bytes_down();
+		ck_assert_int_eq(ckpt_load_start(ld, &done), 0);
+		ck_assert_msg(td_future_wait(done, 60000) == 0, "load %d: %s", k,
+			      ckpt_future_error(done));
+		if (k == 2)
+			ckpt_set_log_fn(NULL, NULL);
+		ck_assert_int_eq(ckpt_load_stats(ld, &st), 0);
+		ck_assert_int_eq(td_check(back, bytes, 95, r0 * COLS * 4), -1);
+		/* Nothing written past the box. */
+		for (size_t i = bytes; i < (size_t)ROWS * COLS * 4; i++)
+			ck_assert_msg(((uint8_t *)back)[i] == 0xA5, "load %d wrote byte %zu", k, i);
+		if (k < 2) {
+			ck_assert_msg(st.bytes_daemon == st.bytes_read,
+				      "load %d: %llu of %llu bytes through ckptd", k,
+				      (unsigned long long)st.bytes_daemon,
+				      (unsigned long long)st.bytes_read);
+			ck_assert_uint_eq(s3_bytes_down() - before, 0);
+		} else {
+			ck_assert_uint_eq(st.bytes_daemon, 0);
+			ck_assert_uint_eq(s3_bytes_down() - before, st.bytes_read);
+			ck_assert_msg(strstr(log_seen, "not below an S3 root"), "no warning: '%s'",
+				      log_seen);
+		}
+		ckpt_load_free(ld);
+		ckpt_reader_close(rd);
+	}
+	ckpt_disconnect(stranger);
+	ckpt_disconnect(c);
+	free(w);
+	free(back);
 	td_fini(&t);
 }
 END_TEST
@@ -1201,7 +1319,8 @@ static Suite *load_suite(void)
 	tcase_add_test(tc, test_s3_ranged);
 	tcase_add_test(tc, test_s3_resident);
 	tcase_add_test(tc, test_s3_latest);
-	tcase_add_test(tc, test_s3_corrupt);
+	tcase_add_loop_test(tc, test_s3_corrupt, 0, 2);
+	tcase_add_test(tc, test_s3_daemon);
 	tcase_add_test(tc, test_s3_spill);
 	suite_add_tcase(s, tc);
 	return s;

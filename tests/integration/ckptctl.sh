@@ -331,7 +331,7 @@ cat >"$tmp/fake.py" <<'EOF'
 import json, os, socket, struct, sys
 
 path, mode = sys.argv[1], sys.argv[2]
-MAGIC, VERSION = 0x54504B43, 5
+MAGIC, VERSION = 0x54504B43, 6
 HELLO, HELLO_OK, ERROR, STATUS_REQ, STATUS_REPLY = 1, 2, 3, 10, 11
 HDR = struct.Struct("<IHHII")
 HELLO_SIZE = (HDR.size + 16 + 8 + 8 + 129 + 129 + 7) // 8 * 8   # struct proto_hello

@@ -44,6 +44,7 @@ static const struct {
 	{ PROTO_LOAD_DONE, sizeof(struct proto_load_done), "LOAD_DONE" },
 	{ PROTO_LOAD_CLOSE, sizeof(struct proto_load_close), "LOAD_CLOSE" },
 	{ PROTO_LOAD_RELEASE, sizeof(struct proto_load_release), "LOAD_RELEASE" },
+	{ PROTO_LOAD_OBJECT, sizeof(struct proto_load_object), "LOAD_OBJECT" },
 };
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -231,6 +232,12 @@ static const struct {
 	  "LOAD_READ.reserved" },
 	{ PROTO_LOAD_RELEASE, F_RESERVED, offsetof(struct proto_load_release, reserved), 4,
 	  "LOAD_RELEASE.reserved" },
+	{ PROTO_LOAD_OBJECT, F_RESERVED, offsetof(struct proto_load_object, reserved), 4,
+	  "LOAD_OBJECT.reserved" },
+	{ PROTO_LOAD_OBJECT, F_STRING, offsetof(struct proto_load_object, ckpt), PROTO_LOAD_URL_LEN,
+	  "LOAD_OBJECT.ckpt" },
+	{ PROTO_LOAD_OBJECT, F_STRING, offsetof(struct proto_load_object, file),
+	  PROTO_LOAD_NAME_LEN, "LOAD_OBJECT.file" },
 	{ PROTO_RESIDENT_REQ, F_STRING, offsetof(struct proto_resident_req, attempt),
 	  sizeof(((struct proto_resident_req *)0)->attempt), "RESIDENT_REQ.attempt" },
 	{ PROTO_RESIDENT_REQ, F_STRING, offsetof(struct proto_resident_req, where),
