@@ -632,8 +632,9 @@ struct ckpt_load_stats {
 	uint32_t size;           /* set by CKPT_LOAD_STATS_INIT */
 	uint32_t missing;        /* tensors and blobs skipped (CKPT_LOAD_PARTIAL) */
 	uint64_t bytes_wanted;   /* bytes of the destinations */
-	uint64_t bytes_read;     /* bytes read from storage (>= wanted: CRC
-	                          * blocks are read whole, small gaps with them) */
+	uint64_t bytes_read;     /* bytes read from storage (>= wanted, unless
+	                          * boxes overlap: CRC blocks are read whole,
+	                          * small gaps with them, shared bytes once) */
 	uint64_t reads;          /* read requests */
 	/* libckpt 0.5, ckpt_load_set_client(): */
 	uint64_t bytes_resident; /* of bytes_read, copied from images resident

@@ -7,15 +7,20 @@
  * saving rank is a real process killed with SIGKILL, and every load that
  * claims to come from memory runs after the shard file was deleted from
  * the checkpoint (manifest.json stays), so only the daemon can have served
- * those bytes.  Every byte loaded is compared with the deterministic
- * pattern it was saved from.  The safety side: another job of the same
- * user gets nothing, only the newest committed save of a rank is served, a
- * failed save does not displace it, an image of another attempt at the
- * same path is never used, and a client without the flag leaves nothing
- * in memory.
+ * those bytes (test_partial_stale aside: there storage and the image
+ * differ in one chosen byte, which tells them apart).  Every byte loaded
+ * is compared with the deterministic pattern it was saved from: whole
+ * tensors, and boxes of them (rows that start and end inside CRC pieces,
+ * column bands, element ranges).  The safety side: another job of the
+ * same user gets nothing, only the newest committed save of a rank is
+ * served, a failed save does not displace it, an image of another attempt
+ * at the same path is never used, an image that differs from storage in
+ * one byte of a CRC piece a box touches (even outside the box) is not used
+ * for that file, and a client without the flag leaves nothing in memory.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +49,8 @@
  * About 39 MiB of tensors in mixed dtypes, most of them not a whole number
  * of MiB (so CRC blocks and extents end inside tensors), a scalar, and per
  * saving rank a blob.  Saved by `world` ranks, each tensor is cut by rows
- * (the first dimension); a loader always asks for whole tensors.
+ * (the first dimension); a loader asks for whole tensors, except in
+ * test_partial, which asks for boxes of them.
  */
 struct item {
 	const char *name;
@@ -1068,6 +1074,630 @@ START_TEST(test_sealed)
 }
 END_TEST
 
+/* ---- 11. boxes of tensors, copied from the image ------------------------------ */
+
+/*
+ * A load of part of a tensor from an image copies each run of a box that
+ * is contiguous in the file and in the destination straight into place,
+ * and checks each CRC piece the run touches over the bytes that landed
+ * plus the image's bytes of the piece outside the run; other boxes (a
+ * column band, a padded destination, boxes that overlap) go through a
+ * bounce buffer.  Every box goes into a buffer of its own, filled with a
+ * sentinel first: after the load the box holds what was saved and every
+ * other byte of its buffer is untouched.
+ */
+
+#define MAX_BOXES 4
+#define GUARD 4096       /* sentinel bytes before and after each box */
+#define SENTINEL 0xA5
+
+/* One destination box of item `item` of a table of items: offs and shape
+ * (2-D: rows, columns; 1-D: elements; 0-D: unused), into a buffer whose
+ * rows are `pitch` elements apart (0: packed, strides NULL). */
+struct box {
+	unsigned item;
+	uint64_t offs[2], shape[2];
+	uint64_t pitch;
+};
+
+/* Writes bytes [off, off + len) of item `item` as saved (the whole tensor,
+ * row-major) into buf. */
+typedef void expect_fn(void *buf, size_t len, unsigned item, uint64_t off, const void *ctx);
+
+/* Bytes of the rows of box b (with its pitch), without the guards. */
+static uint64_t box_span(const struct item *tab, const struct box *b)
+{
+	const struct item *it = &tab[b->item];
+	size_t es = td_dtype_size(it->dt);
+
+	if (it->ndim == 0)
+		return es;
+	if (it->ndim == 1)
+		return b->shape[0] * es;
+	return b->shape[0] * (b->pitch ? b->pitch : b->shape[1]) * es;
+}
+
+static uint64_t box_bytes(const struct item *tab, const struct box *b)
+{
+	const struct item *it = &tab[b->item];
+
+	return td_nbytes(td_dtype_size(it->dt), it->ndim, b->shape);
+}
+
+/* Asserts box b's buffer (guards included) holds the box's bytes as
+ * `expect` says, at its pitch, and the sentinel everywhere else. */
+static void check_box(const struct item *tab, const struct box *b, unsigned char *buf,
+		      expect_fn *expect, const void *ctx, const char *what)
+{
+	const struct item *it = &tab[b->item];
+	size_t es = td_dtype_size(it->dt);
+	uint64_t rows = it->ndim == 2 ? b->shape[0] : 1;
+	uint64_t run = it->ndim == 0 ? es : (it->ndim == 1 ? b->shape[0] : b->shape[1]) * es;
+	uint64_t pitch = it->ndim == 2 && b->pitch ? b->pitch * es : run;
+	uint64_t len = 2 * GUARD + box_span(tab, b);
+	unsigned char *want = malloc(run);
+
+	ck_assert_ptr_nonnull(want);
+	for (uint64_t r = 0; r < rows; r++) {
+		unsigned char *at = buf + GUARD + r * pitch;
+		uint64_t off = it->ndim == 2 ? ((b->offs[0] + r) * it->shape[1] + b->offs[1]) * es :
+			       it->ndim == 1 ? b->offs[0] * es : 0;
+
+		expect(want, run, b->item, off, ctx);
+		if (memcmp(at, want, run) != 0) {
+			uint64_t k = 0;
+
+			while (at[k] == want[k])
+				k++;
+			ck_abort_msg("%s: '%s' byte %llu of the tensor is %#x, saved as %#x (row "
+				     "%llu of the box)", what, it->name,
+				     (unsigned long long)(off + k), at[k], want[k],
+				     (unsigned long long)r);
+		}
+		/* Seen: the sentinel check below then covers the rest. */
+		memset(at, SENTINEL, run);
+	}
+	/* One assertion, not one per byte: each passing ck_assert() is a
+	 * message to Check's parent process. */
+	for (uint64_t k = 0; k < len; k++)
+		if (buf[k] != SENTINEL)
+			ck_abort_msg("%s: '%s': byte %lld of its buffer (from the box's start), "
+				     "outside the box, was written", what, it->name,
+				     (long long)k - GUARD);
+	free(want);
+}
+
+/*
+ * Loads the n boxes bx (of the items of `tab`; the boxes of one tensor
+ * adjacent) from checkpoint `path`, through client c if not NULL.  Returns
+ * 0 -- after check_box() of every box -- or the error of ckpt_load_start()
+ * or of the done future, with its message in msg; the stats go to *ret_st
+ * either way.
+ */
+static int load_boxes(const char *path, struct ckpt_client *c, const struct item *tab,
+		      const struct box *bx, unsigned n, expect_fn *expect, const void *ctx,
+		      const char *what, struct ckpt_load_stats *ret_st, char *msg, size_t len)
+{
+	struct ckpt_reader *rd = NULL;
+	struct ckpt_load *ld = NULL;
+	struct ckpt_future *done = NULL;
+	struct ckpt_load_dst dst[MAX_BOXES];
+	int64_t strides[MAX_BOXES][2];
+	unsigned char *bufs[MAX_BOXES];
+	int rc;
+
+	ck_assert_uint_le(n, MAX_BOXES);
+	rc = ckpt_reader_open(path, &rd);
+	ck_assert_msg(rc == 0, "open %s: %d %s", path, rc, ckpt_last_error());
+	ck_assert_int_eq(ckpt_load_begin(rd, 0, &ld), 0);
+	for (unsigned i = 0; i < n; i++) {
+		const struct item *it = &tab[bx[i].item];
+		size_t blen = 2 * GUARD + box_span(tab, &bx[i]);
+
+		bufs[i] = malloc(blen);
+		ck_assert_ptr_nonnull(bufs[i]);
+		memset(bufs[i], SENTINEL, blen);
+		strides[i][0] = (int64_t)bx[i].pitch;
+		strides[i][1] = 1;
+		dst[i] = (struct ckpt_load_dst){ CKPT_LOAD_DST_INIT, .data = bufs[i] + GUARD,
+						 .offsets = it->ndim ? bx[i].offs : NULL,
+						 .shape = it->ndim ? bx[i].shape : NULL };
+		if (it->ndim == 2 && bx[i].pitch)
+			dst[i].strides = strides[i];
+	}
+	for (unsigned i = 0, k; i < n; i = k) {
+		const struct item *it = &tab[bx[i].item];
+
+		for (k = i + 1; k < n && bx[k].item == bx[i].item; k++)
+			;
+		struct ckpt_load_tensor lt = { CKPT_LOAD_TENSOR_INIT, .dtype = it->dt,
+					       .name = it->name, .global_shape = it->shape,
+					       .ndim = it->ndim, .n_dsts = k - i, .dsts = &dst[i] };
+		rc = ckpt_load_add_tensor(ld, &lt);
+		ck_assert_msg(rc == 0, "%s: add %s: %d %s", what, it->name, rc, ckpt_last_error());
+	}
+	if (c)
+		ck_assert_int_eq(ckpt_load_set_client(ld, c), 0);
+	rc = ckpt_load_start(ld, &done);
+	if (rc < 0) {
+		snprintf(msg, len, "%s", ckpt_last_error());
+	} else {
+		rc = td_future_wait(done, WAIT_MS);
+		snprintf(msg, len, "%s", ckpt_future_error(done));
+	}
+	*ret_st = (struct ckpt_load_stats){ CKPT_LOAD_STATS_INIT };
+	ck_assert_int_eq(ckpt_load_stats(ld, ret_st), 0);
+	ckpt_load_free(ld);
+	ckpt_reader_close(rd);
+	for (unsigned i = 0; i < n; i++) {
+		if (rc == 0)
+			check_box(tab, &bx[i], bufs[i], expect, ctx, what);
+		free(bufs[i]);
+	}
+	return rc;
+}
+
+/* The loads of test_partial, of the items of save_state(). */
+static const struct pload {
+	const char *what;
+	bool mid;   /* every end of a box that is not an end of its tensor
+		     * lies inside a CRC piece (asserted in a world-1 save) */
+	unsigned n;
+	struct box box[MAX_BOXES];
+} ploads[] = {
+	{ "rows [37, 911)", true, 1, { { 3, { 37, 0 }, { 874, 1031 }, 0 } } },
+	{ "one row", true, 1, { { 3, { 500, 0 }, { 1, 1031 }, 0 } } },
+	{ "one row across grid lines", true, 1, { { 7, { 1, 0 }, { 1, 1111111 }, 0 } } },
+	{ "rows to the tensor's end", true, 1, { { 6, { 77, 0 }, { 435, 3000 }, 0 } } },
+	{ "rows from row 0", true, 1, { { 1, { 0, 0 }, { 1333, 2048 }, 0 } } },
+	{ "rows [0, 613) and [613, 1000) into two buffers", true, 2,
+	  { { 3, { 0, 0 }, { 613, 1031 }, 0 }, { 3, { 613, 0 }, { 387, 1031 }, 0 } } },
+	{ "three row boxes, small gaps between", true, 3,
+	  { { 3, { 3, 0 }, { 2, 1031 }, 0 }, { 3, { 20, 0 }, { 1, 1031 }, 0 },
+	    { 3, { 40, 0 }, { 860, 1031 }, 0 } } },
+	{ "element ranges of 1-D tensors", true, 3,
+	  { { 2, { 1, 0 }, { 775, 0 }, 0 }, { 4, { 123457, 0 }, { 2876544, 0 }, 0 },
+	    { 5, { 5, 0 }, { 11995, 0 }, 0 } } },
+	{ "a column band", false, 1, { { 3, { 10, 100 }, { 980, 513 }, 0 } } },
+	{ "a column band into a wider buffer", false, 1,
+	  { { 0, { 0, 1 }, { 2048, 1022 }, 1024 } } },
+	{ "rows into a padded buffer", false, 1, { { 6, { 10, 0 }, { 390, 3000 }, 3001 } } },
+	{ "overlapping row boxes", false, 2,
+	  { { 1, { 0, 0 }, { 1600, 2048 }, 0 }, { 1, { 1500, 0 }, { 1501, 2048 }, 0 } } },
+	{ "rows, a band, a whole 1-D tensor and the scalar", false, 4,
+	  { { 5, { 0, 0 }, { 12345, 0 }, 0 }, { 6, { 200, 0 }, { 100, 3000 }, 0 },
+	    { 7, { 0, 5 }, { 3, 1111095 }, 0 }, { 8, { 0, 0 }, { 0, 0 }, 0 } } },
+};
+
+#define N_PLOADS (sizeof(ploads) / sizeof(ploads[0]))
+
+static void expect_gen(void *buf, size_t len, unsigned item, uint64_t off, const void *ctx)
+{
+	td_fill(buf, len, item_seed(*(const unsigned *)ctx, item), off);
+}
+
+/* Absolute offset of the first byte of tensor `name` in a shard file: 8
+ * bytes of header length, the JSON header, then the data, which the
+ * header's "data_offsets" count from. */
+static uint64_t item_begin(const char *shard, const char *name)
+{
+	unsigned char le[8];
+	uint64_t n = 0, begin;
+	json_error_t je;
+	json_t *j, *off;
+	char *hdr;
+	int fd = open(shard, O_RDONLY | O_CLOEXEC);
+
+	ck_assert_msg(fd >= 0, "open %s: %s", shard, strerror(errno));
+	ck_assert_int_eq(pread(fd, le, 8, 0), 8);
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | le[i];
+	ck_assert_uint_lt(n, 16 * MiB);
+	hdr = malloc(n);
+	ck_assert_ptr_nonnull(hdr);
+	ck_assert_int_eq(pread(fd, hdr, n, 8), (ssize_t)n);
+	close(fd);
+	j = json_loadb(hdr, n, 0, &je);
+	ck_assert_msg(j, "%s: header: %s", shard, je.text);
+	off = json_object_get(json_object_get(j, name), "data_offsets");
+	ck_assert_msg(json_is_array(off), "%s has no tensor '%s'", shard, name);
+	begin = 8 + n + (uint64_t)json_integer_value(json_array_get(off, 0));
+	json_decref(j);
+	free(hdr);
+	return begin;
+}
+
+/* The premise of the `mid` loads, in a world-1 checkpoint: their boxes are
+ * whole rows (or element ranges) that start and end inside CRC pieces,
+ * except at the ends of their tensors, so the pieces at both ends hold
+ * bytes the runs do not. */
+static void check_mid(const struct testd *t, const char *name)
+{
+	char shard[TD_PATH];
+
+	shard_path(shard, sizeof(shard), t, name, 0);
+	for (size_t k = 0; k < N_PLOADS; k++) {
+		const char *what = ploads[k].what;
+
+		for (unsigned i = 0; ploads[k].mid && i < ploads[k].n; i++) {
+			const struct box *b = &ploads[k].box[i];
+			const struct item *it = &items[b->item];
+			uint64_t row = it->ndim == 2 ? it->shape[1] * td_dtype_size(it->dt) :
+						       td_dtype_size(it->dt);
+			uint64_t base = item_begin(shard, it->name);
+			uint64_t lo = base + b->offs[0] * row, hi = lo + b->shape[0] * row;
+
+			ck_assert(it->ndim >= 1 && (it->ndim == 1 || b->shape[1] == it->shape[1]));
+			ck_assert_msg(b->offs[0] == 0 || lo % MiB,
+				      "test premise: '%s' box %u starts on a grid line", what, i);
+			ck_assert_msg(b->offs[0] + b->shape[0] == it->shape[0] || hi % MiB,
+				      "test premise: '%s' box %u ends on a grid line", what, i);
+		}
+	}
+}
+
+/* True if two boxes of pl share bytes: the load reads them once (or
+ * twice, if a read limit cuts them apart), so bytes_read may be less than
+ * bytes_wanted, which counts them per box. */
+static bool boxes_overlap(const struct pload *pl)
+{
+	for (unsigned i = 0; i < pl->n; i++) {
+		for (unsigned k = i + 1; k < pl->n; k++) {
+			const struct box *a = &pl->box[i], *b = &pl->box[k];
+			bool meet = a->item == b->item;
+
+			for (unsigned d = 0; meet && d < items[a->item].ndim; d++)
+				meet = a->offs[d] < b->offs[d] + b->shape[d] &&
+				       b->offs[d] < a->offs[d] + a->shape[d];
+			if (meet)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Bit r set if rank r of `world` saved bytes of box b (rows cut as
+ * row_part does; the scalar is rank 0's). */
+static unsigned box_ranks(const struct box *b, uint32_t world)
+{
+	const struct item *it = &items[b->item];
+	unsigned m = 0;
+
+	if (it->ndim == 0)
+		return 1;
+	for (uint32_t r = 0; r < world; r++) {
+		uint64_t offs[2], shape[2];
+
+		row_part(it, r, world, offs, shape);
+		if (b->offs[0] < offs[0] + shape[0] && b->offs[0] + b->shape[0] > offs[0])
+			m |= 1u << r;
+	}
+	return m;
+}
+
+/*
+ * _i == 0: one rank, killed with SIGKILL after its commit;
+ * _i == 1: two ranks that disconnected, so boxes cross from one rank's
+ *          image into the other's.
+ * Each load of ploads runs first from storage (no client: what the test
+ * expects is right without images), then, the shards deleted, through a
+ * client: every byte from memory.
+ */
+START_TEST(test_partial)
+{
+	static const char *const what[] = { "partial_kill9", "partial_two_ranks" };
+	static const unsigned gen = 9;
+	uint32_t world = _i ? 2 : 1;
+	struct testd t;
+	struct td_child ch[2];
+	struct rank_args a[2];
+	struct ckpt_client *l;
+	struct ckpt_load_stats st;
+	char path[TD_PATH], msg[1024];
+	int rc;
+
+	td_init(&t, what[_i]);
+	ck_assert_int_eq(td_daemon_start(&t, 0, DAEMON_CONF), 0);
+	for (uint32_t r = 0; r < world; r++) {
+		a[r] = (struct rank_args){ .sock = td_sock(&t, 0), .root = t.root, .job = "JP",
+					   .name = "ck", .step = 3, .gen = gen, .rank = r,
+					   .world = world, .block = world == 1 };
+		start_rank(&ch[r], &a[r]);
+	}
+	if (world == 1) {
+		expect_committed(&ch[0], 0);
+		kill(ch[0].pid, SIGKILL);
+		int s = td_child_wait(&ch[0], 10000);
+		ck_assert_msg(s >= 0 && WIFSIGNALED(s) && WTERMSIG(s) == SIGKILL,
+			      "the trainer ended with %s, not by SIGKILL", td_status_str(s));
+		check_mid(&t, "ck");
+	} else {
+		for (uint32_t r = 0; r < world; r++) {
+			int s = td_child_wait(&ch[r], 90000);
+
+			ck_assert_msg(s >= 0 && WIFEXITED(s) && WEXITSTATUS(s) == 0,
+				      "rank %u: %s; it said:\n%s", r, td_status_str(s), ch[r].out);
+		}
+	}
+	for (uint32_t r = 0; r < world; r++)
+		json_decref(wait_resident(&t, "JP", "ck", r));
+	td_path(path, sizeof(path), "%s/ck", t.root);
+
+	for (size_t k = 0; k < N_PLOADS; k++) {
+		const struct pload *pl = &ploads[k];
+
+		rc = load_boxes(path, NULL, items, pl->box, pl->n, expect_gen, &gen, pl->what, &st,
+				msg, sizeof(msg));
+		ck_assert_msg(rc == 0, "%s, from storage: %d %s", pl->what, rc, msg);
+		ck_assert_uint_eq(st.files_resident, 0);
+	}
+	for (uint32_t r = 0; r < world; r++)
+		delete_shard(&t, "ck", r);
+
+	l = connect_ok(&t, "JP", "r2", 0, 1, 0);
+	for (size_t k = 0; k < N_PLOADS; k++) {
+		const struct pload *pl = &ploads[k];
+		uint64_t wanted = 0;
+		unsigned ranks = 0;
+
+		for (unsigned i = 0; i < pl->n; i++) {
+			wanted += box_bytes(items, &pl->box[i]);
+			ranks |= box_ranks(&pl->box[i], world);
+		}
+		rc = load_boxes(path, l, items, pl->box, pl->n, expect_gen, &gen, pl->what, &st,
+				msg, sizeof(msg));
+		ck_assert_msg(rc == 0, "%s, from memory: %d %s", pl->what, rc, msg);
+		ck_assert_uint_eq(st.bytes_wanted, wanted);
+		if (!boxes_overlap(pl))
+			ck_assert_uint_ge(st.bytes_read, st.bytes_wanted);
+		ck_assert_msg(st.files_resident == (uint32_t)__builtin_popcount(ranks),
+			      "%s: %u files from memory, want %d", pl->what, st.files_resident,
+			      __builtin_popcount(ranks));
+		ck_assert_msg(st.bytes_resident == st.bytes_read,
+			      "%s: %llu of %llu bytes from memory", pl->what,
+			      (unsigned long long)st.bytes_resident,
+			      (unsigned long long)st.bytes_read);
+		ck_assert_uint_eq(st.bytes_daemon, 0);
+	}
+	ckpt_disconnect(l);
+	td_fini(&t);
+}
+END_TEST
+
+/* ---- 12. boxes of an image that is not what storage holds -------------------- */
+
+/*
+ * As stale_other_daemon: daemon 0 keeps the image of checkpoint "w" (one
+ * f32 tensor w [4096, 1024], 16 MiB, 4 KiB rows), then daemon 1 saves it
+ * again at the same path with the same attempt id, so daemon 0 still hands
+ * out its image.  The two saves differ in ONE byte, placed relative to
+ * the loaded box and the CRC pieces (1 MiB grid of the file) it touches:
+ *   - in a piece the box touches but outside the box (just before or
+ *     after it, or at the far end of that piece): none of the box's own
+ *     bytes differ, so only a check that takes the image's bytes of the
+ *     piece outside the runs can see it; the image must be rejected and
+ *     storage serve the load;
+ *   - inside the box (also in a piece the box shares with bytes outside
+ *     it): the load must give storage's byte, never the image's;
+ *   - in a piece the box does not touch: the image serves every byte.
+ * The image holds the pattern, storage the pattern with the byte changed.
+ */
+
+#define W_ROWS 4096
+#define W_COLS 1024
+#define W_ROW (W_COLS * 4ull)
+#define W_BYTES (W_ROWS * W_ROW)
+#define W_SEED 4242
+
+static const struct item w_item[] = { { "w", CKPT_F32, 2, { W_ROWS, W_COLS } } };
+
+enum stale_where {
+	IN_BOX,          /* a byte of the box (middle row, middle column) */
+	LAST_IN_BOX,     /* the box's last byte, in a piece with bytes after it */
+	AFTER_IN_PIECE,  /* the byte after the box's last, in the same piece */
+	PIECE_END,       /* the last byte of the piece of the box's last byte */
+	BEFORE_IN_PIECE, /* the byte before the box's first, in the same piece */
+	PIECE_START,     /* the first byte of the piece of the box's first byte */
+	NEXT_PIECE,      /* the first byte of the piece after the box's last */
+	PREV_PIECE,      /* the last byte of the piece before the box's first */
+};
+
+static const struct stale_case {
+	const char *name;
+	uint64_t rows[2], cols[2]; /* the box: rows [a, b), columns [c, d) of w */
+	enum stale_where where;
+	bool image;                /* the image serves the whole load */
+} stale_cases[] = {
+	{ "pstale_after_box", { 0, 1500 }, { 0, W_COLS }, AFTER_IN_PIECE, false },
+	{ "pstale_piece_end", { 0, 1500 }, { 0, W_COLS }, PIECE_END, false },
+	{ "pstale_before_box", { 1300, 2900 }, { 0, W_COLS }, BEFORE_IN_PIECE, false },
+	{ "pstale_piece_start", { 1300, 2900 }, { 0, W_COLS }, PIECE_START, false },
+	{ "pstale_in_box", { 0, 1500 }, { 0, W_COLS }, IN_BOX, false },
+	{ "pstale_in_one_row", { 1700, 1701 }, { 0, W_COLS }, IN_BOX, false },
+	{ "pstale_last_in_box", { 0, 1500 }, { 0, W_COLS }, LAST_IN_BOX, false },
+	{ "pstale_next_piece", { 0, 1500 }, { 0, W_COLS }, NEXT_PIECE, true },
+	{ "pstale_prev_piece", { 1300, 2900 }, { 0, W_COLS }, PREV_PIECE, true },
+	{ "pstale_band_after_box", { 100, 1500 }, { 256, 512 }, AFTER_IN_PIECE, false },
+	{ "pstale_band_in_box", { 100, 1500 }, { 256, 512 }, IN_BOX, false },
+	{ "pstale_band_next_piece", { 100, 1500 }, { 256, 512 }, NEXT_PIECE, true },
+};
+
+#define N_STALE (sizeof(stale_cases) / sizeof(stale_cases[0]))
+
+/* The file offset of the byte the two saves of case sc differ in, w's
+ * bytes starting at file offset base; asserts it lies where the case says
+ * (the premise of the case). */
+static uint64_t stale_offset(const struct stale_case *sc, uint64_t base)
+{
+	uint64_t first = base + sc->rows[0] * W_ROW + sc->cols[0] * 4;
+	uint64_t last = base + (sc->rows[1] - 1) * W_ROW + sc->cols[1] * 4 - 1;
+	uint64_t fo = 0;
+
+	switch (sc->where) {
+	case IN_BOX:
+		fo = base + (sc->rows[0] + sc->rows[1]) / 2 * W_ROW +
+		     (sc->cols[0] + sc->cols[1]) / 2 * 4 + 1;
+		break;
+	case LAST_IN_BOX:
+		fo = last;
+		ck_assert_msg((last + 1) % MiB, "test premise: the box ends on a grid line");
+		break;
+	case AFTER_IN_PIECE:
+		fo = last + 1;
+		ck_assert_msg(fo / MiB == last / MiB, "test premise: the box ends on a grid line");
+		break;
+	case PIECE_END:
+		fo = (last / MiB + 1) * MiB - 1;
+		ck_assert_msg(fo > last, "test premise: the box ends on a grid line");
+		break;
+	case BEFORE_IN_PIECE:
+		fo = first - 1;
+		ck_assert_msg(first > base && fo / MiB == first / MiB,
+			      "test premise: the box starts on a grid line");
+		break;
+	case PIECE_START:
+		fo = first / MiB * MiB;
+		ck_assert_msg(fo < first, "test premise: the box starts on a grid line");
+		break;
+	case NEXT_PIECE:
+		fo = (last / MiB + 1) * MiB;
+		break;
+	case PREV_PIECE:
+		fo = first / MiB * MiB - 1;
+		break;
+	}
+	ck_assert_msg(fo >= base && fo < base + W_BYTES, "test premise: byte %llu is not in w",
+		      (unsigned long long)fo);
+	return fo;
+}
+
+/* Saves w (`data`) as root/w at step 1: job J, run r1, rank 0 of 1 on a
+ * new client of daemon idx (so both saves have the same attempt id). */
+static void save_w(struct testd *t, int idx, uint32_t flags, const void *data)
+{
+	struct ckpt_client *c = NULL;
+	struct ckpt_save *sv = NULL;
+	char msg[1024];
+	int rc, st = 0, cm = 0;
+
+	rc = connect_rc(td_sock(t, idx), "J", "r1", 0, 1, flags, &c);
+	ck_assert_msg(rc == 0, "connect to daemon %d: %d %s", idx, rc, ckpt_last_error());
+	ck_assert_int_eq(ckpt_save_begin(c, t->root, "w", 1, &sv), 0);
+	td_add(sv, "w", CKPT_F32, 2, w_item[0].shape, data);
+	rc = td_commit_wait(sv, WAIT_MS, &st, &cm, msg, sizeof(msg));
+	ck_assert_msg(rc == 0 && st == 0 && cm == 0, "save w through daemon %d: %d/%d/%d %s", idx,
+		      rc, st, cm, msg);
+	ckpt_save_free(sv);
+	ckpt_disconnect(c);
+}
+
+static void expect_bytes(void *buf, size_t len, unsigned item, uint64_t off, const void *ctx)
+{
+	(void)item;
+	memcpy(buf, (const unsigned char *)ctx + off, len);
+}
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_seen[8192];
+
+/* Keeps the library's warnings (a log callback: any thread). */
+static void keep_warnings(enum ckpt_log_level level, const char *msg, void *ud)
+{
+	(void)ud;
+	if (level > CKPT_LOG_WARNING)
+		return;
+	pthread_mutex_lock(&log_lock);
+	size_t n = strlen(log_seen);
+	snprintf(log_seen + n, sizeof(log_seen) - n, "%s\n", msg);
+	pthread_mutex_unlock(&log_lock);
+}
+
+START_TEST(test_partial_stale)
+{
+	const struct stale_case *sc = &stale_cases[_i];
+	const struct box bx = { 0, { sc->rows[0], sc->cols[0] },
+				{ sc->rows[1] - sc->rows[0], sc->cols[1] - sc->cols[0] }, 0 };
+	struct testd t;
+	struct ckpt_client *l;
+	struct ckpt_load_stats st;
+	char path[TD_PATH], shard[TD_PATH], first[64], second[64], msg[1024], want[128];
+	unsigned char *data = malloc(W_BYTES), b;
+	uint64_t base, fo, piece;
+	json_t *j, *e;
+	int fd, rc;
+
+	ck_assert_ptr_nonnull(data);
+	td_fill(data, W_BYTES, W_SEED, 0);
+	td_init(&t, sc->name);
+	ck_assert_int_eq(td_daemon_start(&t, 0, DAEMON_CONF), 0);
+	save_w(&t, 0, CKPT_CONNECT_RESIDENT, data);
+	j = wait_resident(&t, "J", "w", 0);
+	snprintf(first, sizeof(first), "%s",
+		 json_string_value(json_object_get(find_resident(j, "J", "w", 0), "attempt")));
+	json_decref(j);
+	shard_path(shard, sizeof(shard), &t, "w", 0);
+	base = item_begin(shard, "w");
+	fo = stale_offset(sc, base);
+	/* The piece of the changed byte: the first the check of the image
+	 * finds bad (clipped to w's first byte, as pieces are). */
+	piece = fo / MiB * MiB > base ? fo / MiB * MiB : base;
+	data[fo - base] ^= 0x5A;
+
+	td_path(path, sizeof(path), "%s/w", t.root);
+	ck_assert_int_eq(td_rm_rf(path), 0);
+	ck_assert_int_eq(td_daemon_start(&t, 1, DAEMON_CONF), 0);
+	save_w(&t, 1, 0, data);
+	manifest_attempt(&t, "w", second, sizeof(second));
+	ck_assert_msg(strcmp(first, second) == 0, "test premise: attempts %s and %s", first,
+		      second);
+	fd = open(shard, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, (off_t)fo), 1);
+	close(fd);
+	ck_assert_msg(b == data[fo - base], "test premise: storage lacks the changed byte");
+	ck_assert_uint_eq(item_begin(shard, "w"), base);
+
+	l = connect_ok(&t, "J", "r3", 0, 1, 0);
+	log_seen[0] = '\0';
+	ckpt_set_log_fn(keep_warnings, NULL);
+	rc = load_boxes(path, l, w_item, &bx, 1, expect_bytes, data, sc->name, &st, msg,
+			sizeof(msg));
+	ckpt_set_log_fn(NULL, NULL);
+	ck_assert_msg(rc == 0, "%s: %d %s", sc->name, rc, msg);
+	ck_assert_uint_eq(st.bytes_wanted, box_bytes(w_item, &bx));
+	ck_assert_uint_ge(st.bytes_read, st.bytes_wanted);
+	snprintf(want, sizeof(want), "/rank-00000.safetensors does not match the manifest at "
+		 "offset %llu:", (unsigned long long)piece);
+	if (sc->image) {
+		ck_assert_msg(st.files_resident == 1 && st.bytes_resident == st.bytes_read,
+			      "%s: %u files and %llu of %llu bytes from memory, want all", sc->name,
+			      st.files_resident, (unsigned long long)st.bytes_resident,
+			      (unsigned long long)st.bytes_read);
+		ck_assert_msg(!strstr(log_seen, "in-memory copy"), "%s: warned: %s", sc->name,
+			      log_seen);
+	} else {
+		ck_assert_msg(st.files_resident == 0 && st.bytes_resident < st.bytes_read,
+			      "%s: the image was used: %u files and %llu of %llu bytes from "
+			      "memory", sc->name, st.files_resident,
+			      (unsigned long long)st.bytes_resident,
+			      (unsigned long long)st.bytes_read);
+		ck_assert_msg(strstr(log_seen, "ckptd's in-memory copy of") &&
+				      strstr(log_seen, want),
+			      "%s: no warning naming the piece at %llu: %s", sc->name,
+			      (unsigned long long)piece, log_seen);
+	}
+	/* Either way daemon 0 handed its image out: the check decided. */
+	j = status_json(&t);
+	e = find_resident(j, "J", "w", 0);
+	ck_assert_msg(e, "the image is gone");
+	ck_assert_int_eq(json_integer_value(json_object_get(e, "loads")), 1);
+	json_decref(j);
+	ckpt_disconnect(l);
+	free(data);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *resident_suite(void)
 {
 	Suite *s = suite_create("integration_resident");
@@ -1082,6 +1712,8 @@ static Suite *resident_suite(void)
 	td_case(s, "failed_save", test_failed_save, 60, 0, 1);
 	td_case(s, "daemon_reads_checked", test_daemon_reads_checked, 60, 0, 2);
 	td_case(s, "sealed", test_sealed, 60, 0, 1);
+	td_case(s, "partial", test_partial, 120, 0, 2);
+	td_case(s, "partial_stale", test_partial_stale, 60, 0, (int)N_STALE);
 	return s;
 }
 
