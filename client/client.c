@@ -358,16 +358,16 @@ void cli_load_unreserve(struct ckpt_client *c, uint32_t n)
 }
 
 void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
-		   uint64_t arena_off, struct cli_lread *w)
+		   uint64_t arena_off, bool offer, struct cli_lread *w)
 {
 	struct proto_load_read m;
 
 	memset(&m, 0, sizeof(m));
 	memset(w, 0, sizeof(*w));
 	proto_init(&m.h, PROTO_LOAD_READ, sizeof(m));
-	if (c->share)
+	if (c->share && offer)
 		m.flags = PROTO_LOAD_SHARE;
-	w->offered = c->share;
+	w->offered = c->share && offer;
 	pthread_mutex_lock(&c->lock);
 	if (c->dead) {
 		w->send_err = -ECONNRESET;

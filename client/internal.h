@@ -523,7 +523,7 @@ int cli_resident_get(struct ckpt_client *c, const char *attempt, const char *whe
  * arena at arena_off (all multiples of PROTO_LOAD_ALIGN, len at most
  * PROTO_LOAD_MAX, inside slots the caller took); cli_load_wait waits for
  * the answer: the bytes read (fewer than len only at the end of the file)
- * or -errno.  The daemon may answer in its pool instead
+ * or -errno.  With offer, the daemon may answer in its pool instead
  * (PROTO_LOAD_SHARE): the cli_lread says where the bytes are.  Any thread.
  */
 int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle);
@@ -566,7 +566,7 @@ struct cli_lread {
 /* Several reads may be in flight from one thread; every cli_load_send
  * needs its cli_load_wait. */
 void cli_load_send(struct ckpt_client *c, uint32_t handle, uint64_t file_off, uint64_t len,
-		   uint64_t arena_off, struct cli_lread *lr);
+		   uint64_t arena_off, bool offer, struct cli_lread *lr);
 int64_t cli_load_wait(struct ckpt_client *c, struct cli_lread *lr);
 /* The daemon drops a connection with more than PROTO_LOAD_INFLIGHT reads
  * unanswered or held in its pool: a caller reserves its n reads before

@@ -79,6 +79,10 @@
 /* Through the daemon a thread mostly waits for its read: more threads and
  * smaller reads keep the disk busy while others check and copy. */
 #define LOAD_DAEMON_THREADS 8
+/* An S3 read through ckptd waits this long for arena slots before the
+ * library GETs it itself (a local read waits 2 s: reading it here costs
+ * little; an S3 read here leaves the daemon's roots and credentials). */
+#define LOAD_S3_SLOT_WAIT_MS 60000
 #define LOAD_DAEMON_READ    (16u << 20)
 #define LOAD_MAX_THREADS    8
 #define LOAD_MAX_DIMS (1u << 26) /* dims entries the boxes may take */
@@ -161,6 +165,8 @@ struct ckpt_load {
 	unsigned running;             /* [lock] */
 	atomic_bool wrote;            /* some destination bytes were written */
 	atomic_bool s3_refused;       /* ckptd refused an S3 read: warned once */
+	atomic_bool *s3_skip;         /* per manifest file: ckptd refused it, the
+	                               * library reads it */
 	unsigned next_slot;           /* [lock] arena slots handed out */
 	pthread_t threads[LOAD_MAX_THREADS];
 	unsigned n_threads;
@@ -1209,7 +1215,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	/* Cells only once the daemon answers this client in a pool: without
 	 * one, a cell's bytes beyond the read would be read from the disk
 	 * for nothing (the pool is what dedups them). */
-	if (!c->share || !__atomic_load_n(&c->pooled, __ATOMIC_RELAXED) ||
+	if (!c->share || ld->rd->s3 || !__atomic_load_n(&c->pooled, __ATOMIC_RELAXED) ||
 	    a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2) {
 		/* One read of the bytes, on the O_DIRECT grid. */
 		a0 = rd->begin / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
@@ -1224,7 +1230,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	 * back; rather than wait long for a run of them, read here.  A read
 	 * answered in the pool leaves them unused: they bound what this
 	 * client holds there as they bound its reads into the arena. */
-	first = cli_arena_take(c, (uint32_t)n_slots, 2000);
+	first = cli_arena_take(c, (uint32_t)n_slots, ld->rd->s3 ? LOAD_S3_SLOT_WAIT_MS : 2000);
 	if (first == -ETIMEDOUT)
 		return 1;
 	if (first < 0) {
@@ -1242,7 +1248,8 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	}
 	for (size_t i = 0; i < n; i++)
 		cli_load_send(c, ld->lhandles[rd->file], a0 + i * (a1 - a0) / n, (a1 - a0) / n,
-			      (uint64_t)first * c->slot_bytes + i * (a1 - a0) / n, &lr[i]);
+			      (uint64_t)first * c->slot_bytes + i * (a1 - a0) / n, !ld->rd->s3,
+			      &lr[i]);
 	/* Every cell's answer, whatever came before it: each holds a pin or
 	 * a waiter until it is waited for and released. */
 	for (size_t i = 0; i < n; i++) {
@@ -1278,14 +1285,19 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		r = 1;
 		goto out;
 	}
-	if (ld->rd->s3 && (got == -EOPNOTSUPP || got == -EACCES || got == -EINVAL)) {
-		/* The daemon does not read S3 for clients (no S3 set up, or
-		 * not below its S3 roots): the library GETs it itself. */
+	if (ld->rd->s3 && (got == -EOPNOTSUPP || got == -EPERM || got == -EACCES ||
+			   got == -EINVAL || got == -ENOMEM)) {
+		/* ckptd does not read this object (no S3 set up, not below
+		 * its S3 roots, S3 denied its credentials): the library GETs
+		 * the file itself from now on. */
+		atomic_store(&ld->s3_skip[rd->file], true);
 		if (!atomic_exchange(&ld->s3_refused, true))
 			cli_log(CKPT_LOG_WARNING, "ckptd does not read %s for this client (%s): "
 				"reading it with the library's own S3 credentials", ld->rd->path,
-				got == -EACCES ? "not below an S3 root of its config" :
-						 strerror((int)-got));
+				got == -EPERM	    ? "not below an S3 root of its config" :
+				got == -EACCES	    ? "S3 denied the daemon's credentials" :
+				got == -EOPNOTSUPP ? "S3 is not set up in ckptd" :
+						     strerror((int)-got));
 		r = 1;
 		goto out;
 	}
@@ -1390,7 +1402,8 @@ static void *load_thread(void *arg)
 		i = ld->next_read++;
 		pthread_mutex_unlock(&ld->lock);
 		if (ld->lhandles && ld->lhandles[p->reads[i].file] != LOAD_NO_HANDLE &&
-		    !image_use(ld, p->reads[i].file)) {
+		    !image_use(ld, p->reads[i].file) &&
+		    !atomic_load_explicit(&ld->s3_skip[p->reads[i].file], memory_order_relaxed)) {
 			int r = do_daemon(ld, &p->reads[i], &th);
 			if (r < 0)
 				break;
@@ -2248,8 +2261,14 @@ static void lend_files(struct ckpt_load *load)
 			return;
 	}
 	load->lhandles = malloc((m->n_files ? m->n_files : 1) * sizeof(*load->lhandles));
-	if (!load->lhandles)
+	load->s3_skip = calloc(m->n_files ? m->n_files : 1, sizeof(*load->s3_skip));
+	if (!load->lhandles || !load->s3_skip) {
+		free(load->lhandles);
+		free(load->s3_skip);
+		load->lhandles = NULL;
+		load->s3_skip = NULL;
 		return;
+	}
 	for (size_t f = 0; f < m->n_files; f++)
 		load->lhandles[f] = LOAD_NO_HANDLE;
 	for (size_t i = 0; i < load->plan->n_reads; i++) {
@@ -2295,7 +2314,9 @@ static void unlend_files(struct ckpt_load *load)
 		if (load->lhandles[f] != LOAD_NO_HANDLE)
 			cli_load_unlend(load->client, load->lhandles[f]);
 	free(load->lhandles);
+	free(load->s3_skip);
 	load->lhandles = NULL;
+	load->s3_skip = NULL;
 }
 
 /* True if fd is this user's own directory (dir) or regular file, which no
@@ -2502,7 +2523,7 @@ int ckpt_load_start(struct ckpt_load *load, struct ckpt_future **ret_done)
 	/* Reads through the daemon must fit half the client's arena
 	 * (do_daemon), widened to the O_DIRECT grid at both ends. */
 	struct plan_opts po = { 0 };
-	if (load->client && !rd->s3 && load->client->slots.n_slots >= 2) {
+	if (load->client && load->client->slots.n_slots >= 2) {
 		uint64_t room = (uint64_t)(load->client->slots.n_slots / 2) *
 				load->client->slot_bytes;
 		if (room > 2 * PROTO_LOAD_ALIGN + LAYOUT_CRC_BLOCK)

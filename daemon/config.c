@@ -740,14 +740,17 @@ static bool under_root(const char *root, const char *path, size_t len)
 	return len == rl || path[rl] == '/';
 }
 
+/* S3 locations are compared with S3 roots only, paths with local roots
+ * only: a local root "/" covers every path, never an s3:// URL. */
 static bool under_any_root(const struct config *c, const char *path)
 {
 	size_t len = strlen(path);
+	bool s3 = s3_is_url(path);
 
 	while (len > 1 && path[len - 1] == '/')
 		len--;
 	for (size_t i = 0; i < c->n_roots; i++) {
-		if (under_root(c->roots[i], path, len))
+		if (s3_is_url(c->roots[i]) == s3 && under_root(c->roots[i], path, len))
 			return true;
 	}
 	return false;

@@ -94,6 +94,12 @@ struct conn {
 
 	struct list ranks;      /* struct rank.clink */
 	struct list link;       /* in server.conns */
+	/* S3 reads waiting for an s3_reads worker (loadio.c), oldest first;
+	 * while there are some, s3_link is in server.s3_conns. */
+	struct lreq *s3_wait, **s3_wait_tail;
+	struct list s3_link;
+	bool s3_listed;
+	bool s3_refusal_logged; /* a refused LOAD_OBJECT was logged */
 	bool freeing;           /* the free job is in flight */
 	struct work free_job;
 	struct store_arena *free_io; /* what the free job releases (moved */

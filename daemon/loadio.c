@@ -102,6 +102,7 @@ struct lreq {
 	const char *s3_ckpt, *s3_file;
 	uint8_t *s3_dst;
 	uint64_t s3_len;
+	struct lreq *s3_next; /* in its conn's s3_wait */
 };
 
 static void send_done(struct conn *c, uint32_t token, int err, uint64_t got)
@@ -256,15 +257,23 @@ void loadio_on_object(struct conn *c, const struct proto_load_object *m)
 	 * reads the object itself (with its own credentials, if it has any).
 	 * The daemon's credentials read only below its S3 roots, the same
 	 * places they write for any client of the socket (README: S3). */
+	struct s3_loc loc;
+	char e[256];
+
 	if (!srv->s3_reads.n) {
 		f->fd = -EOPNOTSUPP;
-	} else if (!config_root_allowed(&srv->cfg, m->ckpt)) {
-		log_warn("client %u (uid %u): S3 load of '%s', which is not below any S3 root of "
-			 "the config: refused", c->id, (unsigned)c->creds.uid, m->ckpt);
-		f->fd = -EACCES;
-	} else if (!lf || strchr(m->file, '/') || !strcmp(m->file, ".") ||
-		   !strcmp(m->file, "..")) {
+	} else if (!s3_is_url(m->ckpt) || s3_url_parse(m->ckpt, &loc, e, sizeof(e)) < 0 ||
+		   !lf || strchr(m->file, '/') || !strcmp(m->file, ".") || !strcmp(m->file, "..")) {
+		/* (A path here would have config_root_allowed resolve it on
+		 * the loop; a valid URL is printable ASCII, safe to log.) */
 		f->fd = -EINVAL;
+	} else if (!config_root_allowed(&srv->cfg, m->ckpt)) {
+		if (!c->s3_refusal_logged)
+			log_warn("client %u (uid %u): S3 load of '%s', which is not below any S3 "
+				 "root of the config: refused", c->id, (unsigned)c->creds.uid,
+				 m->ckpt);
+		c->s3_refusal_logged = true;
+		f->fd = -EPERM;
 	} else if (!(f->s3 = malloc(lc + lf + 2))) {
 		f->fd = -ENOMEM;
 	} else {
@@ -379,11 +388,15 @@ static void s3_run(struct work *w)
 					 q->s3_dst, w->err, sizeof(w->err));
 }
 
+static void s3_kick(struct server *srv);
+
 static void s3_done(struct work *w)
 {
 	struct lreq *q = (struct lreq *)((char *)w - offsetof(struct lreq, w));
 	struct conn *c = q->c;
 	struct lfile *f = &c->lfiles[q->handle];
+	struct server *srv = c->srv;
+	bool ran = w->run != NULL;
 
 	if (w->res < 0 && !f->s3_warned) {
 		/* Once per object: the client's load fails (or falls back)
@@ -397,6 +410,34 @@ static void s3_done(struct work *w)
 		c->srv->load_s3_bytes += q->s3_len;
 	send_done(c, q->token, w->res, w->res < 0 ? 0 : q->s3_len);
 	lreq_end(q);
+	if (ran) {
+		srv->s3_submitted--;
+		s3_kick(srv);
+	}
+}
+
+/*
+ * Hands waiting S3 reads to the workers, one connection at a time in turn,
+ * never more than there are workers: a GET runs as soon as it is
+ * submitted, so a client with many reads queued delays another's next read
+ * by one GET at most, not by its whole queue.
+ */
+static void s3_kick(struct server *srv)
+{
+	while (srv->s3_submitted < srv->s3_reads.n && !list_empty(&srv->s3_conns)) {
+		struct conn *c = list_entry(srv->s3_conns.next, struct conn, s3_link);
+		struct lreq *q = c->s3_wait;
+
+		list_del(&c->s3_link);
+		c->s3_wait = q->s3_next;
+		if (c->s3_wait)
+			list_add_tail(&srv->s3_conns, &c->s3_link);
+		else
+			c->s3_listed = false;
+		srv->s3_submitted++;
+		q->w.run = s3_run;
+		workers_submit(&srv->s3_reads, &q->w);
+	}
 }
 
 /* A read of an S3 object (LOAD_OBJECT), on an s3_reads worker: the
@@ -411,13 +452,21 @@ static void s3_start(struct lreq *q)
 	q->s3_dst = c->arena + q->arena_off;
 	q->s3_len = q->file_off >= f->s3_size ? 0 :
 		    f->s3_size - q->file_off < q->len ? f->s3_size - q->file_off : q->len;
-	q->w = (struct work){ .run = s3_run, .done = s3_done };
+	/* run stays NULL until a worker is given it (s3_kick). */
+	q->w = (struct work){ .done = s3_done };
 	if (q->s3_len == 0) {
-		q->w.res = 0;
 		s3_done(&q->w);
 		return;
 	}
-	workers_submit(&c->srv->s3_reads, &q->w);
+	if (!c->s3_wait)
+		c->s3_wait_tail = &c->s3_wait;
+	*c->s3_wait_tail = q;
+	c->s3_wait_tail = &q->s3_next;
+	if (!c->s3_listed) {
+		c->s3_listed = true;
+		list_add_tail(&c->srv->s3_conns, &c->s3_link);
+	}
+	s3_kick(c->srv);
 }
 
 void loadio_on_read(struct conn *c, const struct proto_load_read *m)
@@ -517,6 +566,18 @@ void loadio_on_release(struct conn *c, const struct proto_load_release *m)
 
 void loadio_closed(struct conn *c)
 {
+	/* S3 reads not begun end unread (the GETs running finish). */
+	if (c->s3_listed) {
+		list_del(&c->s3_link);
+		c->s3_listed = false;
+	}
+	while (c->s3_wait) {
+		struct lreq *q = c->s3_wait;
+		c->s3_wait = q->s3_next;
+		slots_unread(q);
+		lreq_unbusy(q);
+		lreq_end(q);
+	}
 	while (c->load_pins) {
 		struct lreq *q = c->load_pins;
 		c->load_pins = q->next_pin;

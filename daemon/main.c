@@ -611,6 +611,7 @@ int main(int argc, char **argv)
 	list_init(&srv.images);
 	list_init(&srv.pools);
 	list_init(&srv.dead_pools);
+	list_init(&srv.s3_conns);
 	srv.start_ms = now_ms();
 	r = setup(&srv);
 	if (r < 0) {

@@ -60,6 +60,8 @@ struct server {
 	uint64_t load_disk_bytes;   /* bytes loads had ckptd read from storage */
 	uint64_t load_shared_bytes; /* bytes loads got from another load's read */
 	uint64_t load_s3_bytes;     /* bytes loads had ckptd GET from S3 */
+	struct list s3_conns;       /* conns with S3 reads waiting, in turn */
+	unsigned s3_submitted;      /* S3 reads on the workers (<= their n) */
 	bool stopping;
 	int64_t start_ms, last_sweep_ms;
 	bool sweeping;

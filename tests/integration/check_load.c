@@ -916,6 +916,148 @@ START_TEST(test_s3_resident)
 }
 END_TEST
 
+/* One load of all of tensor w [rows, cols] f32 of path through client c
+ * into buf, started (the future in *ret_done, the load in *ret_ld). */
+static void s3q_start(const char *path, struct ckpt_client *c, uint64_t *shape, float *buf,
+		      struct ckpt_reader **ret_rd, struct ckpt_load **ret_ld,
+		      struct ckpt_future **ret_done)
+{
+	static uint64_t zero[2];
+	struct ckpt_load_dst d = { CKPT_LOAD_DST_INIT, .offsets = zero, .shape = shape,
+				   .data = buf };
+	struct ckpt_load_tensor lt = { CKPT_LOAD_TENSOR_INIT, .dtype = CKPT_F32, .name = "w",
+				       .global_shape = shape, .ndim = 2, .n_dsts = 1, .dsts = &d };
+
+	ck_assert_int_eq(ckpt_reader_open(path, ret_rd), 0);
+	ck_assert_int_eq(ckpt_load_begin(*ret_rd, 0, ret_ld), 0);
+	ck_assert_int_eq(ckpt_load_add_tensor(*ret_ld, &lt), 0);
+	ck_assert_int_eq(ckpt_load_set_client(*ret_ld, c), 0);
+	ck_assert_int_eq(ckpt_load_start(*ret_ld, ret_done), 0);
+}
+
+struct s3q_args {
+	const char *sock, *path;
+	uint64_t *shape;
+};
+
+/* A trainer that dies in the middle of its S3 load (reads queued in ckptd
+ * for its connection): connects, starts the load, says so, _exit()s. */
+static int s3q_quitter(void *arg, int rep, int go)
+{
+	struct s3q_args *a = arg;
+	struct ckpt_connect_opts o = { CKPT_CONNECT_OPTS_INIT };
+	struct ckpt_client *c;
+	struct ckpt_reader *rd;
+	struct ckpt_load *ld;
+	struct ckpt_future *done;
+	float *buf = malloc(a->shape[0] * a->shape[1] * 4);
+	static uint64_t zero[2];
+
+	(void)go;
+	o.socket_path = a->sock;
+	o.job = "s3q-quitter";
+	o.world = 1;
+	o.arena_bytes = 64ull << 20;
+	if (!buf || ckpt_connect(&o, &c) < 0 || ckpt_reader_open(a->path, &rd) < 0)
+		return 2;
+	struct ckpt_load_dst d = { CKPT_LOAD_DST_INIT, .offsets = zero, .shape = a->shape,
+				   .data = buf };
+	struct ckpt_load_tensor lt = { CKPT_LOAD_TENSOR_INIT, .dtype = CKPT_F32, .name = "w",
+				       .global_shape = a->shape, .ndim = 2, .n_dsts = 1,
+				       .dsts = &d };
+	if (ckpt_load_begin(rd, 0, &ld) < 0 || ckpt_load_add_tensor(ld, &lt) < 0 ||
+	    ckpt_load_set_client(ld, c) < 0 || ckpt_load_start(ld, &done) < 0)
+		return 3;
+	usleep(30 * 1000);
+	td_report(rep, "started");
+	_exit(0);
+}
+
+/*
+ * ckptd's S3 reads with one worker (s3_parts_in_flight = 1), so reads wait
+ * in its queue: a trainer dies with reads of its load queued (they end
+ * unread, the daemon goes on), then two clients load at once, taking the
+ * worker in turn; both get every byte through ckptd, and the daemon stops
+ * cleanly.
+ */
+START_TEST(test_s3_queue)
+{
+	enum { ROWS = 24576, COLS = 1024 }; /* 96 MiB: three 32 MiB reads a load */
+	struct testd t;
+	struct td_child ch;
+	struct ckpt_client *c, *l[2];
+	struct ckpt_save *sv;
+	uint64_t shape[2] = { ROWS, COLS };
+	size_t bytes = (size_t)ROWS * COLS * 4;
+	float *w = malloc(bytes), *back[2] = { malloc(bytes), malloc(bytes) };
+	char root[1024], path[1100], msg[256], conf[2048];
+	const char *base = s3_base("s3_queue");
+	struct s3q_args a;
+	int sst, cm, st;
+
+	if (!base) {
+		free(w);
+		free(back[0]);
+		free(back[1]);
+		return;
+	}
+	ck_assert_ptr_nonnull(w);
+	td_init(&t, "s3_queue");
+	ck_assert_int_lt(snprintf(root, sizeof(root), "%s/queue-%d", base, (int)getpid()),
+			 (int)sizeof(root));
+	snprintf(conf, sizeof(conf), "arena_max = 64M\ncommit_deadline = 90s\nroot = %s\n"
+		 "s3_endpoint = %s\ns3_retries = 4\ns3_parts_in_flight = 1\n", root,
+		 getenv("S3_ENDPOINT"));
+	ck_assert_int_eq(td_daemon_start(&t, 0, conf), 0);
+	td_fill(w, bytes, 97, 0);
+	c = td_connect(td_sock(&t, 0), "s3q", 0, 1, 64ull << 20);
+	ck_assert_int_eq(ckpt_save_begin(c, root, "q", 1, &sv), 0);
+	td_add(sv, "w", CKPT_F32, 2, shape, w);
+	ck_assert_int_eq(td_commit_wait(sv, 180000, &sst, &cm, msg, sizeof(msg)), 0);
+	ck_assert_msg(sst == 0 && cm == 0, "%s", msg);
+	ckpt_save_free(sv);
+	ckpt_disconnect(c);
+	snprintf(path, sizeof(path), "%s/q", root);
+
+	a = (struct s3q_args){ .sock = td_sock(&t, 0), .path = path, .shape = shape };
+	ck_assert_int_eq(td_child_start(&ch, s3q_quitter, &a), 0);
+	ck_assert_int_eq(td_child_expect(&ch, "started", 60000, NULL, 0), 0);
+	st = td_child_wait(&ch, 30000);
+	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the quitter: %s",
+		      td_status_str(st));
+
+	struct ckpt_reader *rd[2];
+	struct ckpt_load *ld[2];
+	struct ckpt_future *done[2];
+	for (int k = 0; k < 2; k++) {
+		l[k] = td_connect(td_sock(&t, 0), k ? "s3q-b" : "s3q-a", 0, 1, 64ull << 20);
+		memset(back[k], 0, bytes);
+	}
+	for (int k = 0; k < 2; k++)
+		s3q_start(path, l[k], shape, back[k], &rd[k], &ld[k], &done[k]);
+	for (int k = 0; k < 2; k++) {
+		struct ckpt_load_stats ls = { CKPT_LOAD_STATS_INIT };
+
+		ck_assert_msg(td_future_wait(done[k], 120000) == 0, "load %d: %s", k,
+			      ckpt_future_error(done[k]));
+		ck_assert_int_eq(ckpt_load_stats(ld[k], &ls), 0);
+		ck_assert_msg(memcmp(back[k], w, bytes) == 0, "load %d: bytes differ", k);
+		ck_assert_uint_eq(ls.bytes_daemon, ls.bytes_read);
+		ck_assert_uint_ge(ls.reads, 3);
+		ckpt_load_free(ld[k]);
+		ckpt_reader_close(rd[k]);
+		ckpt_disconnect(l[k]);
+	}
+	st = td_daemon_stop(&t, 0);
+	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "ckptd stopped with %s",
+		      td_status_str(st));
+	free(w);
+	free(back[0]);
+	free(back[1]);
+	td_fini(&t);
+}
+END_TEST
+
 /* What the library logged at WARNING or above. */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char log_seen[4096];
@@ -1321,6 +1463,7 @@ static Suite *load_suite(void)
 	tcase_add_test(tc, test_s3_latest);
 	tcase_add_loop_test(tc, test_s3_corrupt, 0, 2);
 	tcase_add_test(tc, test_s3_daemon);
+	tcase_add_test(tc, test_s3_queue);
 	tcase_add_test(tc, test_s3_spill);
 	suite_add_tcase(s, tc);
 	return s;

@@ -80,8 +80,8 @@ out=$(CK_RUN_CASE=s3 CKPT_TEST_S3_ROOT="s3://$S3_BUCKET/load/a b+c=d&e" \
 	"$build/tests/check_load" 2>&1) || { echo "$out"; fail "check_load's S3 cases"; }
 echo "$out" | grep -q "SKIP" && { echo "$out"; fail "check_load's S3 cases skipped"; }
 # 4 reshard pairs, ranged, resident, latest, corrupt, spill: all of them ran, none failed.
-echo "$out" | grep -Eq "^100%: Checks: 11, Failures: 0, Errors: 0$" ||
-	{ echo "$out"; fail "check_load's S3 cases: not 11 checks passed"; }
+echo "$out" | grep -Eq "^100%: Checks: 12, Failures: 0, Errors: 0$" ||
+	{ echo "$out"; fail "check_load's S3 cases: not 12 checks passed"; }
 echo "$out" | grep -E "^[0-9]+%: Checks"
 
 # ---- 2. one rank, odd prefix, 1 GiB ----

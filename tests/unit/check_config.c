@@ -608,6 +608,15 @@ START_TEST(test_root_allowed_slash)
 	ck_assert(config_root_allowed(&c, "/anything/at/all"));
 	ck_assert(!config_root_allowed(&c, "anything"));
 	ck_assert(!config_root_allowed(&c, ""));
+	/* ...and no S3 location: those are for S3 roots alone (else a root
+	 * "/" would let a client have ckptd read any bucket). */
+	ck_assert(!config_root_allowed(&c, "s3://other-bucket/secret"));
+	ck_assert_int_eq(config_set(&c, "root", "s3://bucket/ckpt", err, sizeof(err)), 0);
+	ck_assert_msg(config_validate(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(config_root_allowed(&c, "s3://bucket/ckpt/run1"));
+	ck_assert(!config_root_allowed(&c, "s3://bucket/ckpt2"));
+	ck_assert(!config_root_allowed(&c, "s3://other-bucket/secret"));
+	ck_assert(config_root_allowed(&c, "/anything/at/all"));
 	config_free(&c);
 }
 END_TEST
