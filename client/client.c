@@ -241,6 +241,23 @@ static int lhandle_take(struct ckpt_client *c, uint32_t *ret)
 	return r;
 }
 
+/* Sends the lending message of handle h (taken); the handle is free
+ * again if it cannot be sent. */
+static int lhandle_send(struct ckpt_client *c, uint32_t h, const void *m, size_t len, int fd,
+			uint32_t *ret_handle)
+{
+	int r = proto_send(c->sock, m, len, fd);
+
+	if (r < 0) {
+		pthread_mutex_lock(&c->lock);
+		c->lhandles[h / 64] &= ~(1ull << (h % 64));
+		pthread_mutex_unlock(&c->lock);
+		return r;
+	}
+	*ret_handle = h;
+	return 0;
+}
+
 int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle)
 {
 	struct proto_load_file m;
@@ -251,15 +268,7 @@ int cli_load_lend(struct ckpt_client *c, int fd, uint32_t *ret_handle)
 		return r;
 	proto_init(&m.h, PROTO_LOAD_FILE, sizeof(m));
 	m.handle = h;
-	r = proto_send(c->sock, &m, sizeof(m), fd);
-	if (r < 0) {
-		pthread_mutex_lock(&c->lock);
-		c->lhandles[h / 64] &= ~(1ull << (h % 64));
-		pthread_mutex_unlock(&c->lock);
-		return r;
-	}
-	*ret_handle = h;
-	return 0;
+	return lhandle_send(c, h, &m, sizeof(m), fd, ret_handle);
 }
 
 int cli_load_lend_object(struct ckpt_client *c, const char *ckpt, const char *file,
@@ -279,15 +288,7 @@ int cli_load_lend_object(struct ckpt_client *c, const char *ckpt, const char *fi
 	m.size = size;
 	snprintf(m.ckpt, sizeof(m.ckpt), "%s", ckpt);
 	snprintf(m.file, sizeof(m.file), "%s", file);
-	r = proto_send(c->sock, &m, sizeof(m), -1);
-	if (r < 0) {
-		pthread_mutex_lock(&c->lock);
-		c->lhandles[h / 64] &= ~(1ull << (h % 64));
-		pthread_mutex_unlock(&c->lock);
-		return r;
-	}
-	*ret_handle = h;
-	return 0;
+	return lhandle_send(c, h, &m, sizeof(m), -1, ret_handle);
 }
 
 void cli_load_unlend(struct ckpt_client *c, uint32_t handle)

@@ -763,6 +763,26 @@ static int check_spans(struct ckpt_load *ld, const struct plan_read *rd, const c
 	return 0;
 }
 
+/* Copy cp as one run: contiguous in the file and in its destination, in
+ * host memory.  Fills *iov with the destination and returns true. */
+static bool copy_run(struct ckpt_load *ld, const struct plan_copy *cp, struct iovec *iov)
+{
+	const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
+	const uint64_t *ds = ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim;
+	size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
+	uint64_t ss[CKPT_MAX_NDIM];
+
+	if (ld->dsts[cp->want].device >= 0)
+		return false;
+	plan_chunk_strides(t, &t->chunks[cp->chunk], esize, ss);
+	if (!region_contiguous(cp->shape, ss, t->ndim, esize) ||
+	    !region_contiguous(cp->shape, ds, t->ndim, esize))
+		return false;
+	iov->iov_base = copy_dst(ld, cp, t->ndim);
+	iov->iov_len = (size_t)cp->bytes;
+	return true;
+}
+
 /* The direct path: rd's copies, in file order, are contiguous on both
  * sides, tile the read exactly and go to host memory.  Returns true and
  * fills iov if so. */
@@ -775,20 +795,9 @@ static bool direct_iov(struct ckpt_load *ld, const struct plan_read *rd, struct 
 		return false;
 	for (size_t i = 0; i < rd->n_copies; i++) {
 		const struct plan_copy *cp = &p->copies[rd->copy0 + i];
-		const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
-		const struct manifest_chunk *c = &t->chunks[cp->chunk];
-		uint64_t ss[CKPT_MAX_NDIM];
-		const uint64_t *ds = ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim;
-		size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
 
-		if (cp->src != pos || ld->dsts[cp->want].device >= 0)
+		if (cp->src != pos || !copy_run(ld, cp, &iov[i]))
 			return false;
-		plan_chunk_strides(t, c, esize, ss);
-		if (!region_contiguous(cp->shape, ss, t->ndim, esize) ||
-		    !region_contiguous(cp->shape, ds, t->ndim, esize))
-			return false;
-		iov[i].iov_base = copy_dst(ld, cp, t->ndim);
-		iov[i].iov_len = (size_t)cp->bytes;
 		pos += cp->bytes;
 	}
 	return pos == rd->end;
@@ -814,20 +823,9 @@ static bool image_iov(struct ckpt_load *ld, const struct plan_read *rd, struct i
 		return false;
 	for (size_t i = 0; i < rd->n_copies; i++) {
 		const struct plan_copy *cp = &p->copies[rd->copy0 + i];
-		const struct manifest_tensor *t = &ld->rd->m.items[cp->item];
-		const struct manifest_chunk *c = &t->chunks[cp->chunk];
-		uint64_t ss[CKPT_MAX_NDIM];
-		const uint64_t *ds = ld->dims + ld->dsts[cp->want].dims + 2u * t->ndim;
-		size_t esize = ckpt_dtype_size((enum ckpt_dtype)t->dtype);
 
-		if ((i && cp->src < last) || ld->dsts[cp->want].device >= 0)
+		if ((i && cp->src < last) || !copy_run(ld, cp, &iov[i]))
 			return false;
-		plan_chunk_strides(t, c, esize, ss);
-		if (!region_contiguous(cp->shape, ss, t->ndim, esize) ||
-		    !region_contiguous(cp->shape, ds, t->ndim, esize))
-			return false;
-		iov[i].iov_base = copy_dst(ld, cp, t->ndim);
-		iov[i].iov_len = (size_t)cp->bytes;
 		ioff[i] = cp->src;
 		last = cp->src + cp->bytes;
 	}
