@@ -2242,6 +2242,17 @@ static void drop_images(struct ckpt_load *load)
 	load->imgs = NULL;
 }
 
+/* An S3 location in the one spelling the daemon takes (proto.h). */
+static int s3_canon(const char *url, char *buf, size_t len)
+{
+	struct s3_loc loc;
+	char e[256];
+
+	if (s3_url_parse(url, &loc, e, sizeof(e)) < 0 || s3_url_format(&loc, buf, len) < 0)
+		return -EINVAL;
+	return 0;
+}
+
 /* Lends the daemon the files the plan reads that no image serves
  * (do_daemon).  A file that cannot be lent is read here instead. */
 static void lend_files(struct ckpt_load *load)
@@ -2249,15 +2260,8 @@ static void lend_files(struct ckpt_load *load)
 	const struct manifest *m = &load->rd->m;
 	char canon[PROTO_LOAD_URL_LEN + 64] = "";
 
-	if (load->rd->s3) {
-		/* The daemon takes S3 locations in one spelling only. */
-		struct s3_loc loc;
-		char e[256];
-
-		if (s3_url_parse(load->rd->path, &loc, e, sizeof(e)) < 0 ||
-		    s3_url_format(&loc, canon, sizeof(canon)) < 0)
-			return;
-	}
+	if (load->rd->s3 && s3_canon(load->rd->path, canon, sizeof(canon)) < 0)
+		return;
 	load->lhandles = malloc((m->n_files ? m->n_files : 1) * sizeof(*load->lhandles));
 	load->s3_skip = calloc(m->n_files ? m->n_files : 1, sizeof(*load->s3_skip));
 	if (!load->lhandles || !load->s3_skip) {
@@ -2421,10 +2425,7 @@ static void attach_images(struct ckpt_load *load)
 		return; /* a checkpoint no ckptd committed */
 	/* The checkpoint's path as the daemon spells it (proto.h). */
 	if (load->rd->s3) {
-		struct s3_loc loc;
-		char e[256];
-		if (s3_url_parse(load->rd->path, &loc, e, sizeof(e)) < 0 ||
-		    s3_url_format(&loc, canon, sizeof(canon)) < 0)
+		if (s3_canon(load->rd->path, canon, sizeof(canon)) < 0)
 			return;
 	} else if (!realpath(load->rd->path, canon)) {
 		return;
