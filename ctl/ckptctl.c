@@ -6,6 +6,7 @@
  *   ckptctl [-s SOCKET] [-c CONFIG] status [--json]
  *   ckptctl list ROOT [--json]
  *   ckptctl show ROOT/NAME [-v] [--json]
+ *   ckptctl prune ROOT --dry-run [--force] [--json] RULE...   (prune.c)
  *
  * `status` asks the running daemon (control role of proto.h); `list` and
  * `show` only read the storage, so they work with no daemon at all, on any
@@ -15,7 +16,8 @@
  *
  * --json prints JSON Lines for every command: one compact object per line.
  *
- * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage.
+ * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage, 6
+ * refused by a safety rule (ctl.h).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "ctl/ctl.h"
 #include "daemon/config.h"
 #include "format/index.h"
 #include "shm/proto.h"
@@ -85,6 +88,7 @@ static void usage(FILE *f)
 		"usage: %s [-s SOCKET] [-c CONFIG] status [--json]\n"
 		"       %s list ROOT [--json]\n"
 		"       %s show ROOT/NAME [-v] [--json]\n"
+		"       %s prune ROOT --dry-run [--force] [--json] RULE...\n"
 		"       %s --help | --version\n"
 		"\n"
 		"  status          what the running ckptd is doing: clients, saves in flight\n"
@@ -93,6 +97,13 @@ static void usage(FILE *f)
 		"  show ROOT/NAME  one checkpoint's manifest: files, tensors, blobs\n"
 		"                  (ROOT: a directory, or s3://bucket/prefix with the\n"
 		"                  credentials and endpoint of the AWS_* variables)\n"
+		"  prune ROOT      which committed checkpoints directly in the directory\n"
+		"                  ROOT a retention policy keeps, and why (--dry-run: this\n"
+		"                  version removes nothing); RULE: --keep-last N,\n"
+		"                  --keep-every-steps K, --keep-within 7d, --keep-hourly N,\n"
+		"                  --keep-daily N, --keep-best N METRIC min|max,\n"
+		"                  --max-removals N (more needs --force); the newest and\n"
+		"                  the names in ROOT/.ckpt-pins are always kept\n"
 		"\n"
 		"  -s SOCKET       the daemon's socket (default: $CKPTD_SOCKET, else the\n"
 		"                  'socket' of the config file, else %s)\n"
@@ -102,7 +113,8 @@ static void usage(FILE *f)
 		"                  per line (status: the report; list: one per entry;\n"
 		"                  show: the manifest)\n"
 		"  -v, --verbose   show: every chunk of every tensor\n",
-		prog, prog, prog, prog, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET, config_default_path);
+		prog, prog, prog, prog, prog, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET,
+		config_default_path);
 }
 
 static void die_usage(void)
@@ -185,6 +197,22 @@ static int print_json_line(const json_t *j, size_t flags)
 	return 0;
 }
 
+int ctl_json_line(const json_t *j)
+{
+	return print_json_line(j, 0);
+}
+
+void ctl_err(const char *fmt, ...)
+{
+	char buf[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	errmsg("%s", buf);
+}
+
 /*
  * A directory name fit to print and to put in JSON: control characters (a
  * name could carry terminal escapes) and non-ASCII bytes (it need not be
@@ -204,6 +232,11 @@ static char *clean(char *s)
 static char *display_name(const char *s)
 {
 	return clean(strdup(s));
+}
+
+char *ctl_display(const char *s)
+{
+	return display_name(s);
 }
 
 /* Display width of a name column: the longest name, capped. */
@@ -1717,8 +1750,11 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *opt_socket = NULL, *opt_config = NULL, *cmd, *arg = NULL;
-	bool json = false, verbose = false;
+	bool json = false, verbose = false, dry_run = false, force = false;
+	struct ret_policy policy;
 	int c, ret;
+
+	memset(&policy, 0, sizeof(policy));
 
 	/* "+": options stop at the command; its own options follow it. */
 	while ((c = getopt_long(argc, argv, "+s:c:hV", opts, NULL)) != -1) {
@@ -1760,6 +1796,32 @@ int main(int argc, char **argv)
 		} else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			usage(stdout);
 			return 0;
+		} else if (!strcmp(cmd, "prune") && !strcmp(a, "--dry-run")) {
+			dry_run = true;
+		} else if (!strcmp(cmd, "prune") && !strcmp(a, "--force")) {
+			force = true;
+		} else if (!strcmp(cmd, "prune") &&
+			   (!strncmp(a, "--keep-", 7) || !strcmp(a, "--max-removals"))) {
+			/* --keep-last 3 is the rule "keep_last 3"; --keep-best
+			 * takes three words: N METRIC min|max. */
+			char rule[512], err[512];
+			int words = !strcmp(a, "--keep-best") ? 3 : 1;
+			size_t at;
+
+			if (i + words >= argc) {
+				errmsg("prune: %s needs %s", a, words == 3 ? "N METRIC min|max" :
+									      "a value");
+				die_usage();
+			}
+			at = (size_t)snprintf(rule, sizeof(rule), "%s", a + 2);
+			for (size_t k = 0; k < at; k++)
+				rule[k] = rule[k] == '-' ? '_' : rule[k];
+			for (int w = 0; w < words && at < sizeof(rule); w++)
+				at += (size_t)snprintf(rule + at, sizeof(rule) - at, " %s", argv[++i]);
+			if (ret_policy_parse_rule(&policy, rule, err, sizeof(err)) < 0) {
+				errmsg("prune: %s", err);
+				die_usage();
+			}
 		} else if (a[0] == '-' && a[1] != '\0') {
 			errmsg("%s: unknown option '%s'", cmd, a);
 			die_usage();
@@ -1789,6 +1851,20 @@ int main(int argc, char **argv)
 			die_usage();
 		}
 		ret = cmd_show(arg, json, verbose);
+	} else if (strcmp(cmd, "prune") == 0) {
+		if (!arg || verbose) {
+			errmsg(arg ? "prune takes ROOT, --dry-run, --force, --json and rules" :
+				     "prune: ROOT is missing");
+			die_usage();
+		}
+		if (!dry_run) {
+			/* Removing is the next step of the retention work; until
+			 * it is built, prune only shows its plan. */
+			errmsg("prune: only --dry-run is available in this version (it shows "
+			       "what the policy keeps and removes; nothing is removed)");
+			die_usage();
+		}
+		ret = ctl_prune(arg, &policy, force, json);
 	} else {
 		errmsg("unknown command '%s'", cmd);
 		die_usage();

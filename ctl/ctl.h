@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/* ctl.h - what ckptctl's files share (ckptctl.c, prune.c). */
+#ifndef CKPT_CTL_H
+#define CKPT_CTL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "format/retention.h"
+
+/* Exit statuses (README: ckptctl). */
+#define CTL_EXIT_ERROR   1
+#define CTL_EXIT_USAGE   2
+#define CTL_EXIT_REFUSED 6 /* a safety rule refused the operation */
+
+/* "ckptctl: <message>" on stderr, control bytes shown as '?'. */
+void ctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One compact JSON object on its own line (--json).  0 or -ENOMEM. */
+int ctl_json_line(const json_t *j);
+/* A copy of a name fit to print and to put in JSON ('?' for control and
+ * non-ASCII bytes), or NULL (out of memory). */
+char *ctl_display(const char *s);
+
+/* ckptctl prune ROOT --dry-run (prune.c): returns the exit status. */
+int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool json);
+
+#endif

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# ckptctl_prune.sh - `ckptctl prune ROOT --dry-run`: the retention plan of a
+# root made here (committed checkpoints with steps, commit times and a loss
+# metric, a pin list, a work area, a corrupt and an incomplete checkpoint),
+# as the KEEP/REMOVE table and as JSON Lines; the refusal (exit 6) and
+# --force; that nothing on disk changes; bad rules (exit 2).  Needs only the
+# system python3 (standard library).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+ctl=${CKPT_BUILD_DIR:-$PWD/${BUILD:-build}}/ckptctl
+if [ ! -x "$ctl" ]; then
+	echo "FAIL: $ctl is not built"
+	exit 1
+fi
+py=/usr/bin/python3
+if [ ! -x "$py" ]; then
+	echo "needs /usr/bin/python3 for its fixtures"
+	exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckptctl-prune.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+root=$tmp/root
+
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
+
+# Six committed checkpoints, one a day, losses 0.9 0.5 0.7 0.2 0.8 0.6; one
+# without the metric; step-000100 pinned.
+"$py" - "$root" <<'PY'
+import json, os, sys
+root = sys.argv[1]
+def ck(name, step, day, metrics):
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    man = {"format": "ckpt-1", "name": name, "step": step,
+           "time": "2026-11-%02dT03:00:00Z" % day, "job": "j", "world_size": 1,
+           "crc_block": 1048576, "metadata": {}, "metrics": metrics, "files": [],
+           "total_bytes": 0, "tensors": {}, "blobs": {}}
+    json.dump(man, open(os.path.join(d, "manifest.json"), "w"))
+for i, loss in enumerate([0.9, 0.5, 0.7, 0.2, 0.8, 0.6]):
+    ck("step-%06d" % ((i + 1) * 100), (i + 1) * 100, 10 + i, {"loss": loss})
+ck("step-000050", 50, 9, {})
+os.makedirs(os.path.join(root, ".ckpt-work-0123456789abcdef0123456789abcdef"))
+os.makedirs(os.path.join(root, "broken"))
+open(os.path.join(root, "broken", "manifest.json"), "w").write("{")
+os.makedirs(os.path.join(root, "half-done"))
+open(os.path.join(root, "half-done", "rank-00000.safetensors"), "w").write("x")
+open(os.path.join(root, ".ckpt-pins"), "w").write("# kept for the paper\nstep-000100\n\n")
+PY
+before=$(cd "$tmp" && find root | sort | xargs stat -c '%n %s %Y')
+
+# ---- the table ----
+out=$("$ctl" prune "$root" --dry-run --keep-last 2 --keep-best 1 loss min 2>"$tmp/err") ||
+	fail "prune: exit $?: $(cat "$tmp/err")"
+want='KEEP step-000050 50 -
+KEEP step-000100 100 pinned
+REMOVE step-000200 200 -
+REMOVE step-000300 300 -
+KEEP step-000400 400 best
+KEEP step-000500 500 last
+KEEP step-000600 600 newest,last'
+# step-000050 has no loss: unranked, removed.
+want=${want/KEEP step-000050 50 -/REMOVE step-000050 50 -}
+got=$(awk '$1 == "KEEP" || $1 == "REMOVE" { print $1, $2, $3, $5 }' <<<"$out")
+[ "$got" = "$want" ] || fail "prune table:
+$got
+want:
+$want
+full output:
+$out"
+grep -q '^policy: keep_last 2, keep_best 1 loss min$' <<<"$out" || fail "policy line: $out"
+grep -q '^3 of 7 checkpoints would be removed (dry run: nothing was removed)$' <<<"$out" ||
+	fail "summary: $out"
+grep -q "'broken' is not a candidate (never removed): manifest is not valid JSON" "$tmp/err" ||
+	fail "corrupt checkpoint not reported: $(cat "$tmp/err")"
+grep -q "half-done" <<<"$out$(cat "$tmp/err")" && fail "an incomplete checkpoint was a candidate"
+grep -q "ckpt-work" <<<"$out" && fail "a work area was a candidate"
+
+# ---- JSON Lines ----
+"$ctl" prune "$root" --dry-run --keep-every-steps 200 --json >"$tmp/json" 2>/dev/null ||
+	fail "prune --json: exit $?"
+"$py" - "$tmp/json" <<'PY' || fail "prune --json content"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rows = {l["name"]: l for l in lines if "name" in l}
+summ = [l["summary"] for l in lines if "summary" in l]
+assert len(summ) == 1 and lines[-1] == {"summary": summ[0]}, lines
+s = summ[0]
+assert s["checkpoints"] == 7 and s["remove"] == 3 and s["dry_run"] and not s["refused"], s
+assert rows["step-000200"]["reasons"] == ["every"], rows
+assert rows["step-000600"]["reasons"] == ["newest", "every"], rows
+assert rows["step-000100"]["reasons"] == ["pinned"], rows
+assert sorted(n for n, r in rows.items() if r["action"] == "remove") == \
+    ["step-000050", "step-000300", "step-000500"], rows
+assert rows["step-000300"]["reasons"] == [] and rows["step-000300"]["time"] == "2026-11-12T03:00:00Z"
+PY
+
+# ---- a safety rule refuses; --force does not ----
+rc=0
+"$ctl" prune "$root" --dry-run --keep-last 1 --max-removals 3 >"$tmp/out" 2>"$tmp/err" || rc=$?
+[ "$rc" = 6 ] || fail "max_removals: exit $rc, want 6"
+grep -q "refused: the plan removes 5 checkpoints, more than max_removals (3)" "$tmp/err" ||
+	fail "refusal message: $(cat "$tmp/err")"
+grep -q "^REMOVE" "$tmp/out" || fail "a refused dry run still shows its plan"
+"$ctl" prune "$root" --dry-run --keep-last 1 --max-removals 3 --force >/dev/null 2>&1 ||
+	fail "--force: exit $?"
+
+# ---- no rule keeps everything ----
+out=$("$ctl" prune "$root" --dry-run 2>/dev/null) || fail "no rule: exit $?"
+grep -q "^REMOVE" <<<"$out" && fail "no rule removed something: $out"
+grep -q '^policy: none (everything is kept)$' <<<"$out" || fail "no rule: $out"
+
+# ---- nothing changed on disk ----
+after=$(cd "$tmp" && find root | sort | xargs stat -c '%n %s %Y')
+[ "$before" = "$after" ] || fail "a dry run changed the root"
+
+# ---- usage ----
+for args in "--keep-last 0" "--keep-last x" "--keep-within 3y" "--keep-best 2 loss" \
+	"--keep-best 2 loss up" "--keep-forever 1" "--max-removals"; do
+	rc=0
+	# shellcheck disable=SC2086
+	"$ctl" prune "$root" --dry-run $args >/dev/null 2>"$tmp/err" || rc=$?
+	[ "$rc" = 2 ] || fail "prune $args: exit $rc, want 2"
+done
+rc=0
+"$ctl" prune "$root" --keep-last 1 >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "only --dry-run" "$tmp/err" || fail "prune without --dry-run: exit $rc"
+rc=0
+"$ctl" prune "$tmp/missing" --dry-run --keep-last 1 >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] && grep -q "cannot open root" "$tmp/err" || fail "missing root: exit $rc"
+echo "ckptctl prune --dry-run: all checks passed"
