@@ -16,8 +16,9 @@
  *
  * --json prints JSON Lines for every command: one compact object per line.
  *
- * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage, 6
- * refused by a safety rule (ctl.h).
+ * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage, 5
+ * done with part of the input unreadable, 6 refused by a safety rule
+ * (ctl.h).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -1813,10 +1814,17 @@ int main(int argc, char **argv)
 									      "a value");
 				die_usage();
 			}
+			at = strlen(a + 2);
+			for (int w = 1; w <= words; w++)
+				at += 1 + strlen(argv[i + w]);
+			if (at >= sizeof(rule)) {
+				errmsg("prune: %s: the rule is too long", a);
+				die_usage();
+			}
 			at = (size_t)snprintf(rule, sizeof(rule), "%s", a + 2);
 			for (size_t k = 0; k < at; k++)
 				rule[k] = rule[k] == '-' ? '_' : rule[k];
-			for (int w = 0; w < words && at < sizeof(rule); w++)
+			for (int w = 0; w < words; w++)
 				at += (size_t)snprintf(rule + at, sizeof(rule) - at, " %s", argv[++i]);
 			if (ret_policy_parse_rule(&policy, rule, err, sizeof(err)) < 0) {
 				errmsg("prune: %s", err);

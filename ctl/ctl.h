@@ -11,6 +11,7 @@
 /* Exit statuses (README: ckptctl). */
 #define CTL_EXIT_ERROR   1
 #define CTL_EXIT_USAGE   2
+#define CTL_EXIT_DEGRADED 5 /* done, but part of the input could not be read */
 #define CTL_EXIT_REFUSED 6 /* a safety rule refused the operation */
 
 /* "ckptctl: <message>" on stderr, control bytes shown as '?'. */

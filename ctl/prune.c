@@ -40,17 +40,35 @@ struct cand {
 	uint32_t keep;
 };
 
-/* "2026-11-23T03:09:36Z" -> seconds since the epoch; false if not that form. */
+/* "2026-11-23T03:09:36Z" (exactly that form, a real date and time: the
+ * daemon writes it so) -> seconds since the epoch. */
 static bool parse_time(const char *s, int64_t *ret)
 {
-	struct tm tm;
-	const char *end;
+	static const char form[] = "dddd-dd-ddTdd:dd:ddZ";
+	struct tm tm, back;
+	time_t t;
 
-	memset(&tm, 0, sizeof(tm));
-	end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!end || (end[0] != 'Z' && end[0] != '\0') || (end[0] == 'Z' && end[1]))
+	if (strlen(s) != sizeof(form) - 1)
 		return false;
-	*ret = (int64_t)timegm(&tm);
+	for (size_t i = 0; form[i]; i++)
+		if (form[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != form[i])
+			return false;
+	memset(&tm, 0, sizeof(tm));
+	tm.tm_year = atoi(s) - 1900;
+	tm.tm_mon = atoi(s + 5) - 1;
+	tm.tm_mday = atoi(s + 8);
+	tm.tm_hour = atoi(s + 11);
+	tm.tm_min = atoi(s + 14);
+	tm.tm_sec = atoi(s + 17);
+	back = tm;
+	t = timegm(&tm);
+	/* timegm normalizes 02-31 to 03-03 and :60 to the next minute: a
+	 * date that does not come back the same was not a real one. */
+	if (tm.tm_year != back.tm_year || tm.tm_mon != back.tm_mon ||
+	    tm.tm_mday != back.tm_mday || tm.tm_hour != back.tm_hour ||
+	    tm.tm_min != back.tm_min || tm.tm_sec != back.tm_sec)
+		return false;
+	*ret = (int64_t)t;
 	return true;
 }
 
@@ -69,8 +87,11 @@ static char **read_pins(int rootfd, int *ret_err)
 	r = fs_read_file_at(rootfd, PINS_FILE, PRUNE_PINS_MAX, &text, &len);
 	if (r == -ENOENT)
 		return v;
+	if (r == 0 && memchr(text, '\0', len))
+		r = -EBADMSG; /* (would hide every pin after it) */
 	if (r < 0) {
 		*ret_err = r;
+		free(text);
 		free(v);
 		return NULL;
 	}
@@ -123,10 +144,19 @@ static int read_cand(int rootfd, const char *name, const struct ret_policy *p, s
 {
 	char rel[NAME_MAX + sizeof(MANIFEST_FILE) + 2], *text = NULL;
 	struct manifest m;
+	struct stat st;
 	size_t len = 0;
 	json_t *metrics, *v;
 	int r;
 
+	/* Directories only, never through a symbolic link (one could stand
+	 * for a checkpoint outside ROOT, or one of ROOT's twice). */
+	if (fstatat(rootfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		snprintf(err, errlen, "%s", strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode))
+		return 0;
 	snprintf(rel, sizeof(rel), "%s/%s", name, MANIFEST_FILE);
 	r = fs_read_file_at(rootfd, rel, PRUNE_MANIFEST_MAX, &text, &len);
 	if (r == -ENOENT || r == -ENOTDIR)
@@ -229,8 +259,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 	struct cand *v = NULL;
 	struct ret_ckpt *rc = NULL;
 	uint32_t *keep = NULL;
-	size_t n = 0, cap = 0, removed = 0, width = 4;
-	char **pins = NULL, err[512] = "", pol[512];
+	size_t n = 0, cap = 0, removed = 0, width = 4, skipped = 0;
+	char **pins = NULL, err[512] = "", pol[512], *shown_root = NULL;
 	struct dirent *de;
 	DIR *d = NULL;
 	int rootfd, r, ret = CTL_EXIT_ERROR;
@@ -246,9 +276,11 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 			close(rootfd);
 		return CTL_EXIT_ERROR;
 	}
+	shown_root = ctl_display(root);
 	pins = read_pins(rootfd, &r);
-	if (!pins) {
-		ctl_err("prune: reading %s/%s: %s", root, PINS_FILE, strerror(-r));
+	if (!pins || !shown_root) {
+		ctl_err("prune: reading %s/%s: %s", root, PINS_FILE,
+			r == -EBADMSG ? "it holds a NUL byte" : strerror(r ? -r : ENOMEM));
 		goto out;
 	}
 	while ((errno = 0, de = readdir(d))) {
@@ -264,8 +296,11 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 			goto out;
 		}
 		if (r < 0) {
-			/* (ctl_err shows control bytes as '?'.) */
+			/* (ctl_err shows control bytes as '?'.)  The plan is
+			 * made without it: it only keeps more, but the exit
+			 * status says the scan was partial. */
 			ctl_err("prune: '%s' is not a candidate (never removed): %s", de->d_name, err);
+			skipped++;
 			continue;
 		}
 		if (r == 0)
@@ -288,6 +323,14 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 		goto out;
 	}
 	qsort(v, n, sizeof(*v), cand_cmp);
+	for (size_t i = 0; pins[i]; i++) {
+		bool found = false;
+		for (size_t k = 0; k < n && !found; k++)
+			found = !strcmp(v[k].name, pins[i]);
+		if (!found)
+			ctl_err("prune: %s names '%s', which is not a committed checkpoint in the root",
+				PINS_FILE, pins[i]);
+	}
 	rc = calloc(n ? n : 1, sizeof(*rc));
 	keep = calloc(n ? n : 1, sizeof(*keep));
 	if (!rc || !keep) {
@@ -306,7 +349,7 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 	}
 	policy_text(p, pol, sizeof(pol));
 	if (!json) {
-		printf("root %s\npolicy: %s\n\n", root, pol);
+		printf("root %s\npolicy: %s\n\n", shown_root, pol);
 		printf("%-6s  %-*s  %10s  %-20s  %s\n", "ACTION", (int)width, "NAME", "STEP", "TIME",
 		       "KEPT FOR");
 	}
@@ -338,9 +381,10 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 		}
 	}
 	if (json) {
-		json_t *o = json_pack("{s:{s:s, s:s, s:I, s:I, s:b, s:b, s:s?}}", "summary", "root",
-				      root, "policy", pol, "checkpoints", (json_int_t)n, "remove",
-				      (json_int_t)removed, "dry_run", true, "refused", r == -EPERM,
+		json_t *o = json_pack("{s:{s:s, s:s, s:I, s:I, s:I, s:b, s:b, s:s?}}", "summary",
+				      "root", shown_root, "policy", pol, "checkpoints", (json_int_t)n,
+				      "remove", (json_int_t)removed, "not_candidates",
+				      (json_int_t)skipped, "dry_run", true, "refused", r == -EPERM,
 				      "error", r == -EPERM ? err : NULL);
 		if (!o || ctl_json_line(o) < 0) {
 			json_decref(o);
@@ -357,7 +401,10 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 		ret = CTL_EXIT_REFUSED;
 		goto out;
 	}
-	ret = 0;
+	ret = skipped ? CTL_EXIT_DEGRADED : 0;
+	if (skipped)
+		ctl_err("prune: %zu entr%s of the root could not be read (above): the plan leaves "
+			"them out", skipped, skipped == 1 ? "y" : "ies");
 out:
 	for (size_t i = 0; i < n; i++) {
 		free(v[i].name);
@@ -367,6 +414,7 @@ out:
 	free(rc);
 	free(keep);
 	pins_free(pins);
+	free(shown_root);
 	closedir(d);
 	return ret;
 }

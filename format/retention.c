@@ -2,6 +2,7 @@
 /* retention.c - the retention plan (see retention.h). */
 #include "format/retention.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -77,10 +78,13 @@ static int cmp_best(const void *pa, const void *pb)
 	return cmp_newest(pa, pb);
 }
 
-/* The bucket of a commit time (floor division: times before 1970 too). */
+/* The bucket of a commit time (floor division: times before 1970 too,
+ * without negating t, which overflows at INT64_MIN). */
 static int64_t bucket(int64_t t, int64_t width)
 {
-	return t >= 0 ? t / width : -((-t + width - 1) / width);
+	int64_t q = t / width;
+
+	return t % width < 0 ? q - 1 : q;
 }
 
 /* Keeps the newest checkpoint of each of the n latest buckets of `width`
@@ -108,8 +112,8 @@ int ret_plan(const struct ret_ckpt *c, size_t n, const struct ret_policy *p, boo
 	     uint32_t *keep, size_t *ret_removed, char *err, size_t errlen)
 {
 	const struct ret_ckpt **by = NULL;
-	size_t removed = 0;
-	int64_t newest_time = INT64_MIN;
+	size_t removed = 0, by_rule = 0;
+	int64_t newest_time, since;
 
 	*ret_removed = 0;
 	if (n == 0)
@@ -127,8 +131,6 @@ int ret_plan(const struct ret_ckpt *c, size_t n, const struct ret_policy *p, boo
 		}
 		by[i] = &c[i];
 		keep[i] = 0;
-		if (c[i].time_s > newest_time)
-			newest_time = c[i].time_s;
 	}
 	qsort(by, n, sizeof(*by), cmp_name);
 	for (size_t i = 1; i < n; i++) {
@@ -139,9 +141,16 @@ int ret_plan(const struct ret_ckpt *c, size_t n, const struct ret_policy *p, boo
 		}
 	}
 
-	/* Protections. */
+	/* Protections: the newest, and the one committed last. */
+	qsort(by, n, sizeof(*by), cmp_latest);
+	keep[by[0] - c] |= RET_LATEST;
 	qsort(by, n, sizeof(*by), cmp_newest);
 	keep[by[0] - c] |= RET_NEWEST;
+	newest_time = by[0]->time_s;
+	/* (Saturated: a window wider than the time before it keeps all.) */
+	since = p->keep_within_s > 0 && newest_time >= INT64_MIN + p->keep_within_s ?
+			newest_time - p->keep_within_s :
+			INT64_MIN;
 	for (size_t i = 0; i < n; i++) {
 		if (c[i].pinned)
 			keep[i] |= RET_PINNED;
@@ -157,7 +166,7 @@ int ret_plan(const struct ret_ckpt *c, size_t n, const struct ret_policy *p, boo
 	for (size_t i = 0; i < n; i++) {
 		if (p->keep_every_steps && c[i].step % p->keep_every_steps == 0)
 			keep[i] |= RET_EVERY;
-		if (p->keep_within_s > 0 && c[i].time_s >= newest_time - p->keep_within_s)
+		if (p->keep_within_s > 0 && c[i].time_s >= since)
 			keep[i] |= RET_WITHIN;
 	}
 	if (p->keep_hourly || p->keep_daily) {
@@ -175,12 +184,15 @@ int ret_plan(const struct ret_ckpt *c, size_t n, const struct ret_policy *p, boo
 	}
 	free(by);
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		removed += keep[i] == 0;
+		by_rule += (keep[i] & RET_RULES) != 0;
+	}
 	*ret_removed = removed;
-	if (removed == n) {
-		snprintf(err, errlen, "refused: the plan would remove every one of the %zu "
-			 "checkpoints", n);
+	if (removed && !by_rule && !ret_policy_empty(p) && !force) {
+		snprintf(err, errlen, "refused: no rule of the policy keeps any of the %zu "
+			 "checkpoints (only the newest, pins and ones in use are kept), so it would "
+			 "remove every other one; a misspelled metric?  --force removes them", n);
 		return -EPERM;
 	}
 	if (p->max_removals && removed > p->max_removals && !force) {
@@ -201,7 +213,7 @@ static const struct {
 	{ RET_NEWEST, "newest" }, { RET_PINNED, "pinned" }, { RET_IN_USE, "in-use" },
 	{ RET_NO_POLICY, "no-policy" }, { RET_LAST, "last" },	 { RET_EVERY, "every" },
 	{ RET_WITHIN, "within" },	 { RET_HOURLY, "hourly" }, { RET_DAILY, "daily" },
-	{ RET_BEST, "best" },
+	{ RET_BEST, "best" },	  { RET_LATEST, "last-commit" },
 };
 
 void ret_reasons(uint32_t keep, char *buf, size_t len)
@@ -266,6 +278,18 @@ static int parse_span(const char *s, int64_t *ret)
 	return 0;
 }
 
+static bool metric_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n >= RET_METRIC_LEN || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("_.:/-", s[i]))
+			return false;
+	return true;
+}
+
 int ret_policy_parse_rule(struct ret_policy *p, const char *text, char *err, size_t errlen)
 {
 	char buf[512], *tok[5], *save = NULL;
@@ -286,14 +310,24 @@ int ret_policy_parse_rule(struct ret_policy *p, const char *text, char *err, siz
 	}
 	if (nt == 0 || nt > 4)
 		goto bad;
+	if ((!strcmp(tok[0], "keep_last") && p->keep_last) ||
+	    (!strcmp(tok[0], "keep_every_steps") && p->keep_every_steps) ||
+	    (!strcmp(tok[0], "keep_within") && p->keep_within_s > 0) ||
+	    (!strcmp(tok[0], "keep_hourly") && p->keep_hourly) ||
+	    (!strcmp(tok[0], "keep_daily") && p->keep_daily) ||
+	    (!strcmp(tok[0], "keep_best") && p->keep_best) ||
+	    (!strcmp(tok[0], "max_removals") && p->max_removals)) {
+		snprintf(err, errlen, "retention rule '%s': %s is given twice (a rule may be "
+			 "given once)", text, tok[0]);
+		return -EINVAL;
+	}
 	if (!strcmp(tok[0], "keep_within")) {
 		if (nt != 2 || parse_span(tok[1], &p->keep_within_s) < 0)
 			goto bad;
 		return 0;
 	}
 	if (!strcmp(tok[0], "keep_best")) {
-		if (nt != 4 || parse_count(tok[1], UINT32_MAX, &v) < 0 || !tok[2][0] ||
-		    strlen(tok[2]) >= sizeof(p->best_metric) ||
+		if (nt != 4 || parse_count(tok[1], UINT32_MAX, &v) < 0 || !metric_ok(tok[2]) ||
 		    (strcmp(tok[3], "min") && strcmp(tok[3], "max")))
 			goto bad;
 		p->keep_best = (uint32_t)v;

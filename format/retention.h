@@ -9,19 +9,24 @@
  *
  *   keep_last N            the N newest (by step, then commit time, then name)
  *   keep_every_steps K     every checkpoint whose step is a multiple of K
- *   keep_within S          committed within S seconds before the newest
- *                          checkpoint's commit (not the clock: a root whose
- *                          job stopped long ago keeps what it kept)
+ *   keep_within S          committed at most S seconds before the commit of
+ *                          the newest checkpoint (greatest step; not the
+ *                          clock: a root whose job stopped long ago keeps
+ *                          what it kept)
  *   keep_hourly N          the newest of each of the N latest UTC hours that
  *   keep_daily N           (days) hold a checkpoint
  *   keep_best N METRIC min|max
  *                          the N best by METRIC; a missing or NaN metric is
  *                          unranked (never "best"); ties go to the newer step
  *
- * Always kept, whatever the rules: the newest checkpoint, pinned ones, and
+ * Always kept, whatever the rules: the newest checkpoint (greatest step)
+ * and the one committed last (they differ after a job rolled back to an
+ * earlier step: what it resumes from is the last commit), pinned ones, and
  * ones in use (being restored, saved over or uploaded).  Safety: a policy
- * with no rule keeps everything; a plan that would remove every candidate
- * is refused; a plan that removes more than max_removals needs force.
+ * with no rule keeps everything; a plan whose rules keep none of the
+ * checkpoints (only the protections do: a misspelled metric, say) is
+ * refused, as is one that removes more than max_removals, unless forced.
+ * A rule may be given once.
  */
 #ifndef CKPT_FORMAT_RETENTION_H
 #define CKPT_FORMAT_RETENTION_H
@@ -44,7 +49,10 @@ enum {
 	RET_HOURLY = 1u << 7,
 	RET_DAILY = 1u << 8,
 	RET_BEST = 1u << 9,
+	RET_LATEST = 1u << 10, /* committed last (see above) */
 };
+/* The bits of the policy's rules (not of the protections). */
+#define RET_RULES (RET_LAST | RET_EVERY | RET_WITHIN | RET_HOURLY | RET_DAILY | RET_BEST)
 
 /* One committed checkpoint, as the caller found it. */
 struct ret_ckpt {
@@ -76,7 +84,9 @@ bool ret_policy_empty(const struct ret_policy *p);
  * Parses one rule of a policy written as text, "keep_last 3",
  * "keep_every_steps 1000", "keep_within 7d" (s, m, h, d, w), "keep_hourly
  * 24", "keep_daily 7", "keep_best 3 val_loss min", "max_removals 50",
- * into p.  Returns 0, or -EINVAL with the reason in err.
+ * into p.  A METRIC is 1-127 of [A-Za-z0-9_.:/-], not starting with '-'.
+ * Returns 0, or -EINVAL with the reason in err (also for a rule p has
+ * already).
  */
 int ret_policy_parse_rule(struct ret_policy *p, const char *text, char *err, size_t errlen);
 

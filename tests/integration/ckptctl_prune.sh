@@ -3,8 +3,10 @@
 # root made here (committed checkpoints with steps, commit times and a loss
 # metric, a pin list, a work area, a corrupt and an incomplete checkpoint),
 # as the KEEP/REMOVE table and as JSON Lines; the refusal (exit 6) and
-# --force; that nothing on disk changes; bad rules (exit 2).  Needs only the
-# system python3 (standard library).
+# --force; a corrupt checkpoint left out with exit 5; symbolic links and
+# bad commit times never candidates; pins naming nothing reported; that
+# nothing on disk changes; bad rules (exit 2).  Needs only the system python3
+# (standard library).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -45,24 +47,34 @@ for i, loss in enumerate([0.9, 0.5, 0.7, 0.2, 0.8, 0.6]):
     ck("step-%06d" % ((i + 1) * 100), (i + 1) * 100, 10 + i, {"loss": loss})
 ck("step-000050", 50, 9, {})
 os.makedirs(os.path.join(root, ".ckpt-work-0123456789abcdef0123456789abcdef"))
+# A checkpoint elsewhere, with a greater step, linked into the root: never a
+# candidate (it would take "newest" from the root's own), nor an alias.
+ck("../elsewhere/far", 9000, 20, {"loss": 0.0})
+os.symlink(os.path.join(root, "..", "elsewhere", "far"), os.path.join(root, "zz-link"))
+os.symlink("step-000600", os.path.join(root, "alias-600"))
+# A manifest whose time is no real date: never a candidate.
+ck("bad-time", 700, 17, {})
+p = os.path.join(root, "bad-time", "manifest.json")
+m = json.load(open(p)); m["time"] = "2026-02-31T03:00:00Z"; json.dump(m, open(p, "w"))
 os.makedirs(os.path.join(root, "broken"))
 open(os.path.join(root, "broken", "manifest.json"), "w").write("{")
 os.makedirs(os.path.join(root, "half-done"))
 open(os.path.join(root, "half-done", "rank-00000.safetensors"), "w").write("x")
-open(os.path.join(root, ".ckpt-pins"), "w").write("# kept for the paper\nstep-000100\n\n")
+open(os.path.join(root, ".ckpt-pins"), "w").write("# kept for the paper\nstep-000100\n\nno-such\n")
 PY
 before=$(cd "$tmp" && find root | sort | xargs stat -c '%n %s %Y')
 
-# ---- the table ----
-out=$("$ctl" prune "$root" --dry-run --keep-last 2 --keep-best 1 loss min 2>"$tmp/err") ||
-	fail "prune: exit $?: $(cat "$tmp/err")"
+# ---- the table (exit 5: the corrupt and the bad-time checkpoints are left out) ----
+rc=0
+out=$("$ctl" prune "$root" --dry-run --keep-last 2 --keep-best 1 loss min 2>"$tmp/err") || rc=$?
+[ "$rc" = 5 ] || fail "prune: exit $rc, want 5: $(cat "$tmp/err")"
 want='KEEP step-000050 50 -
 KEEP step-000100 100 pinned
 REMOVE step-000200 200 -
 REMOVE step-000300 300 -
 KEEP step-000400 400 best
 KEEP step-000500 500 last
-KEEP step-000600 600 newest,last'
+KEEP step-000600 600 newest,last,last-commit'
 # step-000050 has no loss: unranked, removed.
 want=${want/KEEP step-000050 50 -/REMOVE step-000050 50 -}
 got=$(awk '$1 == "KEEP" || $1 == "REMOVE" { print $1, $2, $3, $5 }' <<<"$out")
@@ -77,12 +89,19 @@ grep -q '^3 of 7 checkpoints would be removed (dry run: nothing was removed)$' <
 	fail "summary: $out"
 grep -q "'broken' is not a candidate (never removed): manifest is not valid JSON" "$tmp/err" ||
 	fail "corrupt checkpoint not reported: $(cat "$tmp/err")"
+grep -q "'bad-time' is not a candidate (never removed): its manifest's time" "$tmp/err" ||
+	fail "bad time not reported: $(cat "$tmp/err")"
+grep -q "2 entries of the root could not be read" "$tmp/err" || fail "no degraded note: $(cat "$tmp/err")"
+grep -q "names 'no-such', which is not a committed checkpoint" "$tmp/err" ||
+	fail "a pin naming nothing is not reported: $(cat "$tmp/err")"
 grep -q "half-done" <<<"$out$(cat "$tmp/err")" && fail "an incomplete checkpoint was a candidate"
 grep -q "ckpt-work" <<<"$out" && fail "a work area was a candidate"
+grep -Eq "zz-link|alias-600" <<<"$out" && fail "a symbolic link was a candidate: $out"
 
 # ---- JSON Lines ----
-"$ctl" prune "$root" --dry-run --keep-every-steps 200 --json >"$tmp/json" 2>/dev/null ||
-	fail "prune --json: exit $?"
+rc=0
+"$ctl" prune "$root" --dry-run --keep-every-steps 200 --json >"$tmp/json" 2>/dev/null || rc=$?
+[ "$rc" = 5 ] || fail "prune --json: exit $rc"
 "$py" - "$tmp/json" <<'PY' || fail "prune --json content"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -91,8 +110,9 @@ summ = [l["summary"] for l in lines if "summary" in l]
 assert len(summ) == 1 and lines[-1] == {"summary": summ[0]}, lines
 s = summ[0]
 assert s["checkpoints"] == 7 and s["remove"] == 3 and s["dry_run"] and not s["refused"], s
+assert s["not_candidates"] == 2, s
 assert rows["step-000200"]["reasons"] == ["every"], rows
-assert rows["step-000600"]["reasons"] == ["newest", "every"], rows
+assert rows["step-000600"]["reasons"] == ["newest", "every", "last-commit"], rows
 assert rows["step-000100"]["reasons"] == ["pinned"], rows
 assert sorted(n for n, r in rows.items() if r["action"] == "remove") == \
     ["step-000050", "step-000300", "step-000500"], rows
@@ -106,11 +126,14 @@ rc=0
 grep -q "refused: the plan removes 5 checkpoints, more than max_removals (3)" "$tmp/err" ||
 	fail "refusal message: $(cat "$tmp/err")"
 grep -q "^REMOVE" "$tmp/out" || fail "a refused dry run still shows its plan"
-"$ctl" prune "$root" --dry-run --keep-last 1 --max-removals 3 --force >/dev/null 2>&1 ||
-	fail "--force: exit $?"
+rc=0
+"$ctl" prune "$root" --dry-run --keep-last 1 --max-removals 3 --force >/dev/null 2>&1 || rc=$?
+[ "$rc" = 5 ] || fail "--force: exit $rc"
 
 # ---- no rule keeps everything ----
-out=$("$ctl" prune "$root" --dry-run 2>/dev/null) || fail "no rule: exit $?"
+rc=0
+out=$("$ctl" prune "$root" --dry-run 2>/dev/null) || rc=$?
+[ "$rc" = 5 ] || fail "no rule: exit $rc"
 grep -q "^REMOVE" <<<"$out" && fail "no rule removed something: $out"
 grep -q '^policy: none (everything is kept)$' <<<"$out" || fail "no rule: $out"
 
@@ -119,8 +142,10 @@ after=$(cd "$tmp" && find root | sort | xargs stat -c '%n %s %Y')
 [ "$before" = "$after" ] || fail "a dry run changed the root"
 
 # ---- usage ----
+long=$(printf 'a%.0s' $(seq 700))
 for args in "--keep-last 0" "--keep-last x" "--keep-within 3y" "--keep-best 2 loss" \
-	"--keep-best 2 loss up" "--keep-forever 1" "--max-removals"; do
+	"--keep-best 2 loss up" "--keep-forever 1" "--max-removals" "--keep-best 3 --json min" \
+	"--keep-last 2 --keep-last 5" "--keep-$long 1"; do
 	rc=0
 	# shellcheck disable=SC2086
 	"$ctl" prune "$root" --dry-run $args >/dev/null 2>"$tmp/err" || rc=$?

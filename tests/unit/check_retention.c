@@ -10,6 +10,7 @@
 #include <check.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,102 +46,126 @@ static const struct {
 	{ "no rule keeps everything", { NULL }, false, 0, 0,
 	  { { "a", 100, T0, NOM, 0, false, false, "no-policy" },
 	    { "b", 200, T0 + 60, NOM, 0, false, false, "no-policy" },
-	    { "c", 300, T0 + 120, NOM, 0, false, false, "newest,no-policy" } } },
+	    { "c", 300, T0 + 120, NOM, 0, false, false, "newest,no-policy,last-commit" } } },
 	{ "keep_last 2", { "keep_last 2" }, false, 0, 3,
 	  { { "s100", 100, T0, NOM, 0, false, false, "" },
-	    { "s500", 500, T0 + 400, NOM, 0, false, false, "newest,last" },
+	    { "s500", 500, T0 + 400, NOM, 0, false, false, "newest,last,last-commit" },
 	    { "s300", 300, T0 + 200, NOM, 0, false, false, "" },
 	    { "s400", 400, T0 + 300, NOM, 0, false, false, "last" },
 	    { "s200", 200, T0 + 100, NOM, 0, false, false, "" } } },
-	{ "keep_last orders by step, not by commit time", { "keep_last 1" }, false, 0, 1,
-	  { { "late-small", 100, T0 + 999, NOM, 0, false, false, "" },
+	{ "keep_last orders by step; the last commit is kept too", { "keep_last 1" }, false, 0, 1,
+	  { { "late-small", 100, T0 + 999, NOM, 0, false, false, "last-commit" },
+	    { "mid", 150, T0 + 500, NOM, 0, false, false, "" },
 	    { "early-big", 200, T0, NOM, 0, false, false, "newest,last" } } },
+	{ "a job rolled back: what it resumes from stays", { "keep_last 2" }, false, 0, 1,
+	  { { "run1-s900", 900, T0, NOM, 0, false, false, "last" },
+	    { "run1-s1000", 1000, T0 + H, NOM, 0, false, false, "newest,last" },
+	    { "run2-s600", 600, T0 + 2 * H, NOM, 0, false, false, "" },
+	    { "run2-s700", 700, T0 + 3 * H, NOM, 0, false, false, "last-commit" } } },
 	{ "equal steps: the later commit is newer", { "keep_last 1" }, false, 0, 1,
 	  { { "x", 100, T0, NOM, 0, false, false, "" },
-	    { "y", 100, T0 + 5, NOM, 0, false, false, "newest,last" } } },
+	    { "y", 100, T0 + 5, NOM, 0, false, false, "newest,last,last-commit" } } },
 	{ "keep_last larger than the root", { "keep_last 10" }, false, 0, 0,
 	  { { "a", 1, T0, NOM, 0, false, false, "last" },
-	    { "b", 2, T0 + 1, NOM, 0, false, false, "newest,last" } } },
+	    { "b", 2, T0 + 1, NOM, 0, false, false, "newest,last,last-commit" } } },
 	{ "keep_every_steps 200", { "keep_every_steps 200" }, false, 0, 2,
 	  { { "s100", 100, T0, NOM, 0, false, false, "" },
 	    { "s200", 200, T0 + 1, NOM, 0, false, false, "every" },
 	    { "s300", 300, T0 + 2, NOM, 0, false, false, "" },
 	    { "s400", 400, T0 + 3, NOM, 0, false, false, "every" },
-	    { "s500", 500, T0 + 4, NOM, 0, false, false, "newest" },
+	    { "s500", 500, T0 + 4, NOM, 0, false, false, "newest,last-commit" },
 	    { "s0", 0, T0 - 1, NOM, 0, false, false, "every" } } },
 	{ "keep_within 1h of the newest commit, boundary included", { "keep_within 1h" }, false,
 	  0, 2,
 	  { { "old", 1, T0, NOM, 0, false, false, "" },
 	    { "edge", 2, T0 + 10 * H - H, NOM, 0, false, false, "within" },
 	    { "out", 3, T0 + 10 * H - H - 1, NOM, 0, false, false, "" },
-	    { "new", 4, T0 + 10 * H, NOM, 0, false, false, "newest,within" } } },
+	    { "new", 4, T0 + 10 * H, NOM, 0, false, false, "newest,within,last-commit" } } },
 	{ "keep_hourly 2: the newest of each of the 2 latest hours", { "keep_hourly 2" }, false,
 	  0, 3,
 	  { { "h10a", 1, T0 + 10 * H + 5 * 60, NOM, 0, false, false, "" },
 	    { "h10b", 2, T0 + 10 * H + 40 * 60, NOM, 0, false, false, "" },
 	    { "h11a", 3, T0 + 11 * H + 10 * 60, NOM, 0, false, false, "" },
 	    { "h11b", 4, T0 + 11 * H + 50 * 60, NOM, 0, false, false, "hourly" },
-	    { "h13", 5, T0 + 13 * H + 30 * 60, NOM, 0, false, false, "newest,hourly" } } },
+	    { "h13", 5, T0 + 13 * H + 30 * 60, NOM, 0, false, false, "newest,hourly,last-commit" } } },
 	{ "keep_daily 2, UTC days", { "keep_daily 2" }, false, 0, 2,
 	  { { "d0", 1, T0 + 2 * H, NOM, 0, false, false, "" },
 	    { "d1a", 2, T0 + D, NOM, 0, false, false, "" },
 	    { "d1b", 3, T0 + 2 * D - 1, NOM, 0, false, false, "daily" },
-	    { "d2", 4, T0 + 2 * D, NOM, 0, false, false, "newest,daily" } } },
+	    { "d2", 4, T0 + 2 * D, NOM, 0, false, false, "newest,daily,last-commit" } } },
 	{ "keep_best 2 min: NaN and missing unranked, ties to the newer",
 	  { "keep_best 2 loss min" }, false, 0, 4,
 	  { { "s1", 1, T0, MET, 0.5, false, false, "" },
 	    { "s2", 2, T0 + 1, MET, 0.3, false, false, "best" },
 	    { "s3", 3, T0 + 2, NAN_M, 0, false, false, "" },
 	    { "s4", 4, T0 + 3, NOM, 0, false, false, "" },
-	    { "s5", 5, T0 + 4, MET, 0.3, false, false, "newest,best" },
+	    { "s5", 5, T0 + 4, MET, 0.3, false, false, "newest,best,last-commit" },
 	    { "s0", 0, T0 - 1, MET, 0.9, false, false, "" } } },
 	{ "keep_best 1 min: a tie goes to the newer step", { "keep_best 1 loss min" }, false, 0,
 	  1,
 	  { { "s1", 1, T0, MET, 0.3, false, false, "" },
 	    { "s2", 2, T0 + 1, MET, 0.3, false, false, "best" },
-	    { "s3", 3, T0 + 2, MET, 0.7, false, false, "newest" } } },
+	    { "s3", 3, T0 + 2, MET, 0.7, false, false, "newest,last-commit" } } },
 	{ "keep_best max", { "keep_best 1 acc max" }, false, 0, 1,
 	  { { "s1", 1, T0, MET, 0.90, false, false, "" },
 	    { "s2", 2, T0 + 1, MET, 0.95, false, false, "best" },
-	    { "s3", 3, T0 + 2, NAN_M, 0, false, false, "newest" } } },
+	    { "s3", 3, T0 + 2, NAN_M, 0, false, false, "newest,last-commit" } } },
 	{ "keep_best never removes the newest, however bad", { "keep_best 1 loss min" }, false, 0,
 	  1,
 	  { { "good", 1, T0, MET, 0.1, false, false, "best" },
 	    { "mid", 2, T0 + 1, MET, 0.5, false, false, "" },
-	    { "worst", 3, T0 + 2, MET, 9.0, false, false, "newest" } } },
-	{ "keep_best with no ranked checkpoint keeps only the newest", { "keep_best 3 loss min" },
-	  false, 0, 1,
+	    { "worst", 3, T0 + 2, MET, 9.0, false, false, "newest,last-commit" } } },
+	{ "keep_best with no ranked checkpoint: no rule keeps anything, refused",
+	  { "keep_best 3 loss min" }, false, -EPERM, 1,
 	  { { "a", 1, T0, NOM, 0, false, false, "" },
-	    { "b", 2, T0 + 1, NAN_M, 0, false, false, "newest" } } },
+	    { "b", 2, T0 + 1, NAN_M, 0, false, false, "newest,last-commit" } } },
 	{ "pins and leases are kept", { "keep_last 1" }, false, 0, 1,
 	  { { "pinned", 1, T0, NOM, 0, true, false, "pinned" },
 	    { "leased", 2, T0 + 1, NOM, 0, false, true, "in-use" },
 	    { "plain", 3, T0 + 2, NOM, 0, false, false, "" },
 	    { "both", 4, T0 + 3, NOM, 0, true, true, "pinned,in-use" },
-	    { "top", 5, T0 + 4, NOM, 0, false, false, "newest,last" } } },
+	    { "top", 5, T0 + 4, NOM, 0, false, false, "newest,last,last-commit" } } },
 	{ "rules unite", { "keep_last 1", "keep_every_steps 300", "keep_best 1 loss min" }, false,
 	  0, 2,
 	  { { "s100", 100, T0, MET, 0.2, false, false, "best" },
 	    { "s200", 200, T0 + 1, MET, 0.4, false, false, "" },
 	    { "s300", 300, T0 + 2, MET, 0.5, false, false, "every" },
 	    { "s400", 400, T0 + 3, MET, 0.3, false, false, "" },
-	    { "s600", 600, T0 + 4, MET, 0.6, false, false, "newest,last,every" } } },
+	    { "s600", 600, T0 + 4, MET, 0.6, false, false, "newest,last,every,last-commit" } } },
 	{ "more removals than max_removals: refused", { "keep_last 1", "max_removals 2" }, false,
 	  -EPERM, 3,
 	  { { "a", 1, T0, NOM, 0, false, false, "" },
 	    { "b", 2, T0 + 1, NOM, 0, false, false, "" },
 	    { "c", 3, T0 + 2, NOM, 0, false, false, "" },
-	    { "d", 4, T0 + 3, NOM, 0, false, false, "newest,last" } } },
+	    { "d", 4, T0 + 3, NOM, 0, false, false, "newest,last,last-commit" } } },
 	{ "...and with force, done", { "keep_last 1", "max_removals 2" }, true, 0, 3,
 	  { { "a", 1, T0, NOM, 0, false, false, "" },
 	    { "b", 2, T0 + 1, NOM, 0, false, false, "" },
 	    { "c", 3, T0 + 2, NOM, 0, false, false, "" },
-	    { "d", 4, T0 + 3, NOM, 0, false, false, "newest,last" } } },
+	    { "d", 4, T0 + 3, NOM, 0, false, false, "newest,last,last-commit" } } },
 	{ "exactly max_removals is allowed", { "keep_last 2", "max_removals 2" }, false, 0, 2,
 	  { { "a", 1, T0, NOM, 0, false, false, "" },
 	    { "b", 2, T0 + 1, NOM, 0, false, false, "" },
 	    { "c", 3, T0 + 2, NOM, 0, false, false, "last" },
-	    { "d", 4, T0 + 3, NOM, 0, false, false, "newest,last" } } },
+	    { "d", 4, T0 + 3, NOM, 0, false, false, "newest,last,last-commit" } } },
+	{ "keep_within counts from the newest step's commit, not a stray future one",
+	  { "keep_within 7d" }, false, 0, 1,
+	  { { "future", 50, T0 + 3650 * D, NOM, 0, false, false, "within,last-commit" },
+	    { "s100", 100, T0 - 8 * D, NOM, 0, false, false, "" },
+	    { "s200", 200, T0 - 2 * D, NOM, 0, false, false, "within" },
+	    { "s300", 300, T0, NOM, 0, false, false, "newest,within" } } },
+	{ "keep_within wider than all time keeps all (no overflow before 1970)",
+	  { "keep_within 9223372036854775807" }, false, 0, 0,
+	  { { "a", 1, -120, NOM, 0, false, false, "within" },
+	    { "b", 2, -60, NOM, 0, false, false, "newest,within,last-commit" } } },
+	{ "hours before 1970 and near the limits bucket without overflow", { "keep_hourly 2" },
+	  false, 0, 1,
+	  { { "min", 1, INT64_MIN, NOM, 0, false, false, "" },
+	    { "neg", 2, -1, NOM, 0, false, false, "hourly" },
+	    { "max", 3, INT64_MAX, NOM, 0, false, false, "newest,hourly,last-commit" } } },
+	{ "a refused no-rule-keeps plan goes with force", { "keep_best 3 loss min" }, true, 0, 1,
+	  { { "a", 1, T0, NOM, 0, false, false, "" },
+	    { "b", 2, T0 + 1, NAN_M, 0, false, false, "newest,last-commit" } } },
 	{ "a name listed twice", { "keep_last 1" }, false, -EINVAL, 0,
 	  { { "a", 1, T0, NOM, 0, false, false, "" },
 	    { "a", 2, T0 + 1, NOM, 0, false, false, "" } } },
@@ -255,6 +280,9 @@ static const struct {
 	{ "keep_best 0 loss min", false },
 	{ "keep_best 3 loss min extra", false },
 	{ "keep_forever 1", false },
+	{ "keep_best 3 --json min", false },
+	{ "keep_best 3 lo\x1bss min", false },
+	{ "keep_best 3 eval/loss:val-1.2 min", true },
 	{ "", false },
 };
 
@@ -295,6 +323,27 @@ START_TEST(test_parse_values)
 }
 END_TEST
 
+/* A rule given twice is an error (not silently the second one). */
+START_TEST(test_parse_twice)
+{
+	static const char *const twice[][2] = {
+		{ "keep_last 2", "keep_last 5" },
+		{ "keep_best 1 val_loss min", "keep_best 1 other max" },
+		{ "keep_within 1h", "keep_within 2h" },
+		{ "max_removals 3", "max_removals 4" },
+	};
+	for (int i = 0; i < N(twice); i++) {
+		struct ret_policy p;
+		char err[512];
+
+		memset(&p, 0, sizeof(p));
+		ck_assert_int_eq(ret_policy_parse_rule(&p, twice[i][0], err, sizeof(err)), 0);
+		ck_assert_int_eq(ret_policy_parse_rule(&p, twice[i][1], err, sizeof(err)), -EINVAL);
+		ck_assert_msg(strstr(err, "given twice"), "'%s'", err);
+	}
+}
+END_TEST
+
 static Suite *retention_suite(void)
 {
 	Suite *s = suite_create("retention");
@@ -305,6 +354,7 @@ static Suite *retention_suite(void)
 	tcase_add_test(tc, test_empty_root);
 	tcase_add_loop_test(tc, test_parse, 0, N(rules));
 	tcase_add_test(tc, test_parse_values);
+	tcase_add_test(tc, test_parse_twice);
 	suite_add_tcase(s, tc);
 	return s;
 }
