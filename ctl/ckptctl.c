@@ -7,6 +7,7 @@
  *   ckptctl list ROOT [--json]
  *   ckptctl show ROOT/NAME [-v] [--json]
  *   ckptctl prune ROOT --dry-run [--force] [--json] RULE...   (prune.c)
+ *   ckptctl pin|unpin ROOT NAME                               (prune.c)
  *
  * `status` asks the running daemon (control role of proto.h); `list` and
  * `show` only read the storage, so they work with no daemon at all, on any
@@ -90,6 +91,7 @@ static void usage(FILE *f)
 		"       %s list ROOT [--json]\n"
 		"       %s show ROOT/NAME [-v] [--json]\n"
 		"       %s prune ROOT --dry-run [--force] [--json] RULE...\n"
+		"       %s pin|unpin ROOT NAME\n"
 		"       %s --help | --version\n"
 		"\n"
 		"  status          what the running ckptd is doing: clients, saves in flight\n"
@@ -105,6 +107,8 @@ static void usage(FILE *f)
 		"                  --keep-daily N, --keep-best N METRIC min|max,\n"
 		"                  --max-removals N (more needs --force); the newest and\n"
 		"                  the names in ROOT/.ckpt-pins are always kept\n"
+		"  pin ROOT NAME   add a committed checkpoint to ROOT/.ckpt-pins (unpin:\n"
+		"                  take it off)\n"
 		"\n"
 		"  -s SOCKET       the daemon's socket (default: $CKPTD_SOCKET, else the\n"
 		"                  'socket' of the config file, else %s)\n"
@@ -114,7 +118,7 @@ static void usage(FILE *f)
 		"                  per line (status: the report; list: one per entry;\n"
 		"                  show: the manifest)\n"
 		"  -v, --verbose   show: every chunk of every tensor\n",
-		prog, prog, prog, prog, prog, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET,
+		prog, prog, prog, prog, prog, prog, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET,
 		config_default_path);
 }
 
@@ -1750,7 +1754,7 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *opt_socket = NULL, *opt_config = NULL, *cmd, *arg = NULL;
+	const char *opt_socket = NULL, *opt_config = NULL, *cmd, *arg = NULL, *arg2 = NULL;
 	bool json = false, verbose = false, dry_run = false, force = false;
 	struct ret_policy policy;
 	int c, ret;
@@ -1835,6 +1839,8 @@ int main(int argc, char **argv)
 			die_usage();
 		} else if (!arg) {
 			arg = a;
+		} else if (!arg2 && (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin"))) {
+			arg2 = a;
 		} else {
 			errmsg("%s: unexpected argument '%s'", cmd, a);
 			die_usage();
@@ -1859,6 +1865,12 @@ int main(int argc, char **argv)
 			die_usage();
 		}
 		ret = cmd_show(arg, json, verbose);
+	} else if (strcmp(cmd, "pin") == 0 || strcmp(cmd, "unpin") == 0) {
+		if (!arg || !arg2 || json || verbose) {
+			errmsg("%s takes ROOT and NAME", cmd);
+			die_usage();
+		}
+		ret = ctl_pin(arg, arg2, cmd[0] == 'p');
 	} else if (strcmp(cmd, "prune") == 0) {
 		if (!arg || verbose) {
 			errmsg(arg ? "prune takes ROOT, --dry-run, --force, --json and rules" :

@@ -22,6 +22,9 @@ int ctl_json_line(const json_t *j);
  * non-ASCII bytes), or NULL (out of memory). */
 char *ctl_display(const char *s);
 
+/* ckptctl pin|unpin ROOT NAME (prune.c): returns the exit status. */
+int ctl_pin(const char *root, const char *name, bool pin);
+
 /* ckptctl prune ROOT --dry-run (prune.c): returns the exit status. */
 int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool json);
 

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 
 #include "ctl/ctl.h"
 #include "format/index.h"
+#include "format/names.h"
 #include "format/retention.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
@@ -252,6 +254,107 @@ static void policy_text(const struct ret_policy *p, char *buf, size_t len)
 	if (!buf[0])
 		snprintf(buf, len, "none (everything is kept)");
 #undef ADD
+}
+
+/*
+ * ckptctl pin|unpin ROOT NAME: adds NAME to (or removes it from) the pin
+ * list.  The list is read, changed and written whole (a new file renamed
+ * over the old, then the root fsynced) under an exclusive lock on the
+ * root, so two pins at once both land and a crash leaves the old list or
+ * the new, never half of one.  Only a committed checkpoint directly in
+ * ROOT can be pinned; unpinning what is not pinned is an error.
+ */
+int ctl_pin(const char *root, const char *name, bool pin)
+{
+	char err[512], tmp[64], **pins = NULL;
+	struct cand c;
+	bool have = false;
+	int rootfd, fd = -1, r, ret = CTL_EXIT_ERROR;
+	FILE *f = NULL;
+
+	if (!name_checkpoint_ok(name, err, sizeof(err))) {
+		ctl_err("%s: %s", pin ? "pin" : "unpin", err);
+		return CTL_EXIT_USAGE;
+	}
+	if (s3_is_url(root)) {
+		ctl_err("%s: S3 roots are not supported yet: '%s'", pin ? "pin" : "unpin", root);
+		return CTL_EXIT_ERROR;
+	}
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		ctl_err("%s: cannot open root '%s': %s", pin ? "pin" : "unpin", root,
+			strerror(errno));
+		return CTL_EXIT_ERROR;
+	}
+	if (flock(rootfd, LOCK_EX) < 0) {
+		ctl_err("%s: cannot lock root '%s': %s", pin ? "pin" : "unpin", root,
+			strerror(errno));
+		goto out;
+	}
+	pins = read_pins(rootfd, &r);
+	if (!pins) {
+		ctl_err("%s: reading %s/%s: %s", pin ? "pin" : "unpin", root, PINS_FILE,
+			r == -EBADMSG ? "it holds a NUL byte" : strerror(-r));
+		goto out;
+	}
+	have = pinned(pins, name);
+	if (pin) {
+		struct ret_policy none;
+
+		memset(&none, 0, sizeof(none));
+		r = read_cand(rootfd, name, &none, &c, err, sizeof(err));
+		if (r <= 0) {
+			ctl_err("pin: '%s' in '%s' is not a committed checkpoint%s%s", name, root,
+				r < 0 ? ": " : "", r < 0 ? err : "");
+			goto out;
+		}
+		free(c.name);
+		free(c.shown);
+		if (have) {
+			printf("%s is pinned already\n", name);
+			ret = 0;
+			goto out;
+		}
+	} else if (!have) {
+		ctl_err("unpin: '%s' is not in %s/%s", name, root, PINS_FILE);
+		goto out;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp-%d", PINS_FILE, (int)getpid());
+	fd = openat(rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		ctl_err("%s: cannot write %s/%s: %s", pin ? "pin" : "unpin", root, tmp,
+			strerror(errno));
+		goto out_unlink;
+	}
+	fd = -1;
+	fprintf(f, "# checkpoints kept whatever the retention policy (ckptctl pin/unpin)\n");
+	for (size_t i = 0; pins[i]; i++)
+		if (strcmp(pins[i], name))
+			fprintf(f, "%s\n", pins[i]);
+	if (pin)
+		fprintf(f, "%s\n", name);
+	if (fflush(f) != 0 || fsync(fileno(f)) < 0 || ferror(f)) {
+		ctl_err("%s: writing %s/%s: %s", pin ? "pin" : "unpin", root, tmp, strerror(errno));
+		goto out_unlink;
+	}
+	if (renameat(rootfd, tmp, rootfd, PINS_FILE) < 0 || fsync(rootfd) < 0) {
+		ctl_err("%s: replacing %s/%s: %s", pin ? "pin" : "unpin", root, PINS_FILE,
+			strerror(errno));
+		goto out_unlink;
+	}
+	printf("%s %s\n", pin ? "pinned" : "unpinned", name);
+	ret = 0;
+	goto out;
+out_unlink:
+	unlinkat(rootfd, tmp, 0);
+out:
+	if (f)
+		fclose(f);
+	else if (fd >= 0)
+		close(fd);
+	pins_free(pins);
+	close(rootfd); /* (drops the lock) */
+	return ret;
 }
 
 int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool json)

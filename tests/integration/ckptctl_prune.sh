@@ -157,4 +157,37 @@ rc=0
 rc=0
 "$ctl" prune "$tmp/missing" --dry-run --keep-last 1 >/dev/null 2>"$tmp/err" || rc=$?
 [ "$rc" = 1 ] && grep -q "cannot open root" "$tmp/err" || fail "missing root: exit $rc"
-echo "ckptctl prune --dry-run: all checks passed"
+# ---- pin and unpin ----
+out=$("$ctl" pin "$root" step-000300) || fail "pin: exit $?"
+[ "$out" = "pinned step-000300" ] || fail "pin said: $out"
+out=$("$ctl" pin "$root" step-000300) || fail "pin again: exit $?"
+grep -q "pinned already" <<<"$out" || fail "pin again said: $out"
+rc=0
+out=$("$ctl" prune "$root" --dry-run --keep-last 1 2>/dev/null) || rc=$?
+[ "$rc" = 5 ] || fail "prune after pin: exit $rc"
+grep -Eq '^KEEP +step-000300 +300 .* pinned$' <<<"$out" || fail "a pin is not kept: $out"
+"$ctl" unpin "$root" step-000100 >/dev/null || fail "unpin: exit $?"
+grep -qx "step-000100" "$root/.ckpt-pins" && fail "unpin left the name"
+grep -qx "step-000300" "$root/.ckpt-pins" || fail "unpin took another name"
+for bad in "unpin $root step-000100:1:is not in" "pin $root half-done:1:is not a committed" 	"pin $root bad-time:1:is not a committed" "pin $root zz-link:1:is not a committed" 	"pin $root ../x:2:contains '/'" "pin $root:2:takes ROOT and NAME"; do
+	IFS=: read -r cmdline want msg <<<"$bad"
+	rc=0
+	# shellcheck disable=SC2086
+	"$ctl" $cmdline >/dev/null 2>"$tmp/err" || rc=$?
+	[ "$rc" = "$want" ] && grep -q -- "$msg" "$tmp/err" ||
+		fail "$cmdline: exit $rc (want $want), said: $(cat "$tmp/err")"
+done
+# Pins at once all land (the list is rewritten under a lock on the root).
+pids=()
+for n in 200 400 500 600; do
+	"$ctl" pin "$root" "step-000$n" >/dev/null &
+	pids+=($!)
+done
+for p in "${pids[@]}"; do
+	wait "$p" || fail "a concurrent pin failed"
+done
+for n in 200 300 400 500 600; do
+	grep -qx "step-000$n" "$root/.ckpt-pins" || fail "concurrent pins lost step-000$n"
+done
+ls -a "$root" | grep -q "ckpt-pins.tmp" && fail "a temporary pin list is left"
+echo "ckptctl prune --dry-run, pin, unpin: all checks passed"
