@@ -220,6 +220,17 @@ static int cand_cmp(const void *pa, const void *pb)
 	return strcmp(a->name, b->name);
 }
 
+/* One JSON line; o is consumed.  0, or -ENOMEM (said on stderr). */
+static int emit(json_t *o)
+{
+	int r = o ? ctl_json_line(o) : -ENOMEM;
+
+	json_decref(o);
+	if (r < 0)
+		ctl_err("prune: out of memory");
+	return r;
+}
+
 /* The policy in words, for the heading. */
 static void policy_text(const struct ret_policy *p, char *buf, size_t len)
 {
@@ -266,11 +277,12 @@ static void policy_text(const struct ret_policy *p, char *buf, size_t len)
  */
 int ctl_pin(const char *root, const char *name, bool pin)
 {
-	char err[512], tmp[64], **pins = NULL;
+	char err[512], **pins = NULL, *text = NULL;
 	struct cand c;
 	bool have = false;
-	int rootfd, fd = -1, r, ret = CTL_EXIT_ERROR;
-	FILE *f = NULL;
+	size_t len = 0;
+	int rootfd, r, ret = CTL_EXIT_ERROR;
+	FILE *f;
 
 	if (!name_checkpoint_ok(name, err, sizeof(err))) {
 		ctl_err("%s: %s", pin ? "pin" : "unpin", err);
@@ -319,39 +331,35 @@ int ctl_pin(const char *root, const char *name, bool pin)
 		ctl_err("unpin: '%s' is not in %s/%s", name, root, PINS_FILE);
 		goto out;
 	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp-%d", PINS_FILE, (int)getpid());
-	fd = openat(rootfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0 || !(f = fdopen(fd, "w"))) {
-		ctl_err("%s: cannot write %s/%s: %s", pin ? "pin" : "unpin", root, tmp,
-			strerror(errno));
-		goto out_unlink;
+	/* The whole list, written through a temporary name and renamed over
+	 * the old (fs_write_file_at), then the root synced for the rename. */
+	f = open_memstream(&text, &len);
+	if (!f) {
+		ctl_err("%s: out of memory", pin ? "pin" : "unpin");
+		goto out;
 	}
-	fd = -1;
 	fprintf(f, "# checkpoints kept whatever the retention policy (ckptctl pin/unpin)\n");
 	for (size_t i = 0; pins[i]; i++)
 		if (strcmp(pins[i], name))
 			fprintf(f, "%s\n", pins[i]);
 	if (pin)
 		fprintf(f, "%s\n", name);
-	if (fflush(f) != 0 || fsync(fileno(f)) < 0 || ferror(f)) {
-		ctl_err("%s: writing %s/%s: %s", pin ? "pin" : "unpin", root, tmp, strerror(errno));
-		goto out_unlink;
+	if (fclose(f) != 0) {
+		ctl_err("%s: out of memory", pin ? "pin" : "unpin");
+		goto out;
 	}
-	if (renameat(rootfd, tmp, rootfd, PINS_FILE) < 0 || fsync(rootfd) < 0) {
-		ctl_err("%s: replacing %s/%s: %s", pin ? "pin" : "unpin", root, PINS_FILE,
-			strerror(errno));
-		goto out_unlink;
+	r = fs_write_file_at(rootfd, PINS_FILE, text, len, FS_ATOMIC);
+	if (r == 0 && fsync(rootfd) < 0)
+		r = -errno;
+	if (r < 0) {
+		ctl_err("%s: writing %s/%s: %s", pin ? "pin" : "unpin", root, PINS_FILE,
+			strerror(-r));
+		goto out;
 	}
 	printf("%s %s\n", pin ? "pinned" : "unpinned", name);
 	ret = 0;
-	goto out;
-out_unlink:
-	unlinkat(rootfd, tmp, 0);
 out:
-	if (f)
-		fclose(f);
-	else if (fd >= 0)
-		close(fd);
+	free(text);
 	pins_free(pins);
 	close(rootfd); /* (drops the lock) */
 	return ret;
@@ -471,12 +479,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 						"step", (json_int_t)v[i].rc.step, "time", v[i].time,
 						"action", keep[i] ? "keep" : "remove", "reasons",
 						reasons) : NULL;
-			if (!o || ctl_json_line(o) < 0) {
-				json_decref(o);
-				ctl_err("prune: out of memory");
+			if (emit(o) < 0)
 				goto out;
-			}
-			json_decref(o);
 		} else {
 			printf("%-6s  %-*s  %10llu  %-20s  %s\n", keep[i] ? "KEEP" : "REMOVE",
 			       (int)width, v[i].shown, (unsigned long long)v[i].rc.step, v[i].time,
@@ -489,12 +493,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 				      "remove", (json_int_t)removed, "not_candidates",
 				      (json_int_t)skipped, "dry_run", true, "refused", r == -EPERM,
 				      "error", r == -EPERM ? err : NULL);
-		if (!o || ctl_json_line(o) < 0) {
-			json_decref(o);
-			ctl_err("prune: out of memory");
+		if (emit(o) < 0)
 			goto out;
-		}
-		json_decref(o);
 	} else {
 		printf("\n%zu of %zu checkpoint%s would be removed (dry run: nothing was removed)\n",
 		       removed, n, n == 1 ? "" : "s");
