@@ -1788,8 +1788,18 @@ int main(int argc, char **argv)
 
 	for (int i = optind; i < argc; i++) {
 		const char *a = argv[i];
-		if (strcmp(a, "--json") == 0) {
+		if (strcmp(a, "--json") == 0 || !strcmp(a, "-o=json") ||
+		    !strcmp(a, "--output=json")) {
 			json = true;
+		} else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
+			/* -o json (as kubectl and friends spell it) or -o text. */
+			if (!strcmp(argv[i + 1], "json")) {
+				json = true;
+			} else if (strcmp(argv[i + 1], "text")) {
+				errmsg("%s: -o takes json or text, not '%s'", cmd, argv[i + 1]);
+				die_usage();
+			}
+			i++;
 		} else if ((strcmp(a, "-s") == 0 || strcmp(a, "-c") == 0) && i + 1 < argc) {
 			/* Also accepted after the command: "ckptctl status -s PATH". */
 			if (a[1] == 's')
@@ -1877,14 +1887,13 @@ int main(int argc, char **argv)
 				     "prune: ROOT is missing");
 			die_usage();
 		}
-		if (!dry_run) {
-			/* Removing is the next step of the retention work; until
-			 * it is built, prune only shows its plan. */
-			errmsg("prune: only --dry-run is available in this version (it shows "
-			       "what the policy keeps and removes; nothing is removed)");
+		ret = ctl_prune(arg, &policy, force, dry_run, json);
+	} else if (strcmp(cmd, "verify") == 0) {
+		if (!arg || verbose) {
+			errmsg(arg ? "verify takes ROOT/NAME and --json" : "verify: ROOT/NAME is missing");
 			die_usage();
 		}
-		ret = ctl_prune(arg, &policy, force, json);
+		ret = ctl_verify(arg, json);
 	} else {
 		errmsg("unknown command '%s'", cmd);
 		die_usage();

@@ -25,7 +25,12 @@ char *ctl_display(const char *s);
 /* ckptctl pin|unpin ROOT NAME (prune.c): returns the exit status. */
 int ctl_pin(const char *root, const char *name, bool pin);
 
-/* ckptctl prune ROOT --dry-run (prune.c): returns the exit status. */
-int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool json);
+/* ckptctl prune ROOT [--dry-run] (prune.c): returns the exit status. */
+int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry_run, bool json);
+
+/* ckptctl verify ROOT/NAME (verify.c): every CRC, coverage and size of one
+ * committed checkpoint; returns the exit status (0 whole, 1 damaged or
+ * unreadable). */
+int ctl_verify(const char *path, bool json);
 
 #endif

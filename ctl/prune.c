@@ -365,7 +365,7 @@ out:
 	return ret;
 }
 
-int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool json)
+int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry_run, bool json)
 {
 	struct cand *v = NULL;
 	struct ret_ckpt *rc = NULL;
@@ -376,6 +376,10 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool jso
 	DIR *d = NULL;
 	int rootfd, r, ret = CTL_EXIT_ERROR;
 
+	if (!dry_run) {
+		ctl_err("prune: only --dry-run is available in this version");
+		return CTL_EXIT_USAGE;
+	}
 	if (s3_is_url(root)) {
 		ctl_err("prune: S3 roots are not supported yet: '%s'", root);
 		return CTL_EXIT_ERROR;
