@@ -20,11 +20,13 @@
 #include "format/index.h"
 #include "format/plan.h"
 #include "store/fsutil.h"
+#include "store/remove.h"
 #include "store/s3_addr.h"
 #include "store/store_route.h"
 #include "store/store_s3.h"
 
 #define READER_MAX_MANIFEST (1ull << 30)
+#define READER_LEASE_WAIT_MS 30000u /* for a removal holding the lock */
 
 
 /* ---- open / close ---- */
@@ -92,6 +94,16 @@ int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
 			cli_set_error("ckpt_reader_open: '%s': %s", path, strerror(-r));
 			goto out_free;
 		}
+		/* The lease: a prune leaves the checkpoint alone while this
+		 * reader holds it (store/remove.h).  A prune already under way
+		 * holds it for a moment; after it, the manifest is gone. */
+		r = store_lease_take(rd->dirfd, READER_LEASE_WAIT_MS);
+		if (r == -EBUSY) {
+			cli_set_error("ckpt_reader_open: '%s' is locked by a removal (waited %u s)",
+				      path, READER_LEASE_WAIT_MS / 1000);
+			goto out_free;
+		}
+		/* (A file system without flock: read without a lease.) */
 		r = fs_read_file_at(rd->dirfd, MANIFEST_FILE, READER_MAX_MANIFEST, &text,
 				    &text_len);
 	}

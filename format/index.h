@@ -39,6 +39,9 @@
 #define INDEX_FORMAT    "ckpt-index-1"
 #define MANIFEST_FORMAT "ckpt-1"
 #define MANIFEST_FILE   "manifest.json"
+/* An object in place of a manifest.json with this key (and no "format")
+ * is the tombstone of a checkpoint being removed (store/remove.h). */
+#define MANIFEST_TOMBSTONE_KEY "ckpt_tombstone"
 #define INDEX_MAX_BYTES (1ull << 30)  /* cap on one rank index we read */
 
 /* "rank-00003.safetensors" / "rank-00003.index.json" into buf (>= 32 bytes). */

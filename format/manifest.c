@@ -505,6 +505,11 @@ int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, 
 		goto fail;
 	}
 	s = json_string_value(json_object_get(root, "format"));
+	if (!s && json_object_get(root, MANIFEST_TOMBSTONE_KEY)) {
+		ret = errmsg_set(err, errlen, -ENOENT, "the checkpoint is being removed (a tombstone "
+				 "stands in for its manifest): not a committed checkpoint");
+		goto fail;
+	}
 	if (s && format_is_newer(s)) {
 		ret = errmsg_set(err, errlen, -EPROTONOSUPPORT,
 				 "manifest format '%s' is newer than this reader knows (it reads %s): "

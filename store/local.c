@@ -44,6 +44,7 @@
 #include "format/index.h"
 #include "store/attempt.h"
 #include "store/fsutil.h"
+#include "store/remove.h"
 #include "store/store_local.h"
 
 #define FIXED_MAX (1ull << 30)
@@ -899,7 +900,10 @@ static int local_list(const char *root, const char *dir,
 		enum store_entry kind = STORE_ENTRY_OTHER;
 		char rel[NAME_MAX + sizeof(MANIFEST_FILE) + 2];
 
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+		/* A trash directory is a removal under way (remove.h): never
+		 * a checkpoint, even while it still holds a manifest. */
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    store_is_trash_name(de->d_name))
 			continue;
 		snprintf(rel, sizeof(rel), "%s/%s", de->d_name, MANIFEST_FILE);
 		if (!strncmp(de->d_name, STORE_WORK_PREFIX, sizeof(STORE_WORK_PREFIX) - 1))

@@ -46,6 +46,7 @@
 #include "format/names.h"
 #include "format/jbuf.h"
 #include "store/attempt.h"
+#include "store/remove.h"
 #include "store/s3_http.h"
 #include "store/s3_parts.h"
 #include "store/s3_xml.h"
@@ -1407,6 +1408,188 @@ static int s3_list_root(const char *root, const char *dir,
 	if (pre[0])
 		strcat(pre, "/");
 	return s3_list(loc.bucket, pre, true, list_one, &l, err, sizeof(err));
+}
+
+/* ---- removing a checkpoint (remove.h) ------------------------------------------------ */
+
+#define RM_DELETE_MAX 1000 /* keys per DeleteObjects, S3's limit */
+
+struct keyset {
+	char **v;
+	size_t n, cap;
+	const char *skip;
+};
+
+static int keyset_add(void *ud, const char *name, bool is_prefix)
+{
+	struct keyset *ks = ud;
+
+	(void)is_prefix;
+	if (!strcmp(name, ks->skip))
+		return 0;
+	if (ks->n == ks->cap) {
+		size_t cap = ks->cap ? 2 * ks->cap : 64;
+		char **v = realloc(ks->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		ks->v = v;
+		ks->cap = cap;
+	}
+	if (!(ks->v[ks->n] = strdup(name)))
+		return -ENOMEM;
+	ks->n++;
+	return 0;
+}
+
+static void keyset_free(struct keyset *ks)
+{
+	for (size_t i = 0; i < ks->n; i++)
+		free(ks->v[i]);
+	free(ks->v);
+}
+
+struct del_errs {
+	unsigned n;
+	char first[384];
+};
+
+static int del_err_one(void *ud, const char *inner, size_t len)
+{
+	struct del_errs *d = ud;
+	char key[256] = "", code[64] = "", msg[128] = "";
+
+	if (!d->n++) {
+		(void)s3_xml_text(inner, len, "Key", key, sizeof(key));
+		(void)s3_xml_text(inner, len, "Code", code, sizeof(code));
+		(void)s3_xml_text(inner, len, "Message", msg, sizeof(msg));
+		snprintf(d->first, sizeof(d->first), "%s: %s %s", key, code, msg);
+	}
+	return 0;
+}
+
+/* One DeleteObjects of bucket's keys[0..n) (full keys).  0 or -errno (err),
+ * also when S3 could not delete some of them. */
+static int delete_batch(const char *bucket, const char *const *keys, size_t n, char *err,
+			size_t errlen)
+{
+	struct s3_req q = { .method = "POST", .bucket = bucket, .key = "", .query = "delete=",
+			    .max_resp = 4u << 20 };
+	struct del_errs d = { 0, "" };
+	struct jbuf b;
+	char *xml = NULL;
+	size_t xml_len = 0;
+	int r;
+
+	jbuf_init(&b, 128 + n * 64, 0);
+	s3_delete_xml(&b, keys, n);
+	if (jbuf_finish(&b, true, &xml, &xml_len))
+		return -ENOMEM;
+	q.body = xml;
+	q.body_len = xml_len;
+	q.headers[0] = "Content-Type: application/xml";
+	r = s3_call(g_s3, &q, err, errlen);
+	if (r == 0 && q.resp &&
+	    s3_xml_each(q.resp, q.resp_len, "DeleteResult/Error", del_err_one, &d) < 0) {
+		snprintf(err, errlen, "S3 DeleteObjects in s3://%s: an answer we cannot read",
+			 bucket);
+		r = -EBADMSG;
+	}
+	if (r == 0 && d.n) {
+		snprintf(err, errlen, "S3 DeleteObjects in s3://%s: %u key%s not deleted (%s)",
+			 bucket, d.n, d.n == 1 ? "" : "s", d.first);
+		r = -EIO;
+	}
+	s3_req_free(&q);
+	free(xml);
+	return r;
+}
+
+static void rm_step(const char *what)
+{
+	if (store_remove_hook)
+		store_remove_hook(what);
+}
+
+int store_s3_remove(const char *ckpt, const char *by, char *err, size_t errlen)
+{
+	char man[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 2], *text = NULL;
+	struct keyset ks = { .skip = MANIFEST_FILE };
+	const char **batch = NULL;
+	struct s3_loc loc;
+	size_t len = 0;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(ckpt, &loc, err, errlen);
+	if (r < 0)
+		return r;
+	if (!loc.prefix[0]) {
+		snprintf(err, errlen, "'%s' names a bucket, not a checkpoint", ckpt);
+		return -EINVAL;
+	}
+	r = key_of(&loc, MANIFEST_FILE, man, sizeof(man), err, errlen);
+	if (r < 0)
+		return r;
+	snprintf(pre, sizeof(pre), "%s/", loc.prefix);
+	r = get_text(loc.bucket, man, 64u << 20, &text, &len, err, errlen);
+	if (r == -ENOENT) {
+		snprintf(err, errlen, "%s has no %s: not a committed checkpoint", ckpt,
+			 MANIFEST_FILE);
+		return r;
+	}
+	if (r < 0)
+		return r;
+	if (!store_is_tombstone(text, len)) {
+		json_t *t = json_pack("{s:{s:s, s:s, s:I}}", STORE_TOMBSTONE_KEY, "checkpoint",
+				      ckpt, "by", by ? by : "ckptd", "time", (json_int_t)time(NULL));
+		char *js = t ? json_dumps(t, JSON_COMPACT) : NULL;
+
+		json_decref(t);
+		if (!js) {
+			free(text);
+			return -ENOMEM;
+		}
+		/* From here no reader takes it for a checkpoint. */
+		rm_step("tombstone");
+		r = put_text(loc.bucket, man, js, false, err, errlen);
+		free(js);
+		if (r < 0) {
+			free(text);
+			return r;
+		}
+	}
+	free(text);
+	r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
+	if (r == -ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	batch = r == 0 ? calloc(RM_DELETE_MAX, sizeof(*batch)) : NULL;
+	if (r == 0 && !batch)
+		r = -ENOMEM;
+	for (size_t at = 0; r == 0 && at < ks.n; at += RM_DELETE_MAX) {
+		size_t k = ks.n - at < RM_DELETE_MAX ? ks.n - at : RM_DELETE_MAX, i;
+
+		for (i = 0; i < k; i++) {
+			size_t l = strlen(pre) + strlen(ks.v[at + i]) + 1;
+			char *full = malloc(l);
+
+			if (!full)
+				break;
+			snprintf(full, l, "%s%s", pre, ks.v[at + i]);
+			batch[i] = full;
+		}
+		rm_step("delete-batch");
+		r = i < k ? -ENOMEM : delete_batch(loc.bucket, batch, k, err, errlen);
+		while (i)
+			free((char *)batch[--i]);
+	}
+	free(batch);
+	keyset_free(&ks);
+	if (r < 0)
+		return r; /* the tombstone stays: a later removal finishes */
+	rm_step("delete-tombstone");
+	return del_key(loc.bucket, man, err, errlen);
 }
 
 int store_s3_read_range_err(const char *ckpt, const char *file, uint64_t off, uint64_t len,

@@ -422,3 +422,14 @@ void s3_complete_xml(struct jbuf *b, const struct s3_part_done *parts, uint32_t 
 	}
 	jbuf_lit(b, "</CompleteMultipartUpload>");
 }
+
+void s3_delete_xml(struct jbuf *b, const char *const *keys, size_t n)
+{
+	jbuf_lit(b, "<Delete xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Quiet>true</Quiet>");
+	for (size_t i = 0; i < n; i++) {
+		jbuf_lit(b, "<Object><Key>");
+		xml_escaped(b, keys[i]);
+		jbuf_lit(b, "</Key></Object>");
+	}
+	jbuf_lit(b, "</Delete>");
+}

@@ -56,6 +56,13 @@ struct s3_part_done {
  */
 void s3_complete_xml(struct jbuf *b, const struct s3_part_done *parts, uint32_t n);
 
+/*
+ * Appends the DeleteObjects document for keys[0..n) (n <= 1000, as S3
+ * allows) to b, in quiet mode: the answer lists only the keys that could
+ * not be deleted.  Characters XML reserves are escaped.
+ */
+void s3_delete_xml(struct jbuf *b, const char *const *keys, size_t n);
+
 /* The base64 of a CRC32C as S3's x-amz-checksum-crc32c wants it: the four
  * bytes big-endian, 8 characters and a NUL. */
 void s3_crc32c_b64(uint32_t crc, char out[9]);

@@ -152,9 +152,6 @@ for args in "--keep-last 0" "--keep-last x" "--keep-within 3y" "--keep-best 2 lo
 	[ "$rc" = 2 ] || fail "prune $args: exit $rc, want 2"
 done
 rc=0
-"$ctl" prune "$root" --keep-last 1 >/dev/null 2>"$tmp/err" || rc=$?
-[ "$rc" = 2 ] && grep -q "only --dry-run" "$tmp/err" || fail "prune without --dry-run: exit $rc"
-rc=0
 "$ctl" prune "$tmp/missing" --dry-run --keep-last 1 >/dev/null 2>"$tmp/err" || rc=$?
 [ "$rc" = 1 ] && grep -q "cannot open root" "$tmp/err" || fail "missing root: exit $rc"
 # ---- pin and unpin ----
@@ -190,4 +187,24 @@ for n in 200 300 400 500 600; do
 	grep -qx "step-000$n" "$root/.ckpt-pins" || fail "concurrent pins lost step-000$n"
 done
 ls -a "$root" | grep -q "ckpt-pins.tmp" && fail "a temporary pin list is left"
-echo "ckptctl prune --dry-run, pin, unpin: all checks passed"
+# ---- a real prune: only the plan's REMOVE rows go; the pinned, the
+# corrupt, the links and their targets, the work area all stay ----
+"$ctl" unpin "$root" step-000200 >/dev/null || fail "unpin 200"
+"$ctl" unpin "$root" step-000400 >/dev/null || fail "unpin 400"
+rc=0
+out=$("$ctl" prune "$root" --keep-last 1 2>"$tmp/err") || rc=$?
+[ "$rc" = 5 ] || fail "real prune: exit $rc (want 5: corrupt entries), said: $(cat "$tmp/err")"
+for n in 050 100 200 400; do
+	[ -e "$root/step-000$n" ] && fail "step-000$n not removed: $out"
+	grep -Eq "^REMOVED +step-000$n " <<<"$out" || fail "step-000$n not shown removed: $out"
+done
+for n in 300 500 600; do
+	[ -f "$root/step-000$n/manifest.json" ] || fail "step-000$n (kept) lost: $out"
+done
+for e in broken/manifest.json bad-time/manifest.json zz-link alias-600 ../elsewhere/far/manifest.json \
+	.ckpt-work-0123456789abcdef0123456789abcdef; do
+	[ -e "$root/$e" ] || [ -L "$root/$e" ] || fail "$e was touched by the prune"
+done
+ls -a "$root" | grep -q "ckpt-trash" && fail "a trash directory is left"
+grep -q "4 of 7 checkpoints removed" <<<"$out" || fail "summary: $out"
+echo "ckptctl prune --dry-run, prune, pin, unpin: all checks passed"

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# prune_crash.sh - removal is crash-safe: a removal of a committed checkpoint
+# killed just before each of its steps in turn (tests/tools/rm_crash.c:
+# _exit, as a crash) leaves either the checkpoint whole or nothing that
+# looks committed (not listed, not shown, not the newest the library
+# finds), never a torn one; the next real `ckptctl prune` finishes the job
+# and leaves the other checkpoints byte for byte.  Then, locally: a reader's
+# lease keeps a checkpoint from removal ("in use"), another uid's prune is
+# refused (exit 6, nothing removed) when run as root; on S3 (moto, when the
+# test Python has it): the same crash loop over tombstone, DeleteObjects
+# batches and the tombstone's deletion, and a real prune of an S3 root.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=tests/lib/moto.sh
+. tests/lib/moto.sh
+
+build=${CKPT_BUILD_DIR:-$PWD/${BUILD:-build}}
+ctl=$build/ckptctl
+rmc=$build/tests/rm_crash
+for b in "$ctl" "$rmc"; do
+	[ -x "$b" ] || { echo "FAIL: $b is not built"; exit 1; }
+done
+sys=/usr/bin/python3
+[ -x "$sys" ] || { echo "needs /usr/bin/python3 for its fixtures"; exit 77; }
+py=${CKPT_TEST_PYTHON:-}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-prune-crash.XXXXXX")
+holder=
+cleanup() {
+	if [ -n "$holder" ]; then
+		kill "$holder" 2>/dev/null || true
+		wait "$holder" 2>/dev/null || true
+	fi
+	[ -n "$py" ] && moto_stop "$py" "$tmp/moto"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
+
+# fixture ROOT: checkpoints a (step 100), b (200) and victim (step 900, the
+# newest: a listing that took its trash for a checkpoint would make it the
+# one to resume from), each with files in a subdirectory too; SUMS gets
+# every file's digest.
+fixture() {
+	"$sys" - "$1" <<'PY'
+import hashlib, json, os, sys
+root = sys.argv[1]
+os.makedirs(root, exist_ok=True)
+for name, step, day in (("a", 100, 10), ("b", 200, 11), ("victim", 900, 12)):
+    d = os.path.join(root, name)
+    os.makedirs(os.path.join(d, "sub"))
+    man = {"format": "ckpt-1", "name": name, "step": step,
+           "time": "2026-11-%02dT03:00:00Z" % day, "job": "j", "world_size": 1,
+           "crc_block": 1048576, "metadata": {}, "metrics": {}, "files": [],
+           "total_bytes": 0, "tensors": {}, "blobs": {}}
+    json.dump(man, open(os.path.join(d, "manifest.json"), "w"))
+    for i in range(3):
+        open(os.path.join(d, "shard-%d.bin" % i), "wb").write(os.urandom(4096 + i))
+    open(os.path.join(d, "sub", "index.json"), "w").write("{}")
+PY
+}
+sums() { # ROOT: a digest of every file of a and b
+	(cd "$1" && find a b -type f -print0 | sort -z | xargs -0 sha256sum)
+}
+
+# check_after_crash ROOT: victim whole, or not committed anywhere.
+check_after_crash() {
+	local root=$1 k=$2
+	if [ -d "$root/victim" ]; then
+		[ -f "$root/victim/manifest.json" ] && [ "$(find "$root/victim" -type f | wc -l)" = 5 ] ||
+			fail "step $k: victim is still there but torn: $(find "$root/victim")"
+		return
+	fi
+	"$ctl" list "$root" --json >"$tmp/list.json" || fail "step $k: list failed"
+	"$sys" - "$tmp/list.json" "$k" <<'PY' || fail "step $k: something still looks committed"
+import json, sys
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    p = o.get("path", o.get("name", ""))
+    if "victim" in p or "trash" in p:
+        print("listed after crash at step %s: %s" % (sys.argv[2], line.strip()))
+        sys.exit(1)
+PY
+	if "$ctl" show "$root/victim" >/dev/null 2>&1; then
+		fail "step $k: show still finds victim"
+	fi
+}
+
+# ---- local: a crash before every step ----
+k=1
+while :; do
+	[ $k -le 40 ] || fail "local removal did not end within 40 steps"
+	root=$tmp/l$k
+	fixture "$root"
+	sums "$root" >"$tmp/sums.before"
+	set +e
+	out=$("$rmc" remove "$root" victim $k 2>&1)
+	rc=$?
+	set -e
+	[ $rc = 0 ] || [ $rc = 86 ] || fail "step $k: rm_crash exit $rc: $out"
+	check_after_crash "$root" $k
+	# The next prune finishes the removal and keeps a and b.
+	"$ctl" prune "$root" --keep-last 5 >"$tmp/prune.out" 2>&1 ||
+		fail "step $k: prune after the crash: $(cat "$tmp/prune.out")"
+	if [ -d "$root/victim" ]; then
+		"$rmc" remove "$root" victim 0 >/dev/null || fail "step $k: removal after the crash"
+	fi
+	left=$(cd "$root" && ls -A)
+	[ "$left" = "$(printf 'a\nb')" ] || fail "step $k: the root holds: $left"
+	sums "$root" | cmp -s - "$tmp/sums.before" || fail "step $k: a or b changed"
+	rm -rf "$root"
+	[ $rc = 0 ] && break
+	k=$((k + 1))
+done
+[ $k -ge 8 ] || fail "local removal took only $k steps: the hook is not reached"
+echo "local: a crash before each of the $((k - 1)) steps of a removal left nothing torn"
+
+# ---- local: a reader's lease keeps a checkpoint ----
+root=$tmp/lease
+fixture "$root"
+coproc HOLD { exec "$rmc" hold "$root/a"; }
+holder=$HOLD_PID
+read -r -t 20 line <&"${HOLD[0]}" || fail "the reader did not open a"
+[ "$line" = held ] || fail "hold said: $line"
+"$ctl" prune "$root" --keep-last 1 --json >"$tmp/lease.json" || fail "prune with a lease held"
+grep -q '"name":"a".*"action":"keep","reasons":\["in-use"\]' "$tmp/lease.json" ||
+	fail "a not kept in use: $(cat "$tmp/lease.json")"
+grep -q '"name":"b".*"action":"removed"' "$tmp/lease.json" || fail "b not removed: $(cat "$tmp/lease.json")"
+[ -f "$root/a/manifest.json" ] || fail "a lost its manifest under a lease"
+exec {HOLD[1]}>&-
+wait "$holder" || fail "the reader failed"
+holder=
+"$ctl" prune "$root" --keep-last 1 >/dev/null || fail "prune after the lease ended"
+[ ! -e "$root/a" ] || fail "a still there after its lease ended"
+echo "local: a reader's lease kept its checkpoint; removed once it ended"
+
+# ---- local: another uid's prune is refused ----
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	root=$tmp/owned
+	fixture "$root"
+	chmod 755 "$tmp"
+	chown -R 4242:4242 "$root"
+	set +e
+	setpriv --reuid=4343 --regid=4343 --clear-groups "$ctl" prune "$root" --keep-last 1 \
+		>"$tmp/other.out" 2>&1
+	rc=$?
+	set -e
+	[ $rc = 6 ] || fail "another uid's prune: exit $rc, not 6: $(cat "$tmp/other.out")"
+	grep -q "belongs to uid 4242" "$tmp/other.out" || fail "refusal unclear: $(cat "$tmp/other.out")"
+	[ "$(cd "$root" && ls -A | tr '\n' ' ')" = "a b victim " ] || fail "a refused prune removed something"
+	setpriv --reuid=4242 --regid=4242 --clear-groups "$ctl" prune "$root" --keep-last 1 \
+		>"$tmp/own.out" 2>&1 || fail "the owner's prune: $(cat "$tmp/own.out")"
+	[ "$(cd "$root" && ls -A | tr '\n' ' ')" = "victim " ] || fail "the owner's prune left: $(ls -A "$root")"
+	echo "local: another uid's prune refused (exit 6); the owner's went through"
+else
+	echo "SKIP: [other-uid] needs root and setpriv to run ckptctl as two other users"
+fi
+
+# ---- S3 ----
+if [ -z "$py" ] || ! "$py" -c 'import moto, boto3' 2>/dev/null; then
+	echo "SKIP: [s3] needs the test Python with moto and boto3 (scripts/pyenv.sh test)"
+	exit 0
+fi
+moto_start "$py" "$tmp/moto" || fail "moto did not start: $(tail -n 5 "$tmp/moto/moto.log" 2>/dev/null)"
+s3fix() { # PREFIX: uploads the local fixture (a, b, victim) under it
+	local src=$tmp/s3src
+	rm -rf "$src"
+	fixture "$src"
+	"$py" - "$S3_BUCKET" "$1" "$src" <<'PY'
+import boto3, os, sys
+bucket, prefix, src = sys.argv[1:4]
+s3 = boto3.client("s3")
+for dp, _, files in os.walk(src):
+    for f in files:
+        p = os.path.join(dp, f)
+        s3.upload_file(p, bucket, prefix + "/" + os.path.relpath(p, src))
+PY
+}
+s3keys() { # PREFIX: every key under it, sorted
+	"$py" - "$S3_BUCKET" "$1" <<'PY'
+import boto3, sys
+s3 = boto3.client("s3")
+pg = s3.get_paginator("list_objects_v2")
+keys = [o["Key"] for p in pg.paginate(Bucket=sys.argv[1], Prefix=sys.argv[2] + "/")
+        for o in p.get("Contents", [])]
+print("\n".join(sorted(keys)))
+PY
+}
+k=1
+while :; do
+	[ $k -le 20 ] || fail "S3 removal did not end within 20 steps"
+	pre=c$k
+	s3fix $pre
+	set +e
+	out=$("$rmc" remove "s3://$S3_BUCKET/$pre" victim $k 2>&1)
+	rc=$?
+	set -e
+	[ $rc = 0 ] || [ $rc = 86 ] || fail "S3 step $k: rm_crash exit $rc: $out"
+	keys=$(s3keys $pre)
+	if echo "$keys" | grep -q "^$pre/victim/"; then
+		# Whole (crash before the tombstone), or not committed.
+		if "$ctl" show "s3://$S3_BUCKET/$pre/victim" >/dev/null 2>&1; then
+			[ "$(echo "$keys" | grep -c "^$pre/victim/")" = 5 ] ||
+				fail "S3 step $k: victim shows as committed but is torn: $keys"
+		fi
+	fi
+	"$ctl" prune "s3://$S3_BUCKET/$pre" --keep-last 5 >"$tmp/prune.out" 2>&1 ||
+		fail "S3 step $k: prune after the crash: $(cat "$tmp/prune.out")"
+	if echo "$(s3keys $pre)" | grep -q "^$pre/victim/"; then
+		"$rmc" remove "s3://$S3_BUCKET/$pre" victim 0 >/dev/null ||
+			fail "S3 step $k: removal after the crash"
+	fi
+	keys=$(s3keys $pre)
+	[ "$(echo "$keys" | grep -c "^$pre/[ab]/")" = 10 ] || fail "S3 step $k: a or b lost keys: $keys"
+	echo "$keys" | grep -q "^$pre/victim/" && fail "S3 step $k: victim keys left: $keys"
+	[ $rc = 0 ] && break
+	k=$((k + 1))
+done
+[ $k -ge 3 ] || fail "S3 removal took only $k steps"
+echo "s3: a crash before each of the $((k - 1)) steps of a removal left nothing torn"
+
+# A real prune of an S3 root: dry run first changes nothing.
+s3fix real
+"$ctl" prune "s3://$S3_BUCKET/real" --keep-last 1 --dry-run >/dev/null || fail "S3 dry run"
+[ "$(s3keys real | wc -l)" = 15 ] || fail "S3 dry run removed something"
+"$ctl" prune "s3://$S3_BUCKET/real" --keep-last 1 --json >"$tmp/s3real.json" ||
+	fail "S3 prune: $(cat "$tmp/s3real.json")"
+grep -q '"removed":2' "$tmp/s3real.json" || fail "S3 prune summary: $(cat "$tmp/s3real.json")"
+[ "$(s3keys real | grep -c '^real/victim/')" = 5 ] && [ "$(s3keys real | wc -l)" = 5 ] ||
+	fail "S3 prune left: $(s3keys real)"
+echo "s3: prune --dry-run changed nothing; prune removed a and b whole"

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rm_crash.c - for the crash tests of removal (tests/integration/
+ * prune_crash.sh).  Unlike the other tools it calls libckpt's internals
+ * (store/remove.h), as ckptctl prune does.
+ *
+ *   rm_crash remove ROOT NAME K   removes checkpoint NAME of ROOT (a
+ *                                 directory or s3://...; S3 from the AWS_*
+ *                                 variables) and dies (_exit 86, as a
+ *                                 crash: nothing flushed, no clean-up)
+ *                                 just before the K-th step of the
+ *                                 removal; K = 0 never dies
+ *   rm_crash hold PATH            opens checkpoint PATH with ckpt_reader
+ *                                 (taking its lease), prints "held", and
+ *                                 keeps it until stdin ends
+ *
+ * remove prints "crash before STEP (step K)" or "done in N steps" and
+ * exits 86 or 0 (1 if the removal failed, 2 on bad usage).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "store/remove.h"
+#include "store/s3_addr.h"
+#include "store/store_s3.h"
+
+static unsigned long crash_at, steps;
+
+static void hook(const char *step)
+{
+	if (++steps == crash_at) {
+		fprintf(stderr, "crash before %s (step %lu)\n", step, steps);
+		_exit(86);
+	}
+}
+
+static int cmd_remove(const char *root, const char *name, const char *k)
+{
+	char err[512] = "", *end;
+	int r;
+
+	crash_at = strtoul(k, &end, 10);
+	if (*end || !*k) {
+		fprintf(stderr, "rm_crash: K must be a number\n");
+		return 2;
+	}
+	store_remove_hook = hook;
+	if (s3_is_url(root)) {
+		struct store_s3_settings set = { .retries = 3 };
+		char url[2048];
+
+		r = store_s3_start_settings(&set, err, sizeof(err));
+		if (r == 0) {
+			snprintf(url, sizeof(url), "%s/%s", root, name);
+			r = store_s3_remove(url, "rm_crash", err, sizeof(err));
+		}
+		store_s3_stop();
+	} else {
+		struct store_rm_result res;
+		const char *names[1] = { name };
+		int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+		if (fd < 0) {
+			fprintf(stderr, "rm_crash: %s: %s\n", root, strerror(errno));
+			return 1;
+		}
+		r = store_local_remove(fd, names, 1, STORE_NO_OWNER, &res) == 1 ? 0 : res.res;
+		snprintf(err, sizeof(err), "%s", res.err);
+		close(fd);
+	}
+	if (r < 0) {
+		fprintf(stderr, "rm_crash: removing %s/%s: %s\n", root, name, err);
+		return 1;
+	}
+	printf("done in %lu steps\n", steps);
+	return 0;
+}
+
+static int cmd_hold(const char *path)
+{
+	struct ckpt_reader *rd;
+	char buf[64];
+
+	if (ckpt_reader_open(path, &rd) < 0) {
+		fprintf(stderr, "rm_crash: %s\n", ckpt_last_error());
+		return 1;
+	}
+	printf("held\n");
+	fflush(stdout);
+	while (read(0, buf, sizeof(buf)) > 0)
+		;
+	ckpt_reader_close(rd);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 5 && !strcmp(argv[1], "remove"))
+		return cmd_remove(argv[2], argv[3], argv[4]);
+	if (argc == 3 && !strcmp(argv[1], "hold"))
+		return cmd_hold(argv[2]);
+	fprintf(stderr, "usage: rm_crash remove ROOT NAME K | rm_crash hold PATH\n");
+	return 2;
+}
