@@ -247,6 +247,17 @@ static int parse_count(const char *s, uint64_t max, uint64_t *ret)
 }
 
 /* "90", "90s", "30m", "36h", "7d", "2w": seconds. */
+static int parse_span(const char *s, int64_t *ret);
+
+int ret_parse_duration(const char *s, int64_t *ret)
+{
+	if (s && (!strcmp(s, "0") || (s[0] == '0' && strchr("smhdw", s[1]) && s[1] && !s[2]))) {
+		*ret = 0;
+		return 0;
+	}
+	return parse_span(s, ret);
+}
+
 static int parse_span(const char *s, int64_t *ret)
 {
 	static const struct {

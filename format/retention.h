@@ -100,6 +100,10 @@ int ret_policy_parse_rule(struct ret_policy *p, const char *text, char *err, siz
 int ret_plan(const struct ret_ckpt *c, size_t n, const struct ret_policy *p, bool force,
 	     uint32_t *keep, size_t *ret_removed, char *err, size_t errlen);
 
+/* A duration, "90", "30m", "24h", "7d", "2w" (s, m, h, d, w; 0 allowed)
+ * into *ret seconds.  0 or -EINVAL. */
+int ret_parse_duration(const char *s, int64_t *ret);
+
 /* "newest,pinned,last" for the bits of a keep value, into buf. */
 void ret_reasons(uint32_t keep, char *buf, size_t len);
 

@@ -209,13 +209,17 @@ while :; do
 	fi
 	"$ctl" prune "s3://$S3_BUCKET/$pre" --keep-last 5 >"$tmp/prune.out" 2>&1 ||
 		fail "S3 step $k: prune after the crash: $(cat "$tmp/prune.out")"
-	if echo "$(s3keys $pre)" | grep -q "^$pre/victim/"; then
-		"$rmc" remove "s3://$S3_BUCKET/$pre" victim 0 >/dev/null ||
-			fail "S3 step $k: removal after the crash"
+	after=$(s3keys $pre)
+	out=
+	if echo "$after" | grep -q "^$pre/victim/"; then
+		out=$("$rmc" remove "s3://$S3_BUCKET/$pre" victim 0 2>&1) ||
+			fail "S3 step $k: removal after the crash: $out"
 	fi
 	keys=$(s3keys $pre)
 	[ "$(echo "$keys" | grep -c "^$pre/[ab]/")" = 10 ] || fail "S3 step $k: a or b lost keys: $keys"
-	echo "$keys" | grep -q "^$pre/victim/" && fail "S3 step $k: victim keys left: $keys"
+	echo "$keys" | grep -q "^$pre/victim/" &&
+		fail "S3 step $k: victim keys left: $(echo $keys); before the removal: $(echo $after);" \
+			"the removal said: $out; the prune said: $(cat "$tmp/prune.out")"
 	[ $rc = 0 ] && break
 	k=$((k + 1))
 done

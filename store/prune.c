@@ -1,0 +1,618 @@
+/* SPDX-License-Identifier: MIT */
+/* prune.c - one retention pass over one root (prune.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "format/index.h"
+#include "format/retention.h"
+#include "store/fsutil.h"
+#include "store/prune.h"
+#include "store/remove.h"
+#include "store/s3_addr.h"
+#include "store/store_s3.h"
+
+#define PRUNE_MANIFEST_MAX (1024ull << 20)
+#define PRUNE_PINS_MAX     (1u << 20)
+#define PRUNE_URL_MAX      (PATH_MAX + S3_KEY_MAX + 8) /* a root and a name */
+
+/* "2026-11-23T03:09:36Z" (exactly that form, a real date and time: the
+ * daemon writes it so) -> seconds since the epoch. */
+static bool parse_time(const char *s, int64_t *ret)
+{
+	static const char form[] = "dddd-dd-ddTdd:dd:ddZ";
+	struct tm tm, back;
+	time_t t;
+
+	if (strlen(s) != sizeof(form) - 1)
+		return false;
+	for (size_t i = 0; form[i]; i++)
+		if (form[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != form[i])
+			return false;
+	memset(&tm, 0, sizeof(tm));
+	tm.tm_year = atoi(s) - 1900;
+	tm.tm_mon = atoi(s + 5) - 1;
+	tm.tm_mday = atoi(s + 8);
+	tm.tm_hour = atoi(s + 11);
+	tm.tm_min = atoi(s + 14);
+	tm.tm_sec = atoi(s + 17);
+	back = tm;
+	t = timegm(&tm);
+	/* timegm normalizes 02-31 to 03-03 and :60 to the next minute: a
+	 * date that does not come back the same was not a real one. */
+	if (tm.tm_year != back.tm_year || tm.tm_mon != back.tm_mon ||
+	    tm.tm_mday != back.tm_mday || tm.tm_hour != back.tm_hour ||
+	    tm.tm_min != back.tm_min || tm.tm_sec != back.tm_sec)
+		return false;
+	*ret = (int64_t)t;
+	return true;
+}
+
+/* The names of a pin list's text (consumed), as a NULL-terminated array
+ * (empty if none); NULL with *ret_err on failure. */
+static char **parse_pins(char *text, size_t len, int *ret_err)
+{
+	char **v = calloc(1, sizeof(*v)), *save = NULL;
+	size_t n = 0;
+
+	*ret_err = 0;
+	if (!v || (text && memchr(text, '\0', len))) {
+		/* (a NUL would hide every pin after it) */
+		*ret_err = v ? -EBADMSG : -ENOMEM;
+		free(text);
+		free(v);
+		return NULL;
+	}
+	for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *hash = strchr(line, '#'), **nv;
+		size_t l;
+
+		if (hash)
+			*hash = '\0';
+		while (*line == ' ' || *line == '\t')
+			line++;
+		l = strlen(line);
+		while (l && (line[l - 1] == ' ' || line[l - 1] == '\t' || line[l - 1] == '\r'))
+			line[--l] = '\0';
+		if (!l)
+			continue;
+		nv = realloc(v, (n + 2) * sizeof(*v));
+		if (!nv || !(nv[n] = strdup(line))) {
+			if (nv)
+				v = nv;
+			v[n] = NULL;
+			for (size_t i = 0; i < n; i++)
+				free(v[i]);
+			free(v);
+			free(text);
+			*ret_err = -ENOMEM;
+			return NULL;
+		}
+		v = nv;
+		v[++n] = NULL;
+	}
+	free(text);
+	return v;
+}
+
+char **prune_read_pins(int rootfd, const char *s3_root, int *ret_err, char *err,
+		       size_t errlen)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int r;
+
+	err[0] = '\0';
+	if (s3_root)
+		r = store_s3_get(s3_root, PRUNE_PINS_FILE, PRUNE_PINS_MAX, &text, &len, err, errlen);
+	else
+		r = fs_read_file_at(rootfd, PRUNE_PINS_FILE, PRUNE_PINS_MAX, &text, &len);
+	if (r == -ENOENT)
+		return parse_pins(NULL, 0, ret_err);
+	if (r < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "%s", strerror(-r));
+		*ret_err = r;
+		return NULL;
+	}
+	return parse_pins(text, len, ret_err);
+}
+
+void prune_pins_free(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+bool prune_pinned(char **pins, const char *name)
+{
+	for (size_t i = 0; pins && pins[i]; i++)
+		if (!strcmp(pins[i], name))
+			return true;
+	return false;
+}
+
+/* Fills c from checkpoint `name`'s manifest text: 1, or < 0 corrupt
+ * (reason in err). */
+static int cand_from_text(const char *name, char *text, size_t len, const struct ret_policy *p,
+			  struct prune_item *c, char *err, size_t errlen)
+{
+	struct manifest m;
+	json_t *metrics, *v;
+	int r;
+
+	memset(&m, 0, sizeof(m));
+	r = manifest_parse(text, len, &m, err, errlen);
+	if (r < 0)
+		return r;
+	memset(c, 0, sizeof(*c));
+	c->uid = STORE_NO_OWNER;
+	c->name = strdup(name);
+	if (!c->name) {
+		manifest_free(&m);
+		return -ENOMEM;
+	}
+	c->rc.name = c->name;
+	c->rc.step = m.step;
+	if (!parse_time(m.time, &c->rc.time_s)) {
+		snprintf(err, errlen, "its manifest's time '%.40s' is not YYYY-MM-DDTHH:MM:SSZ",
+			 m.time);
+		free(c->name);
+		manifest_free(&m);
+		return -EBADMSG;
+	}
+	{
+		/* Printed as parsed: the manifest's text could carry
+		 * anything after what was read. */
+		time_t t = (time_t)c->rc.time_s;
+		struct tm tm;
+
+		if (!gmtime_r(&t, &tm) ||
+		    !strftime(c->time, sizeof(c->time), "%Y-%m-%dT%H:%M:%SZ", &tm))
+			snprintf(c->time, sizeof(c->time), "?");
+	}
+	metrics = json_object_get(m.json, "metrics");
+	v = p->keep_best ? json_object_get(metrics, p->best_metric) : NULL;
+	if (json_is_number(v)) {
+		c->rc.has_metric = true;
+		c->rc.metric = json_number_value(v);
+	}
+	manifest_free(&m);
+	return 1;
+}
+
+/* Reads checkpoint `name` of the directory rootfd: 1 a candidate (filled
+ * in), 0 not a checkpoint (no manifest), < 0 unreadable or corrupt (reason
+ * in err). */
+int prune_read_local(int rootfd, const char *name, const struct ret_policy *p,
+		     struct prune_item *c, char *err, size_t errlen)
+{
+	char rel[NAME_MAX + sizeof(MANIFEST_FILE) + 2], *text = NULL;
+	struct stat st;
+	size_t len = 0;
+	int r;
+
+	/* Directories only, never through a symbolic link (one could stand
+	 * for a checkpoint outside ROOT, or one of ROOT's twice). */
+	if (fstatat(rootfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		snprintf(err, errlen, "%s", strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode))
+		return 0;
+	snprintf(rel, sizeof(rel), "%s/%s", name, MANIFEST_FILE);
+	r = fs_read_file_at(rootfd, rel, PRUNE_MANIFEST_MAX, &text, &len);
+	if (r == -ENOENT || r == -ENOTDIR)
+		return 0;
+	if (r < 0) {
+		snprintf(err, errlen, "%s", strerror(-r));
+		return r;
+	}
+	r = cand_from_text(name, text, len, p, c, err, errlen);
+	free(text);
+	if (r > 0)
+		c->uid = st.st_uid;
+	return r;
+}
+
+void prune_policy_text(const struct ret_policy *p, char *buf, size_t len)
+{
+	size_t at = 0;
+
+#define ADD(...)                                                                            \
+	do {                                                                                \
+		if (at < len) {                                                             \
+			int w_ = snprintf(buf + at, len - at, "%s", at ? ", " : "");        \
+			at += w_ > 0 ? (size_t)w_ : 0;                                      \
+		}                                                                           \
+		if (at < len) {                                                             \
+			int w_ = snprintf(buf + at, len - at, __VA_ARGS__);                 \
+			at += w_ > 0 ? (size_t)w_ : 0;                                      \
+		}                                                                           \
+	} while (0)
+	buf[0] = '\0';
+	if (p->keep_last)
+		ADD("keep_last %u", p->keep_last);
+	if (p->keep_every_steps)
+		ADD("keep_every_steps %llu", (unsigned long long)p->keep_every_steps);
+	if (p->keep_within_s > 0)
+		ADD("keep_within %llds", (long long)p->keep_within_s);
+	if (p->keep_hourly)
+		ADD("keep_hourly %u", p->keep_hourly);
+	if (p->keep_daily)
+		ADD("keep_daily %u", p->keep_daily);
+	if (p->keep_best)
+		ADD("keep_best %u %s %s", p->keep_best, p->best_metric, p->best_max ? "max" : "min");
+	if (p->max_removals)
+		ADD("max_removals %u", p->max_removals);
+	if (!buf[0])
+		snprintf(buf, len, "none (everything is kept)");
+#undef ADD
+}
+
+
+static void warn(struct prune_run *pr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(struct prune_run *pr, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	if (!pr->warn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	pr->warn(pr->ud, msg);
+}
+
+static int item_cmp(const void *pa, const void *pb)
+{
+	const struct prune_item *a = pa, *b = pb;
+
+	if (a->rc.step != b->rc.step)
+		return a->rc.step < b->rc.step ? -1 : 1;
+	return strcmp(a->name, b->name);
+}
+
+/* What a pass works on, beyond what prune_run says. */
+struct scan {
+	struct prune_run *pr;
+	int rootfd;          /* local */
+	char **pins;
+	size_t cap;
+	char **tomb;         /* S3: checkpoints a removal left as a tombstone */
+	size_t n_tomb;
+	int res;
+};
+
+static int scan_add(struct scan *S, struct prune_item *c)
+{
+	struct prune_run *pr = S->pr;
+
+	if (pr->only_uid != STORE_NO_OWNER && c->uid != pr->only_uid) {
+		free(c->name);
+		return 0; /* another user's: not this pass's */
+	}
+	if (pr->n == S->cap) {
+		size_t cap = S->cap ? 2 * S->cap : 64;
+		struct prune_item *nv = realloc(pr->v, cap * sizeof(*nv));
+
+		if (!nv) {
+			free(c->name);
+			return -ENOMEM;
+		}
+		pr->v = nv;
+		S->cap = cap;
+	}
+	c->rc.pinned = prune_pinned(S->pins, c->name);
+	pr->v[pr->n++] = *c;
+	return 0;
+}
+
+/* The local candidates: directories directly in the root. */
+static int scan_local(struct scan *S)
+{
+	struct prune_run *pr = S->pr;
+	int fd = dup(S->rootfd);
+	struct dirent *de;
+	char err[512];
+	DIR *d;
+	int r = 0;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		r = -errno;
+		snprintf(pr->err, sizeof(pr->err), "reading root '%s': %s", pr->root, strerror(-r));
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	rewinddir(d);
+	while ((errno = 0, de = readdir(d))) {
+		struct prune_item c;
+
+		/* Hidden entries (work areas, the trash, the pin list) are
+		 * never candidates. */
+		if (de->d_name[0] == '.')
+			continue;
+		r = prune_read_local(S->rootfd, de->d_name, pr->policy, &c, err, sizeof(err));
+		if (r == -ENOMEM)
+			break;
+		if (r < 0) {
+			/* The plan is made without it: it only keeps more,
+			 * but the caller learns the scan was partial. */
+			warn(pr, "'%s' is not a candidate (never removed): %s", de->d_name, err);
+			pr->skipped++;
+			r = 0;
+			continue;
+		}
+		if (r == 0)
+			continue;
+		/* In use: a reader holds its lease (remove.h). */
+		c.rc.in_use = store_lease_busy(S->rootfd, c.name) == 1;
+		r = scan_add(S, &c);
+		if (r < 0)
+			break;
+	}
+	if (r == 0 && errno) {
+		r = -errno;
+		snprintf(pr->err, sizeof(pr->err), "reading root '%s': %s", pr->root, strerror(-r));
+	} else if (r == -ENOMEM) {
+		snprintf(pr->err, sizeof(pr->err), "out of memory");
+	}
+	closedir(d);
+	return r < 0 ? r : 0;
+}
+
+static int s3_child(void *ud, const char *name, enum store_entry kind)
+{
+	struct scan *S = ud;
+	struct prune_run *pr = S->pr;
+	char url[PRUNE_URL_MAX], err[512], *text = NULL;
+	size_t len = 0;
+	struct prune_item c;
+	int r;
+
+	if (kind != STORE_ENTRY_CHECKPOINT || name[0] == '.')
+		return 0;
+	snprintf(url, sizeof(url), "%s/%s", pr->root, name);
+	r = store_s3_get(url, MANIFEST_FILE, PRUNE_MANIFEST_MAX, &text, &len, err, sizeof(err));
+	if (r == -ENOENT)
+		return 0; /* gone since the listing */
+	if (r < 0) {
+		/* S3 unreachable or denied: no plan on half a view. */
+		snprintf(pr->err, sizeof(pr->err), "'%.400s': %s", url, err);
+		return S->res = r;
+	}
+	if (store_is_tombstone(text, len)) {
+		char **nv = realloc(S->tomb, (S->n_tomb + 1) * sizeof(*nv));
+
+		free(text);
+		if (nv)
+			S->tomb = nv;
+		if (!nv || !(nv[S->n_tomb] = strdup(name)))
+			return S->res = -ENOMEM;
+		S->n_tomb++;
+		return 0;
+	}
+	r = cand_from_text(name, text, len, pr->policy, &c, err, sizeof(err));
+	free(text);
+	if (r == -ENOMEM)
+		return S->res = r;
+	if (r < 0) {
+		warn(pr, "'%s' is not a candidate (never removed): %s", name, err);
+		pr->skipped++;
+		return 0;
+	}
+	c.uid = STORE_NO_OWNER;
+	r = scan_add(S, &c);
+	return r < 0 ? (S->res = r) : 0;
+}
+
+static int scan_s3(struct scan *S)
+{
+	struct prune_run *pr = S->pr;
+	int r = store_s3.list(pr->root, "", s3_child, S);
+
+	if (S->res == -ENOMEM || r == -ENOMEM) {
+		snprintf(pr->err, sizeof(pr->err), "out of memory");
+		return -ENOMEM;
+	}
+	if (S->res)
+		return S->res; /* pr->err says */
+	if (r < 0) {
+		snprintf(pr->err, sizeof(pr->err), "listing '%s': %s", pr->root, strerror(-r));
+		return r;
+	}
+	return 0;
+}
+
+/* Removes what the plan removes. */
+static void remove_planned(struct scan *S)
+{
+	struct prune_run *pr = S->pr;
+	const char **names = calloc(pr->n ? pr->n : 1, sizeof(*names));
+	struct store_rm_result *res = calloc(pr->n ? pr->n : 1, sizeof(*res));
+	size_t *at = calloc(pr->n ? pr->n : 1, sizeof(*at)), k = 0;
+
+	if (!names || !res || !at) {
+		for (size_t i = 0; i < pr->n; i++) {
+			if (!pr->v[i].keep) {
+				pr->v[i].res = -ENOMEM;
+				pr->failed++;
+			}
+		}
+		goto out;
+	}
+	for (size_t i = 0; i < pr->n; i++) {
+		if (pr->v[i].keep)
+			continue;
+		names[k] = pr->v[i].name;
+		at[k++] = i;
+	}
+	if (S->rootfd >= 0) {
+		(void)store_local_remove(S->rootfd, names, k, pr->remover, res);
+	} else {
+		for (size_t i = 0; i < k; i++) {
+			char url[PRUNE_URL_MAX];
+
+			snprintf(url, sizeof(url), "%s/%s", pr->root, names[i]);
+			res[i].res = store_s3_remove(url, "prune", res[i].err, sizeof(res[i].err));
+		}
+	}
+	for (size_t i = 0; i < k; i++) {
+		struct prune_item *c = &pr->v[at[i]];
+
+		c->res = res[i].res;
+		if (c->res == 0) {
+			pr->removed++;
+			continue;
+		}
+		c->why = strdup(res[i].err);
+		if (c->res == -EBUSY)
+			pr->busy++;
+		else
+			pr->failed++;
+	}
+out:
+	free(names);
+	free(res);
+	free(at);
+}
+
+void prune_run_free(struct prune_run *pr)
+{
+	for (size_t i = 0; i < pr->n; i++) {
+		free(pr->v[i].name);
+		free(pr->v[i].why);
+	}
+	free(pr->v);
+	pr->v = NULL;
+	pr->n = 0;
+}
+
+int prune_run(struct prune_run *pr)
+{
+	struct scan S = { .pr = pr, .rootfd = -1 };
+	struct ret_ckpt *rc = NULL;
+	uint32_t *keep = NULL;
+	bool s3 = s3_is_url(pr->root);
+	char err[512];
+	int r;
+
+	pr->v = NULL;
+	pr->n = pr->skipped = pr->planned = pr->removed = pr->busy = pr->failed = 0;
+	pr->finished = 0;
+	pr->plan_res = 0;
+	pr->err[0] = '\0';
+	if (!s3) {
+		S.rootfd = open(pr->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (S.rootfd < 0) {
+			r = -errno;
+			snprintf(pr->err, sizeof(pr->err), "cannot open root '%s': %s", pr->root,
+				 strerror(-r));
+			return r;
+		}
+		if (pr->lock_root && flock(S.rootfd, LOCK_EX | LOCK_NB) < 0) {
+			r = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+			snprintf(pr->err, sizeof(pr->err), "root '%s' is locked: another prune or pin "
+				 "of it is running", pr->root);
+			goto out;
+		}
+	}
+	S.pins = prune_read_pins(S.rootfd, s3 ? pr->root : NULL, &r, err, sizeof(err));
+	if (!S.pins) {
+		snprintf(pr->err, sizeof(pr->err), "reading %.400s/%s: %s", pr->root, PRUNE_PINS_FILE,
+			 r == -EBADMSG ? "it holds a NUL byte" : err);
+		goto out;
+	}
+	/* First, removals a crash cut short: not checkpoints any more, only
+	 * space to give back. */
+	if (!pr->dry_run && !s3) {
+		pr->finished = store_local_trash_sweep(S.rootfd, pr->remover, err, sizeof(err));
+		if (pr->finished < 0) {
+			r = (int)pr->finished;
+			pr->finished = 0;
+			snprintf(pr->err, sizeof(pr->err), "finishing an earlier removal in '%.400s': %s",
+				 pr->root, err);
+			goto out;
+		}
+	}
+	r = s3 ? scan_s3(&S) : scan_local(&S);
+	if (r < 0)
+		goto out;
+	for (size_t i = 0; !pr->dry_run && i < S.n_tomb; i++) {
+		char url[PRUNE_URL_MAX];
+
+		snprintf(url, sizeof(url), "%s/%s", pr->root, S.tomb[i]);
+		r = store_s3_remove(url, "prune", err, sizeof(err));
+		if (r < 0 && r != -ENOENT) {
+			snprintf(pr->err, sizeof(pr->err), "finishing the removal of '%.400s': %s", url,
+				 err);
+			goto out;
+		}
+		pr->finished++;
+	}
+	qsort(pr->v, pr->n, sizeof(*pr->v), item_cmp);
+	for (size_t i = 0; S.pins[i]; i++) {
+		bool found = false;
+
+		for (size_t k = 0; k < pr->n && !found; k++)
+			found = !strcmp(pr->v[k].name, S.pins[i]);
+		if (!found && pr->only_uid == STORE_NO_OWNER)
+			warn(pr, "%s names '%s', which is not a committed checkpoint in the root",
+			     PRUNE_PINS_FILE, S.pins[i]);
+	}
+	rc = calloc(pr->n ? pr->n : 1, sizeof(*rc));
+	keep = calloc(pr->n ? pr->n : 1, sizeof(*keep));
+	if (!rc || !keep) {
+		r = -ENOMEM;
+		snprintf(pr->err, sizeof(pr->err), "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < pr->n; i++)
+		rc[i] = pr->v[i].rc;
+	r = ret_plan(rc, pr->n, pr->policy, pr->force, keep, &pr->planned, pr->err,
+		     sizeof(pr->err));
+	if (r < 0 && r != -EPERM)
+		goto out;
+	pr->plan_res = r;
+	/* A user prunes only their own checkpoints: a plan that would remove
+	 * another's is refused whole, before anything goes. */
+	for (size_t i = 0; i < pr->n; i++) {
+		struct prune_item *c = &pr->v[i];
+
+		c->keep = keep[i];
+		if (!keep[i] && pr->remover != STORE_NO_OWNER && pr->remover != 0 &&
+		    c->uid != STORE_NO_OWNER && c->uid != pr->remover && !pr->plan_res) {
+			pr->plan_res = -EPERM;
+			snprintf(pr->err, sizeof(pr->err),
+				 "'%s' belongs to uid %u, not to uid %u: a user prunes only their "
+				 "own checkpoints", c->name, (unsigned)c->uid, (unsigned)pr->remover);
+		}
+	}
+	if (!pr->plan_res && !pr->dry_run && pr->planned)
+		remove_planned(&S);
+	r = 0;
+out:
+	free(rc);
+	free(keep);
+	prune_pins_free(S.pins);
+	for (size_t i = 0; i < S.n_tomb; i++)
+		free(S.tomb[i]);
+	free(S.tomb);
+	if (S.rootfd >= 0)
+		close(S.rootfd); /* (drops the lock) */
+	return r;
+}
