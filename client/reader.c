@@ -486,11 +486,11 @@ static int latest_add(void *ud, const char *name, enum store_entry kind)
 		return -ENOMEM;
 	}
 	r = ckpt_reader_open(path, &rd);
-	/* Skipped: a manifest that is corrupt, of a newer format, or gone
-	 * since the listing.  Any other failure (I/O, S3 unreachable) stops
-	 * the search: skipping it could pick an older checkpoint than the
-	 * newest committed one. */
-	if (r == -EBADMSG || r == -EPROTONOSUPPORT || r == -ENOENT) {
+	/* Skipped: a manifest that is corrupt, of a newer format, gone
+	 * since the listing, or locked by its removal (-EBUSY).  Any other
+	 * failure (I/O, S3 unreachable) stops the search: skipping it could
+	 * pick an older checkpoint than the newest committed one. */
+	if (r == -EBADMSG || r == -EPROTONOSUPPORT || r == -ENOENT || r == -EBUSY) {
 		L->skipped++;
 		cli_log(CKPT_LOG_WARNING, "ckpt_reader_open_latest: skipping '%s': %s", path,
 			ckpt_last_error());

@@ -143,7 +143,10 @@ out:
 int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry_run, bool json)
 {
 	struct prune_run pr = { .root = root, .policy = p, .force = force, .dry_run = dry_run,
-				.only_uid = STORE_NO_OWNER, .remover = geteuid(),
+				/* A user plans over their own checkpoints only;
+				 * root over everyone's, each owner's apart. */
+				.only_uid = geteuid() ? geteuid() : STORE_NO_OWNER,
+				.remover = geteuid(),
 				.lock_root = !dry_run, .warn = warn_ctl };
 	char pol[512], *shown_root = ctl_display(root), err[512];
 	size_t width = 4;
@@ -168,6 +171,17 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 	if (r < 0) {
 		ctl_err("prune: %s", pr.err);
 		goto out;
+	}
+	if (pr.others && !pr.n && pr.plan_res == 0) {
+		/* Nothing of the caller's: another user's checkpoints are
+		 * never theirs to prune. */
+		snprintf(pr.err, sizeof(pr.err), "none of the %zu checkpoint%s in '%s' belong to "
+			 "uid %u: a user prunes only their own", pr.others, pr.others == 1 ? "" : "s",
+			 shown_root, (unsigned)geteuid());
+		pr.plan_res = -EPERM;
+	} else if (pr.others) {
+		ctl_err("prune: %zu checkpoint%s of other users left out (a user prunes only "
+			"their own)", pr.others, pr.others == 1 ? "" : "s");
 	}
 	prune_policy_text(p, pol, sizeof(pol));
 	for (size_t i = 0; i < pr.n; i++) {

@@ -139,6 +139,11 @@ static bool plain_file_name(const char *s)
 	return true;
 }
 
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static int parse_files(struct manifest *m, json_t *files, char *err, size_t errlen)
 {
 	uint64_t total = 0, want;
@@ -167,6 +172,32 @@ static int parse_files(struct manifest *m, json_t *files, char *err, size_t errl
 		m->files[i].path = pool_strdup(m, path);
 		if (!m->files[i].path)
 			return -ENOMEM;
+	}
+	/* Chunks are told apart by file index: one file named twice would let
+	 * two chunks share its bytes, unseen by the overlap check. */
+	if (m->n_files > 1) {
+		const char **v = malloc(m->n_files * sizeof(*v));
+		int dup = 0;
+
+		if (!v)
+			return -ENOMEM;
+		for (size_t i = 0; i < m->n_files; i++)
+			v[i] = m->files[i].path;
+		qsort(v, m->n_files, sizeof(*v), str_cmp);
+		for (size_t i = 1; i < m->n_files && !dup; i++)
+			dup = !strcmp(v[i - 1], v[i]);
+		if (dup) {
+			char sb[ERRMSG_SAFE_LEN];
+			const char *name = NULL;
+
+			for (size_t i = 1; i < m->n_files && !name; i++)
+				if (!strcmp(v[i - 1], v[i]))
+					name = v[i];
+			free(v);
+			return bad("manifest lists the file '%s' more than once",
+				   errmsg_safe(name, sb));
+		}
+		free(v);
 	}
 	if (!jread_u64(json_object_get(m->json, "total_bytes"), &want) || want != total)
 		return bad("manifest total_bytes is not the sum of the file sizes (%llu)",

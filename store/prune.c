@@ -166,6 +166,14 @@ static int cand_from_text(const char *name, char *text, size_t len, const struct
 	}
 	c->rc.name = c->name;
 	c->rc.step = m.step;
+	if (strcmp(m.name, name)) {
+		/* A copy or a plant: what it says it is, it is not here. */
+		snprintf(err, errlen, "its manifest names checkpoint '%.100s', not '%.100s'", m.name,
+			 name);
+		free(c->name);
+		manifest_free(&m);
+		return -EBADMSG;
+	}
 	if (!parse_time(m.time, &c->rc.time_s)) {
 		snprintf(err, errlen, "its manifest's time '%.40s' is not YYYY-MM-DDTHH:MM:SSZ",
 			 m.time);
@@ -222,8 +230,11 @@ int prune_read_local(int rootfd, const char *name, const struct ret_policy *p,
 	}
 	r = cand_from_text(name, text, len, p, c, err, errlen);
 	free(text);
-	if (r > 0)
+	if (r > 0) {
 		c->uid = st.st_uid;
+		c->dev = (uint64_t)st.st_dev;
+		c->ino = (uint64_t)st.st_ino;
+	}
 	return r;
 }
 
@@ -262,6 +273,14 @@ void prune_policy_text(const struct ret_policy *p, char *buf, size_t len)
 #undef ADD
 }
 
+
+/* root "/" name into buf (one '/' whatever root ends with). */
+static void join(char *buf, size_t len, const char *root, const char *name)
+{
+	size_t l = strlen(root);
+
+	snprintf(buf, len, "%s%s%s", root, l && root[l - 1] == '/' ? "" : "/", name);
+}
 
 static void warn(struct prune_run *pr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(struct prune_run *pr, const char *fmt, ...)
@@ -303,6 +322,7 @@ static int scan_add(struct scan *S, struct prune_item *c)
 
 	if (pr->only_uid != STORE_NO_OWNER && c->uid != pr->only_uid) {
 		free(c->name);
+		pr->others++;
 		return 0; /* another user's: not this pass's */
 	}
 	if (pr->n == S->cap) {
@@ -386,7 +406,7 @@ static int s3_child(void *ud, const char *name, enum store_entry kind)
 
 	if (kind != STORE_ENTRY_CHECKPOINT || name[0] == '.')
 		return 0;
-	snprintf(url, sizeof(url), "%s/%s", pr->root, name);
+	join(url, sizeof(url), pr->root, name);
 	r = store_s3_get(url, MANIFEST_FILE, PRUNE_MANIFEST_MAX, &text, &len, err, sizeof(err));
 	if (r == -ENOENT)
 		return 0; /* gone since the listing */
@@ -442,11 +462,11 @@ static int scan_s3(struct scan *S)
 static void remove_planned(struct scan *S)
 {
 	struct prune_run *pr = S->pr;
-	const char **names = calloc(pr->n ? pr->n : 1, sizeof(*names));
+	struct store_rm_target *t = calloc(pr->n ? pr->n : 1, sizeof(*t));
 	struct store_rm_result *res = calloc(pr->n ? pr->n : 1, sizeof(*res));
 	size_t *at = calloc(pr->n ? pr->n : 1, sizeof(*at)), k = 0;
 
-	if (!names || !res || !at) {
+	if (!t || !res || !at) {
 		for (size_t i = 0; i < pr->n; i++) {
 			if (!pr->v[i].keep) {
 				pr->v[i].res = -ENOMEM;
@@ -458,16 +478,18 @@ static void remove_planned(struct scan *S)
 	for (size_t i = 0; i < pr->n; i++) {
 		if (pr->v[i].keep)
 			continue;
-		names[k] = pr->v[i].name;
+		t[k].name = pr->v[i].name;
+		t[k].dev = pr->v[i].dev;
+		t[k].ino = pr->v[i].ino;
 		at[k++] = i;
 	}
 	if (S->rootfd >= 0) {
-		(void)store_local_remove(S->rootfd, names, k, pr->remover, res);
+		(void)store_local_remove(S->rootfd, t, k, pr->remover, res);
 	} else {
 		for (size_t i = 0; i < k; i++) {
 			char url[PRUNE_URL_MAX];
 
-			snprintf(url, sizeof(url), "%s/%s", pr->root, names[i]);
+			join(url, sizeof(url), pr->root, t[i].name);
 			res[i].res = store_s3_remove(url, "prune", res[i].err, sizeof(res[i].err));
 		}
 	}
@@ -480,13 +502,13 @@ static void remove_planned(struct scan *S)
 			continue;
 		}
 		c->why = strdup(res[i].err);
-		if (c->res == -EBUSY)
-			pr->busy++;
+		if (res[i].in_use || c->res == -ESTALE)
+			pr->busy++; /* kept, and rightly so */
 		else
 			pr->failed++;
 	}
 out:
-	free(names);
+	free(t);
 	free(res);
 	free(at);
 }
@@ -506,13 +528,13 @@ int prune_run(struct prune_run *pr)
 {
 	struct scan S = { .pr = pr, .rootfd = -1 };
 	struct ret_ckpt *rc = NULL;
-	uint32_t *keep = NULL;
+	uint32_t *keep = NULL, *gkeep = NULL;
 	bool s3 = s3_is_url(pr->root);
 	char err[512];
 	int r;
 
 	pr->v = NULL;
-	pr->n = pr->skipped = pr->planned = pr->removed = pr->busy = pr->failed = 0;
+	pr->n = pr->skipped = pr->others = pr->planned = pr->removed = pr->busy = pr->failed = 0;
 	pr->finished = 0;
 	pr->plan_res = 0;
 	pr->err[0] = '\0';
@@ -540,14 +562,20 @@ int prune_run(struct prune_run *pr)
 	/* First, removals a crash cut short: not checkpoints any more, only
 	 * space to give back. */
 	if (!pr->dry_run && !s3) {
-		pr->finished = store_local_trash_sweep(S.rootfd, pr->remover, err, sizeof(err));
+		size_t problems = 0;
+
+		pr->finished = store_local_trash_sweep(S.rootfd, pr->remover, pr->warn, pr->ud,
+						       &problems);
 		if (pr->finished < 0) {
 			r = (int)pr->finished;
 			pr->finished = 0;
-			snprintf(pr->err, sizeof(pr->err), "finishing an earlier removal in '%.400s': %s",
-				 pr->root, err);
+			snprintf(pr->err, sizeof(pr->err), "reading root '%.400s': %s", pr->root,
+				 strerror(-r));
 			goto out;
 		}
+		/* A trash directory that cannot be finished is reported and
+		 * left: it must not stop the prune. */
+		pr->skipped += problems;
 	}
 	r = s3 ? scan_s3(&S) : scan_local(&S);
 	if (r < 0)
@@ -555,7 +583,7 @@ int prune_run(struct prune_run *pr)
 	for (size_t i = 0; !pr->dry_run && i < S.n_tomb; i++) {
 		char url[PRUNE_URL_MAX];
 
-		snprintf(url, sizeof(url), "%s/%s", pr->root, S.tomb[i]);
+		join(url, sizeof(url), pr->root, S.tomb[i]);
 		r = store_s3_remove(url, "prune", err, sizeof(err));
 		if (r < 0 && r != -ENOENT) {
 			snprintf(pr->err, sizeof(pr->err), "finishing the removal of '%.400s': %s", url,
@@ -576,18 +604,47 @@ int prune_run(struct prune_run *pr)
 	}
 	rc = calloc(pr->n ? pr->n : 1, sizeof(*rc));
 	keep = calloc(pr->n ? pr->n : 1, sizeof(*keep));
-	if (!rc || !keep) {
+	gkeep = calloc(pr->n ? pr->n : 1, sizeof(*gkeep));
+	if (!rc || !keep || !gkeep) {
 		r = -ENOMEM;
 		snprintf(pr->err, sizeof(pr->err), "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < pr->n; i++)
-		rc[i] = pr->v[i].rc;
-	r = ret_plan(rc, pr->n, pr->policy, pr->force, keep, &pr->planned, pr->err,
-		     sizeof(pr->err));
-	if (r < 0 && r != -EPERM)
-		goto out;
-	pr->plan_res = r;
+	/* One plan per owner (the items are grouped by uid: a stable pass
+	 * over the sorted list per distinct uid). */
+	pr->planned = 0;
+	for (size_t i = 0; i < pr->n; i++) {
+		size_t m = 0, removed = 0;
+		uid_t u = pr->v[i].uid;
+		bool first = true;
+		char e[512];
+
+		for (size_t k = 0; k < i && first; k++)
+			first = pr->v[k].uid != u;
+		if (!first)
+			continue;
+		for (size_t k = i; k < pr->n; k++)
+			if (pr->v[k].uid == u)
+				rc[m++] = pr->v[k].rc;
+		r = ret_plan(rc, m, pr->policy, pr->force, gkeep, &removed, e, sizeof(e));
+		if (r < 0 && r != -EPERM) {
+			snprintf(pr->err, sizeof(pr->err), "%s", e);
+			goto out;
+		}
+		for (size_t k = i, g = 0; k < pr->n; k++)
+			if (pr->v[k].uid == u)
+				keep[k] = gkeep[g++];
+		pr->planned += removed;
+		if (r == -EPERM && !pr->plan_res) {
+			pr->plan_res = r;
+			if (u == STORE_NO_OWNER)
+				snprintf(pr->err, sizeof(pr->err), "%s", e);
+			else
+				snprintf(pr->err, sizeof(pr->err), "uid %u's checkpoints: %s",
+					 (unsigned)u, e);
+		}
+	}
+	r = pr->plan_res;
 	/* A user prunes only their own checkpoints: a plan that would remove
 	 * another's is refused whole, before anything goes. */
 	for (size_t i = 0; i < pr->n; i++) {
@@ -608,6 +665,7 @@ int prune_run(struct prune_run *pr)
 out:
 	free(rc);
 	free(keep);
+	free(gkeep);
 	prune_pins_free(S.pins);
 	for (size_t i = 0; i < S.n_tomb; i++)
 		free(S.tomb[i]);

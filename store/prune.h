@@ -30,6 +30,7 @@ struct prune_item {
 	char time[40];        /* its commit time, as parsed */
 	struct ret_ckpt rc;
 	uid_t uid;            /* the directory's owner (STORE_NO_OWNER on S3) */
+	uint64_t dev, ino;    /* the directory as scanned (local) */
 	uint32_t keep;        /* the plan's reasons; 0: removed */
 	int res;              /* the removal: 0 removed, -EBUSY in use, ... */
 	char *why;            /* the removal's error, or NULL */
@@ -41,7 +42,10 @@ struct prune_run {
 	const struct ret_policy *policy;
 	bool force, dry_run;
 	uid_t only_uid;                /* candidates owned by this uid only
-					* (STORE_NO_OWNER: all) */
+					* (STORE_NO_OWNER: all, each owner's
+					* planned on their own: one user's
+					* checkpoints never take "newest" or
+					* "last" from another's) */
 	uid_t remover;                 /* who removes: a plan that removes a
 					* checkpoint of another uid is refused
 					* whole (STORE_NO_OWNER or 0: any) */
@@ -53,6 +57,7 @@ struct prune_run {
 	struct prune_item *v;          /* sorted by step, then name */
 	size_t n;
 	size_t skipped;                /* unreadable or corrupt: left out */
+	size_t others;                 /* other owners' (only_uid): left out */
 	long finished;                 /* earlier removals finished */
 	size_t planned;                /* the plan's removals */
 	size_t removed, busy, failed;

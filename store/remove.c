@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +96,9 @@ int store_lease_busy(int rootfd, const char *name)
 }
 
 /* Everything inside the directory fd (closed here), depth levels deep at
- * most; the directory itself stays.  0 or -errno (err). */
-static int empty_dir(int fd, unsigned depth, char *err, size_t errlen)
+ * most, never into another file system (dev: the checkpoint's); the
+ * directory itself stays.  0 or -errno (err). */
+static int empty_dir(int fd, dev_t dev, unsigned depth, bool top, char *err, size_t errlen)
 {
 	DIR *d = fdopendir(fd);
 	struct dirent *de;
@@ -113,6 +115,10 @@ static int empty_dir(int fd, unsigned depth, char *err, size_t errlen)
 		struct stat st;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		/* The marker goes last (rm_dir): a trash directory a crash
+		 * left half empty is still known for a removal's. */
+		if (top && !strcmp(de->d_name, STORE_RM_MARKER))
 			continue;
 		if (de->d_type == DT_UNKNOWN) {
 			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -132,7 +138,16 @@ static int empty_dir(int fd, unsigned depth, char *err, size_t errlen)
 				break;
 			}
 			sub = open_dir(dirfd(d), de->d_name);
-			r = sub < 0 ? sub : empty_dir(sub, depth - 1, err, errlen);
+			if (sub >= 0 && (fstat(sub, &st) < 0 || st.st_dev != dev)) {
+				/* A mount point: another file system's files are
+				 * not the checkpoint's. */
+				close(sub);
+				snprintf(err, errlen, "'%.100s' is a mount point (not removed)",
+					 de->d_name);
+				r = -EXDEV;
+				break;
+			}
+			r = sub < 0 ? sub : empty_dir(sub, dev, depth - 1, false, err, errlen);
 			if (r < 0) {
 				if (sub < 0)
 					snprintf(err, errlen, "'%.100s': %s", de->d_name, strerror(-r));
@@ -166,107 +181,206 @@ static int trash_name(char buf[sizeof(STORE_TRASH_PREFIX) + 32])
 	return 0;
 }
 
+/* Empties trash directory fd (named name in rootfd; fd is closed here),
+ * its marker last, and removes it.  0 or -errno (err). */
+static int rm_dir(int rootfd, int fd, const char *name, dev_t dev, char *err, size_t errlen)
+{
+	int keep = dup(fd), r;
+
+	if (keep < 0) {
+		close(fd);
+		snprintf(err, errlen, "%s", strerror(errno));
+		return -errno;
+	}
+	r = empty_dir(fd, dev, RM_MAX_DEPTH, true, err, errlen);
+	if (r == 0 && unlinkat(keep, STORE_RM_MARKER, 0) < 0 && errno != ENOENT) {
+		r = -errno;
+		snprintf(err, errlen, "removing the marker: %s", strerror(-r));
+	}
+	close(keep);
+	if (r == 0) {
+		step("rmdir");
+		if (unlinkat(rootfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
+			r = -errno;
+			snprintf(err, errlen, "removing its directory: %s", strerror(-r));
+		}
+	}
+	return r;
+}
+
 struct rm_one {
 	int fd;        /* the checkpoint directory, locked; -1 when done */
+	dev_t dev;
 	char trash[sizeof(STORE_TRASH_PREFIX) + 32];
 };
 
-/* Locks names's directory exclusively, checks its owner and renames it
- * into the trash.  0, or -errno with r->err set. */
-static int rm_begin(int rootfd, const char *name, uid_t owner, struct rm_one *o,
+static int fail(struct store_rm_result *r, int res, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int fail(struct store_rm_result *r, int res, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->err, sizeof(r->err), fmt, ap);
+	va_end(ap);
+	return r->res = res;
+}
+
+/* Writes the marker naming trash into the directory fd (remove.h). */
+static int write_marker(int fd, const char *trash, uid_t uid)
+{
+	char text[128];
+	int mfd, n, r = 0;
+
+	n = snprintf(text, sizeof(text), "trash=%s\nuid=%u\n", trash, (unsigned)uid);
+	mfd = openat(fd, STORE_RM_MARKER, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		     0600);
+	if (mfd < 0)
+		return -errno;
+	if (write(mfd, text, (size_t)n) != n)
+		r = errno ? -errno : -EIO;
+	close(mfd);
+	return r;
+}
+
+/* Locks t's directory exclusively, checks it is the one planned and its
+ * owner, marks it and renames it into the trash.  0, or -errno with r set. */
+static int rm_begin(int rootfd, const struct store_rm_target *t, uid_t owner, struct rm_one *o,
 		    struct store_rm_result *r)
 {
-	struct stat st;
+	const char *name = t->name;
+	struct stat st, now;
+	int e;
 
 	o->fd = -1;
 	if (!*name || store_is_trash_name(name) || strchr(name, '/') || !strcmp(name, ".") ||
-	    !strcmp(name, "..")) {
-		snprintf(r->err, sizeof(r->err), "not a checkpoint's name");
-		return r->res = -EINVAL;
-	}
+	    !strcmp(name, ".."))
+		return fail(r, -EINVAL, "not a checkpoint's name");
 	step("lock");
 	o->fd = open_dir(rootfd, name);
 	if (o->fd < 0) {
-		r->res = o->fd;
+		e = o->fd;
 		o->fd = -1;
-		snprintf(r->err, sizeof(r->err), "%s", strerror(-r->res));
-		return r->res;
+		return fail(r, e, "%s", strerror(-e));
 	}
 	if (fstat(o->fd, &st) < 0) {
-		r->res = -errno;
-		snprintf(r->err, sizeof(r->err), "%s", strerror(-r->res));
-		goto fail;
+		e = -errno;
+		goto out;
+	}
+	o->dev = st.st_dev;
+	if ((t->dev || t->ino) && ((uint64_t)st.st_dev != t->dev || (uint64_t)st.st_ino != t->ino)) {
+		fail(r, -ESTALE, "not the checkpoint planned: the name was reused meanwhile (kept)");
+		goto close;
 	}
 	if (owner != STORE_NO_OWNER && owner != 0 && st.st_uid != owner) {
-		snprintf(r->err, sizeof(r->err), "owned by uid %u, not by uid %u",
-			 (unsigned)st.st_uid, (unsigned)owner);
-		r->res = -EPERM;
-		goto fail;
+		fail(r, -EPERM, "owned by uid %u, not by uid %u", (unsigned)st.st_uid,
+		     (unsigned)owner);
+		goto close;
 	}
 	if (flock(o->fd, LOCK_EX | LOCK_NB) < 0) {
-		r->res = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		snprintf(r->err, sizeof(r->err), "%s", r->res == -EBUSY ?
-			 "in use (a reader holds its lease): kept" : strerror(-r->res));
-		goto fail;
+		if (errno != EWOULDBLOCK) {
+			e = -errno;
+			goto out;
+		}
+		r->in_use = true;
+		fail(r, -EBUSY, "in use (a reader holds its lease): kept");
+		goto close;
 	}
 	if (trash_name(o->trash) < 0) {
-		snprintf(r->err, sizeof(r->err), "no random bytes for a trash name");
-		r->res = -EIO;
-		goto fail;
+		fail(r, -EIO, "no random bytes for a trash name");
+		goto close;
+	}
+	e = write_marker(o->fd, o->trash, owner == STORE_NO_OWNER ? geteuid() : owner);
+	if (e < 0) {
+		fail(r, e, "writing its removal marker: %s", strerror(-e));
+		goto close;
 	}
 	step("rename");
 	if (renameat2(rootfd, name, rootfd, o->trash, RENAME_NOREPLACE) < 0) {
-		r->res = -errno;
-		snprintf(r->err, sizeof(r->err), "renaming it to the trash: %s",
-			 strerror(-r->res));
-		goto fail;
+		e = -errno;
+		fail(r, e, "renaming it to the trash: %s", strerror(-e));
+		goto close;
+	}
+	/* The name was resolved again by the rename: make sure it moved the
+	 * directory locked above, else put back what it moved. */
+	if (fstatat(rootfd, o->trash, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_dev != st.st_dev ||
+	    now.st_ino != st.st_ino) {
+		(void)renameat2(rootfd, o->trash, rootfd, name, RENAME_NOREPLACE);
+		fail(r, -ESTALE, "the directory changed under the removal (kept)");
+		goto close;
 	}
 	return 0;
-fail:
+out:
+	fail(r, e, "%s", strerror(-e));
+close:
 	close(o->fd);
 	o->fd = -1;
 	return r->res;
 }
 
-/* After ROOT's fsync: the manifest goes first (synced), then the lock,
- * then the rest. */
-static int rm_finish(int rootfd, struct rm_one *o, struct store_rm_result *r)
+int store_local_trash(int rootfd, const char *name, uid_t uid, char *err, size_t errlen)
 {
-	int fd;
+	char trash[sizeof(STORE_TRASH_PREFIX) + 32];
+	struct stat st, now;
+	int fd = open_dir(rootfd, name), r;
+
+	if (fd < 0) {
+		snprintf(err, errlen, "%s", strerror(-fd));
+		return fd;
+	}
+	r = fstat(fd, &st) < 0 ? -errno : trash_name(trash);
+	if (r == 0)
+		r = write_marker(fd, trash, uid);
+	if (r == 0 && renameat2(rootfd, name, rootfd, trash, RENAME_NOREPLACE) < 0)
+		r = -errno;
+	if (r == 0 && (fstatat(rootfd, trash, &now, AT_SYMLINK_NOFOLLOW) < 0 ||
+		       now.st_dev != st.st_dev || now.st_ino != st.st_ino)) {
+		(void)renameat2(rootfd, trash, rootfd, name, RENAME_NOREPLACE);
+		r = -ENOENT; /* (someone else's rename won) */
+	}
+	close(fd);
+	if (r < 0)
+		snprintf(err, errlen, "%s", strerror(-r));
+	return r;
+}
+
+/* After ROOT's fsync: the manifest goes (synced), and the lock. */
+static int rm_unlist(struct rm_one *o, struct store_rm_result *r)
+{
+	int e;
 
 	step("unlink-manifest");
 	if (unlinkat(o->fd, MANIFEST_FILE, 0) < 0 && errno != ENOENT) {
-		r->res = -errno;
-		snprintf(r->err, sizeof(r->err), "removing its manifest: %s", strerror(-r->res));
-		goto out;
+		e = -errno;
+		fail(r, e, "removing its manifest: %s", strerror(-e));
+		goto close;
 	}
 	step("fsync-trash");
 	if (fsync(o->fd) < 0) {
-		r->res = -errno;
-		snprintf(r->err, sizeof(r->err), "fsync: %s", strerror(-r->res));
-		goto out;
+		e = -errno;
+		fail(r, e, "fsync: %s", strerror(-e));
+		goto close;
 	}
 	/* A reader waiting for its lease now finds no manifest. */
 	flock(o->fd, LOCK_UN);
-	fd = o->fd;
-	o->fd = -1;
-	r->res = empty_dir(fd, RM_MAX_DEPTH, r->err, sizeof(r->err));
-	if (r->res == 0) {
-		step("rmdir");
-		if (unlinkat(rootfd, o->trash, AT_REMOVEDIR) < 0 && errno != ENOENT) {
-			r->res = -errno;
-			snprintf(r->err, sizeof(r->err), "removing its directory: %s",
-				 strerror(-r->res));
-		}
-	}
-	return r->res;
-out:
+	return 0;
+close:
 	close(o->fd);
 	o->fd = -1;
 	return r->res;
 }
 
-long store_local_remove(int rootfd, const char *const *names, size_t n, uid_t owner,
+/* Then the data and the directory (the marker last but one). */
+static int rm_finish(int rootfd, struct rm_one *o, struct store_rm_result *r)
+{
+	int fd = o->fd;
+
+	o->fd = -1;
+	r->res = rm_dir(rootfd, fd, o->trash, o->dev, r->err, sizeof(r->err));
+	return r->res;
+}
+
+long store_local_remove(int rootfd, const struct store_rm_target *t, size_t n, uid_t owner,
 			struct store_rm_result *res)
 {
 	struct rm_one batch[RM_BATCH];
@@ -274,6 +388,7 @@ long store_local_remove(int rootfd, const char *const *names, size_t n, uid_t ow
 
 	for (size_t i = 0; i < n; i++) {
 		res[i].res = -ECANCELED;
+		res[i].in_use = false;
 		snprintf(res[i].err, sizeof(res[i].err), "not reached");
 	}
 	for (size_t at = 0; at < n; at += RM_BATCH) {
@@ -282,7 +397,7 @@ long store_local_remove(int rootfd, const char *const *names, size_t n, uid_t ow
 		for (size_t i = 0; i < k; i++) {
 			res[at + i].err[0] = '\0';
 			res[at + i].res = 0;
-			if (rm_begin(rootfd, names[at + i], owner, &batch[i], &res[at + i]) == 0)
+			if (rm_begin(rootfd, &t[at + i], owner, &batch[i], &res[at + i]) == 0)
 				renamed++;
 		}
 		if (renamed) {
@@ -295,13 +410,16 @@ long store_local_remove(int rootfd, const char *const *names, size_t n, uid_t ow
 					if (batch[i].fd < 0)
 						continue;
 					close(batch[i].fd);
-					res[at + i].res = e;
-					snprintf(res[at + i].err, sizeof(res[at + i].err),
-						 "fsync of the root: %s", strerror(-e));
+					fail(&res[at + i], e, "fsync of the root: %s", strerror(-e));
 				}
 				return e;
 			}
 		}
+		/* Every one of the batch unlisted and unlocked first, so no
+		 * reader waits for the others' data to go. */
+		for (size_t i = 0; i < k; i++)
+			if (batch[i].fd >= 0)
+				(void)rm_unlist(&batch[i], &res[at + i]);
 		for (size_t i = 0; i < k; i++) {
 			if (batch[i].fd < 0)
 				continue;
@@ -316,10 +434,50 @@ long store_local_remove(int rootfd, const char *const *names, size_t n, uid_t ow
 	return removed;
 }
 
-long store_local_trash_sweep(int rootfd, uid_t owner, char *err, size_t errlen)
+/* Whether trash directory fd (named name) carries a marker naming it,
+ * written by owner (any, for STORE_NO_OWNER or 0). */
+static bool marked(int fd, const char *name, uid_t owner)
+{
+	char text[NAME_MAX + 64], want[NAME_MAX + 16];
+	int mfd = openat(fd, STORE_RM_MARKER, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n;
+	unsigned uid;
+
+	if (mfd < 0)
+		return false;
+	n = read(mfd, text, sizeof(text) - 1);
+	close(mfd);
+	if (n <= 0)
+		return false;
+	text[n] = '\0';
+	snprintf(want, sizeof(want), "trash=%s\n", name);
+	if (strncmp(text, want, strlen(want)) ||
+	    sscanf(text + strlen(want), "uid=%u\n", &uid) != 1)
+		return false;
+	return owner == STORE_NO_OWNER || owner == 0 || uid == (unsigned)owner;
+}
+
+static void say(void (*warn)(void *, const char *), void *ud, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void say(void (*warn)(void *, const char *), void *ud, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!warn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	warn(ud, msg);
+}
+
+long store_local_trash_sweep(int rootfd, uid_t owner, void (*warn)(void *ud, const char *msg),
+			     void *ud, size_t *ret_problems)
 {
 	int fd = dup(rootfd);
 	struct dirent *de;
+	size_t problems = 0;
 	long removed = 0;
 	int r = 0;
 	DIR *d;
@@ -328,7 +486,6 @@ long store_local_trash_sweep(int rootfd, uid_t owner, char *err, size_t errlen)
 		r = -errno;
 		if (fd >= 0)
 			close(fd);
-		snprintf(err, errlen, "reading the root: %s", strerror(-r));
 		return r;
 	}
 	rewinddir(d);
@@ -343,45 +500,53 @@ long store_local_trash_sweep(int rootfd, uid_t owner, char *err, size_t errlen)
 		    !S_ISDIR(st.st_mode))
 			continue; /* not ours to touch */
 		if (owner != STORE_NO_OWNER && owner != 0 && st.st_uid != owner)
-			continue;
+			continue; /* another user's removal */
 		sub = open_dir(rootfd, de->d_name);
 		if (sub < 0) {
-			r = sub;
-			snprintf(err, errlen, "'%.100s': %s", de->d_name, strerror(-r));
-			break;
+			say(warn, ud, "'%.100s': %s", de->d_name, strerror(-sub));
+			problems++;
+			continue;
 		}
 		/* A removal still running holds the lock: leave it be. */
 		if (flock(sub, LOCK_EX | LOCK_NB) < 0) {
 			close(sub);
 			continue;
 		}
+		if (!marked(sub, de->d_name, owner)) {
+			close(sub);
+			/* Empty (a crash just before the last rmdir): nothing to
+			 * lose.  Else not ours to judge. */
+			if (unlinkat(rootfd, de->d_name, AT_REMOVEDIR) == 0) {
+				removed++;
+				continue;
+			}
+			say(warn, ud, "'%.100s' looks like trash but no removal marked it: left "
+			    "alone", de->d_name);
+			problems++;
+			continue;
+		}
 		step("sweep-manifest");
 		if (unlinkat(sub, MANIFEST_FILE, 0) < 0 && errno != ENOENT) {
-			r = -errno;
-			snprintf(err, errlen, "'%.100s/%s': %s", de->d_name, MANIFEST_FILE,
-				 strerror(-r));
+			say(warn, ud, "'%.100s/%s': %s", de->d_name, MANIFEST_FILE, strerror(errno));
 			close(sub);
-			break;
+			problems++;
+			continue;
 		}
-		r = empty_dir(sub, RM_MAX_DEPTH, e, sizeof(e));
-		if (r == 0 && unlinkat(rootfd, de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
-			r = -errno;
-			snprintf(e, sizeof(e), "%s", strerror(-r));
-		}
+		r = rm_dir(rootfd, sub, de->d_name, st.st_dev, e, sizeof(e));
 		if (r < 0) {
-			snprintf(err, errlen, "'%.100s': %s", de->d_name, e);
-			break;
+			say(warn, ud, "finishing the removal '%.100s': %s", de->d_name, e);
+			problems++;
+			r = 0;
+			continue;
 		}
 		removed++;
 	}
-	if (r == 0 && errno) {
+	if (errno)
 		r = -errno;
-		snprintf(err, errlen, "reading the root: %s", strerror(-r));
-	}
 	closedir(d);
-	if (r == 0 && removed && fsync(rootfd) < 0) {
-		r = -errno;
-		snprintf(err, errlen, "fsync of the root: %s", strerror(-r));
-	}
+	if (removed)
+		(void)fsync(rootfd);
+	if (ret_problems)
+		*ret_problems = problems;
 	return r < 0 ? r : removed;
 }

@@ -61,28 +61,59 @@ int store_lease_busy(int rootfd, const char *name);
 
 /* What happened to one checkpoint of a removal. */
 struct store_rm_result {
-	int res;       /* 0 removed; -EBUSY in use (kept); -EPERM not the
-			* owner's; -ENOENT gone; other -errno */
+	int res;       /* 0 removed; -EBUSY in use (in_use set: kept); -EPERM
+			* not the owner's; -ESTALE not the checkpoint planned;
+			* -ENOENT gone; -EXDEV a mount point inside; other
+			* -errno */
+	bool in_use;   /* a reader's lease kept it */
 	char err[256];
 };
 
+/* One checkpoint to remove: its name directly in the root, and what the
+ * caller saw there when it planned (st_dev and st_ino of the directory;
+ * both 0: not checked).  A directory that is not the one planned (a name
+ * reused meanwhile) is left alone. */
+struct store_rm_target {
+	const char *name;
+	uint64_t dev, ino;
+};
+
+/* The marker a removal writes into a checkpoint before it renames it into
+ * the trash ("trash=NAME\nuid=UID\n"): the sweep finishes only trash
+ * directories whose marker names them, never a directory someone else
+ * renamed to look like trash. */
+#define STORE_RM_MARKER ".ckpt-removing"
+
 /*
- * Removes the checkpoints names[0..n) directly in the directory rootfd,
- * in batches: each one is locked and renamed to the trash, ROOT fsynced
- * once per batch, and then emptied.  With owner != STORE_NO_OWNER, a
- * checkpoint directory owned by another uid is not touched (-EPERM).
- * res[i] says what happened to names[i]; returns how many were removed,
- * or -errno if ROOT itself failed (then res[] says how far it got).
+ * Removes the checkpoints t[0..n) directly in the directory rootfd, in
+ * batches: each one is locked, marked and renamed to the trash, ROOT
+ * fsynced once per batch, every manifest removed (fsynced) and every lock
+ * dropped, and then the directories emptied.  With owner !=
+ * STORE_NO_OWNER, a checkpoint directory owned by another uid is not
+ * touched (-EPERM).  Removal never crosses into another file system.
+ * res[i] says what happened to t[i]; returns how many were removed, or
+ * -errno if ROOT itself failed (then res[] says how far it got).
  */
-long store_local_remove(int rootfd, const char *const *names, size_t n, uid_t owner,
+long store_local_remove(int rootfd, const struct store_rm_target *t, size_t n, uid_t owner,
 			struct store_rm_result *res);
 
 /*
- * Finishes removals a crash cut short: empties and removes every trash
- * directory directly in rootfd (of `owner`'s, unless STORE_NO_OWNER).
- * Returns how many it removed, or -errno with the reason in err.
+ * Moves directory `name` of rootfd (not a checkpoint: a dead save's work
+ * area) into the trash, marked, for store_local_trash_sweep() to remove.
+ * 0, -ENOENT (gone or renamed meanwhile), or -errno (err).
  */
-long store_local_trash_sweep(int rootfd, uid_t owner, char *err, size_t errlen);
+int store_local_trash(int rootfd, const char *name, uid_t uid, char *err, size_t errlen);
+
+/*
+ * Finishes removals a crash cut short: empties and removes every trash
+ * directory directly in rootfd whose marker names it (and, unless owner
+ * is STORE_NO_OWNER or 0, gives owner's uid).  Other trash directories,
+ * and ones that fail, are reported through warn (if not NULL) and left;
+ * *ret_problems (if not NULL) counts them.  Returns how many it removed,
+ * or -errno if the root cannot be read.
+ */
+long store_local_trash_sweep(int rootfd, uid_t owner, void (*warn)(void *ud, const char *msg),
+			     void *ud, size_t *ret_problems);
 
 /*
  * S3 (store_s3 must be started): removes checkpoint `ckpt`

@@ -210,6 +210,7 @@ struct lister {
 	const char *prefix;
 	size_t strip;   /* bytes of the listed prefix */
 	int res;
+	unsigned skipped; /* keys under the prefix we cannot name */
 };
 
 /* Whether a listed key is one fn may see: under the prefix asked for
@@ -236,10 +237,12 @@ static int list_key(void *ud, const char *inner, size_t len)
 	char key[S3_KEY_MAX + 1];
 	int n = s3_xml_text(inner, len, "Key", key, sizeof(key));
 
-	if (n < 0)
+	if (n < 0 && n != -ENAMETOOLONG)
 		return -EBADMSG;
-	if (!listed_ok(l, key, (size_t)n))
+	if (n < 0 || !listed_ok(l, key, (size_t)n)) {
+		l->skipped++;
 		return 0; /* not ours to name: skipped, never acted on */
+	}
 	return stop_if(l, l->fn(l->ud, key + l->strip, false));
 }
 
@@ -265,13 +268,26 @@ static int list_prefix(void *ud, const char *inner, size_t len)
  * each name with `prefix` removed; its first non-zero return stops the
  * walk and is returned.
  */
+static int s3_list_n(const char *bucket, const char *prefix, bool delim,
+		     int (*fn)(void *ud, const char *name, bool is_prefix), void *ud,
+		     unsigned *ret_skipped, char *err, size_t errlen);
+
 static int s3_list(const char *bucket, const char *prefix, bool delim,
 		   int (*fn)(void *ud, const char *name, bool is_prefix), void *ud, char *err,
 		   size_t errlen)
 {
+	return s3_list_n(bucket, prefix, delim, fn, ud, NULL, err, errlen);
+}
+
+/* s3_list, and *ret_skipped (if not NULL): how many keys under the prefix
+ * it could not name (and so left out). */
+static int s3_list_n(const char *bucket, const char *prefix, bool delim,
+		     int (*fn)(void *ud, const char *name, bool is_prefix), void *ud,
+		     unsigned *ret_skipped, char *err, size_t errlen)
+{
 	char token[1024] = "", enc_tok[3 * sizeof(token)], enc_pre[3 * S3_KEY_MAX + 1];
 	char query[sizeof(enc_tok) + sizeof(enc_pre) + 128];
-	struct lister l = { fn, ud, prefix, strlen(prefix), 0 };
+	struct lister l = { fn, ud, prefix, strlen(prefix), 0, 0 };
 	int r;
 
 	if (s3_encode_query(prefix, enc_pre, sizeof(enc_pre)) < 0)
@@ -308,6 +324,8 @@ static int s3_list(const char *bucket, const char *prefix, bool delim,
 				sizeof(token)) <= 0)
 			r = -EBADMSG;
 		s3_req_free(&q);
+		if (ret_skipped)
+			*ret_skipped = l.skipped;
 		if (r == -EBADMSG) {
 			snprintf(err, errlen, "S3 listing of s3://%s/%s: an answer we cannot read",
 				 bucket, prefix);
@@ -1588,6 +1606,25 @@ int store_s3_remove(const char *ckpt, const char *by, char *err, size_t errlen)
 	keyset_free(&ks);
 	if (r < 0)
 		return r; /* the tombstone stays: a later removal finishes */
+	/* Only the tombstone may be left: keys that came meanwhile, or that
+	 * we cannot name, keep it (and the removal is reported unfinished)
+	 * rather than orphaned. */
+	{
+		struct keyset left = { .skip = MANIFEST_FILE };
+		unsigned odd = 0;
+
+		r = s3_list_n(loc.bucket, pre, false, keyset_add, &left, &odd, err, errlen);
+		if (r == 0 && (left.n || odd)) {
+			snprintf(err, errlen, "%zu key%s under %s could not be deleted%s%.200s%s: its "
+				 "tombstone stays", left.n + odd, left.n + odd == 1 ? "" : "s", ckpt,
+				 left.n ? " (e.g. '" : " (names we cannot handle)",
+				 left.n ? left.v[0] : "", left.n ? "')" : "");
+			r = -EIO;
+		}
+		keyset_free(&left);
+		if (r < 0)
+			return r;
+	}
 	rm_step("delete-tombstone");
 	return del_key(loc.bucket, man, err, errlen);
 }

@@ -70,7 +70,10 @@ sums() { # ROOT: a digest of every file of a and b
 check_after_crash() {
 	local root=$1 k=$2
 	if [ -d "$root/victim" ]; then
-		[ -f "$root/victim/manifest.json" ] && [ "$(find "$root/victim" -type f | wc -l)" = 5 ] ||
+		# (a crash after the removal marker was written leaves it: the
+		# checkpoint itself is whole)
+		[ -f "$root/victim/manifest.json" ] &&
+			[ "$(find "$root/victim" -type f ! -name .ckpt-removing | wc -l)" = 5 ] ||
 			fail "step $k: victim is still there but torn: $(find "$root/victim")"
 		return
 	fi
@@ -109,6 +112,7 @@ while :; do
 		"$rmc" remove "$root" victim 0 >/dev/null || fail "step $k: removal after the crash"
 	fi
 	left=$(cd "$root" && ls -A)
+	[ -z "$(ls -A "$root" | grep ckpt-trash)" ] || fail "step $k: trash left: $left"
 	[ "$left" = "$(printf 'a\nb')" ] || fail "step $k: the root holds: $left"
 	sums "$root" | cmp -s - "$tmp/sums.before" || fail "step $k: a or b changed"
 	rm -rf "$root"
@@ -137,24 +141,42 @@ holder=
 [ ! -e "$root/a" ] || fail "a still there after its lease ended"
 echo "local: a reader's lease kept its checkpoint; removed once it ended"
 
-# ---- local: another uid's prune is refused ----
+# ---- local: another uid's prune is refused; in a shared root, another
+# user's checkpoints neither count in nor take protections from a plan ----
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 	root=$tmp/owned
 	fixture "$root"
 	chmod 755 "$tmp"
-	chown -R 4242:4242 "$root"
+	chown -R 4242:4242 "$root/a" "$root/b" "$root/victim"
+	chmod 1777 "$root"
+	as() { local u=$1; shift; setpriv --reuid="$u" --regid="$u" --clear-groups "$@"; }
 	set +e
-	setpriv --reuid=4343 --regid=4343 --clear-groups "$ctl" prune "$root" --keep-last 1 \
-		>"$tmp/other.out" 2>&1
+	as 4343 "$ctl" prune "$root" --keep-last 1 >"$tmp/other.out" 2>&1
 	rc=$?
 	set -e
 	[ $rc = 6 ] || fail "another uid's prune: exit $rc, not 6: $(cat "$tmp/other.out")"
-	grep -q "belongs to uid 4242" "$tmp/other.out" || fail "refusal unclear: $(cat "$tmp/other.out")"
+	grep -q "belong to uid 4343: a user prunes only their own" "$tmp/other.out" ||
+		fail "refusal unclear: $(cat "$tmp/other.out")"
 	[ "$(cd "$root" && ls -A | tr '\n' ' ')" = "a b victim " ] || fail "a refused prune removed something"
-	setpriv --reuid=4242 --regid=4242 --clear-groups "$ctl" prune "$root" --keep-last 1 \
-		>"$tmp/own.out" 2>&1 || fail "the owner's prune: $(cat "$tmp/own.out")"
-	[ "$(cd "$root" && ls -A | tr '\n' ' ')" = "victim " ] || fail "the owner's prune left: $(ls -A "$root")"
-	echo "local: another uid's prune refused (exit 6); the owner's went through"
+	# uid 4343 plants a "newer" checkpoint of its own: the owner's plan
+	# does not see it, so the owner's newest stays newest.
+	as 4343 mkdir "$root/zz"
+	as 4343 "$sys" -c 'import json, sys; json.dump({"format": "ckpt-1", "name": "zz",
+	    "step": 999999999, "time": "2099-01-01T00:00:00Z", "job": "j", "world_size": 1,
+	    "crc_block": 1048576, "metadata": {}, "metrics": {}, "files": [], "total_bytes": 0,
+	    "tensors": {}, "blobs": {}}, open(sys.argv[1], "w"))' "$root/zz/manifest.json"
+	as 4242 "$ctl" prune "$root" --keep-last 1 >"$tmp/own.out" 2>&1 ||
+		fail "the owner's prune: $(cat "$tmp/own.out")"
+	[ "$(cd "$root" && ls -A | tr '\n' ' ')" = "victim zz " ] ||
+		fail "the owner's prune left: $(ls -A "$root"): $(cat "$tmp/own.out")"
+	grep -q "1 checkpoint of other users left out" "$tmp/own.out" || fail "others not said: $(cat "$tmp/own.out")"
+	# Another user renames the owner's checkpoint to look like trash: the
+	# next prune reports it and removes nothing of it.
+	as 4343 mv "$root/zz" "$root/.ckpt-trash-gotcha"
+	"$ctl" prune "$root" --keep-last 5 >"$tmp/trash.out" 2>&1 && fail "planted trash: exit 0"
+	grep -q "looks like trash but no removal marked it" "$tmp/trash.out" || fail "planted trash: $(cat "$tmp/trash.out")"
+	[ -f "$root/.ckpt-trash-gotcha/manifest.json" ] || fail "planted trash was removed"
+	echo "local: another uid's prune refused (exit 6); the owner's plan ignores others' checkpoints; planted trash kept"
 else
 	echo "SKIP: [other-uid] needs root and setpriv to run ckptctl as two other users"
 fi

@@ -62,14 +62,14 @@ static int cmd_remove(const char *root, const char *name, const char *k)
 		store_s3_stop();
 	} else {
 		struct store_rm_result res;
-		const char *names[1] = { name };
+		struct store_rm_target t = { .name = name };
 		int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 		if (fd < 0) {
 			fprintf(stderr, "rm_crash: %s: %s\n", root, strerror(errno));
 			return 1;
 		}
-		r = store_local_remove(fd, names, 1, STORE_NO_OWNER, &res) == 1 ? 0 : res.res;
+		r = store_local_remove(fd, &t, 1, STORE_NO_OWNER, &res) == 1 ? 0 : res.res;
 		snprintf(err, sizeof(err), "%s", res.err);
 		close(fd);
 	}

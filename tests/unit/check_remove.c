@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,15 +67,15 @@ static void teardown(void)
 
 static long rm1(const char *name, uid_t owner, struct store_rm_result *res)
 {
-	const char *names[1] = { name };
+	struct store_rm_target t = { .name = name };
 
-	return store_local_remove(rootfd, names, 1, owner, res);
+	return store_local_remove(rootfd, &t, 1, owner, res);
 }
 
 START_TEST(test_removes_whole)
 {
 	struct store_rm_result res[2];
-	const char *names[2] = { "a", "b" };
+	struct store_rm_target names[2] = { { .name = "a" }, { .name = "b" } };
 
 	ckpt("a");
 	ckpt("b");
@@ -86,10 +88,7 @@ START_TEST(test_removes_whole)
 	ck_assert(!there("a") && !there("b"));
 	ck_assert(there("c/manifest.json") && there("c/shard.bin"));
 	/* Nothing left in the trash either. */
-	{
-		char err[256];
-		ck_assert_int_eq(store_local_trash_sweep(rootfd, STORE_NO_OWNER, err, sizeof(err)), 0);
-	}
+	ck_assert_int_eq(store_local_trash_sweep(rootfd, STORE_NO_OWNER, NULL, NULL, NULL), 0);
 }
 END_TEST
 
@@ -158,6 +157,7 @@ START_TEST(test_lease)
 	ck_assert_int_eq(store_lease_busy(rootfd, "read"), 1);
 	ck_assert_int_eq(rm1("read", STORE_NO_OWNER, &res), 0);
 	ck_assert_int_eq(res.res, -EBUSY);
+	ck_assert(res.in_use);
 	ck_assert(there("read/manifest.json"));
 	close(fd);
 	ck_assert_int_eq(store_lease_busy(rootfd, "read"), 0);
@@ -168,26 +168,95 @@ END_TEST
 
 START_TEST(test_sweep)
 {
-	char err[256];
+	size_t problems = 9;
 	int fd;
 
 	/* Left by crashes: one still with its manifest, one locked by a
-	 * removal still running, and a file of that name (not ours). */
+	 * removal still running, a directory renamed to look like trash (no
+	 * marker, or a marker naming another), and a file of that name. */
 	ck_assert_int_eq(mkdirat(rootfd, ".ckpt-trash-aa", 0755), 0);
 	put(".ckpt-trash-aa/manifest.json", "{}");
 	put(".ckpt-trash-aa/shard.bin", "x");
+	put(".ckpt-trash-aa/.ckpt-removing", "trash=.ckpt-trash-aa\nuid=0\n");
 	ck_assert_int_eq(mkdirat(rootfd, ".ckpt-trash-bb", 0755), 0);
 	put(".ckpt-trash-bb/shard.bin", "x");
+	put(".ckpt-trash-bb/.ckpt-removing", "trash=.ckpt-trash-bb\nuid=0\n");
+	ck_assert_int_eq(mkdirat(rootfd, ".ckpt-trash-planted", 0755), 0);
+	put(".ckpt-trash-planted/manifest.json", "{}");
+	ck_assert_int_eq(mkdirat(rootfd, ".ckpt-trash-other", 0755), 0);
+	put(".ckpt-trash-other/.ckpt-removing", "trash=.ckpt-trash-aa\nuid=0\n");
 	put(".ckpt-trash-cc", "a file");
 	fd = openat(rootfd, ".ckpt-trash-bb", O_RDONLY | O_DIRECTORY);
 	ck_assert_int_eq(flock(fd, LOCK_EX), 0);
-	ck_assert_int_eq(store_local_trash_sweep(rootfd, STORE_NO_OWNER, err, sizeof(err)), 1);
+	ck_assert_int_eq(store_local_trash_sweep(rootfd, STORE_NO_OWNER, NULL, NULL, &problems), 1);
+	ck_assert_int_eq(problems, 2);
 	ck_assert(!there(".ckpt-trash-aa"));
 	ck_assert(there(".ckpt-trash-bb/shard.bin"));
+	ck_assert(there(".ckpt-trash-planted/manifest.json"));
+	ck_assert(there(".ckpt-trash-other/.ckpt-removing"));
 	ck_assert(there(".ckpt-trash-cc"));
 	close(fd);
-	ck_assert_int_eq(store_local_trash_sweep(rootfd, STORE_NO_OWNER, err, sizeof(err)), 1);
+	ck_assert_int_eq(store_local_trash_sweep(rootfd, STORE_NO_OWNER, NULL, NULL, NULL), 1);
 	ck_assert(!there(".ckpt-trash-bb"));
+}
+END_TEST
+
+START_TEST(test_reused_name)
+{
+	struct store_rm_result res;
+	struct store_rm_target t = { .name = "x" };
+	struct stat st;
+
+	/* Planned: x as it was; then x is replaced by another checkpoint. */
+	ckpt("x");
+	ck_assert_int_eq(fstatat(rootfd, "x", &st, 0), 0);
+	t.dev = st.st_dev;
+	t.ino = st.st_ino;
+	ck_assert_int_eq(renameat(rootfd, "x", rootfd, "old"), 0);
+	ckpt("x");
+	ck_assert_int_eq(store_local_remove(rootfd, &t, 1, STORE_NO_OWNER, &res), 0);
+	ck_assert_int_eq(res.res, -ESTALE);
+	ck_assert(there("x/manifest.json") && there("old/manifest.json"));
+}
+END_TEST
+
+START_TEST(test_mount_point)
+{
+	struct store_rm_result res;
+	char path[PATH_MAX + 320];
+
+	if (geteuid() != 0) {
+		printf("SKIP: [mount] needs root to mount a tmpfs inside a checkpoint\n");
+		return;
+	}
+	ckpt("m");
+	ck_assert_int_eq(mkdirat(rootfd, "m/data", 0755), 0);
+	snprintf(path, sizeof(path), "%s/m/data", tmp);
+	if (mount("ckpt-test", path, "tmpfs", 0, "size=1m") < 0) {
+		printf("SKIP: [mount] cannot mount a tmpfs here: %s\n", strerror(errno));
+		return;
+	}
+	put("m/data/precious", "x");
+	ck_assert_int_eq(rm1("m", STORE_NO_OWNER, &res), 0);
+	ck_assert_int_eq(res.res, -EXDEV);
+	ck_assert(!res.in_use);
+	ck_assert_ptr_nonnull(strstr(res.err, "mount point"));
+	/* (the directory is in the trash now, the mount with it) */
+	{
+		char trash[PATH_MAX + 300] = "";
+		DIR *d = fdopendir(dup(rootfd));
+		struct dirent *de;
+
+		rewinddir(d);
+		while ((de = readdir(d)))
+			if (store_is_trash_name(de->d_name))
+				snprintf(trash, sizeof(trash), "%s/%s/data", tmp, de->d_name);
+		closedir(d);
+		ck_assert(trash[0]);
+		snprintf(path, sizeof(path), "%s/precious", trash);
+		ck_assert_int_eq(access(path, F_OK), 0);
+		ck_assert_int_eq(umount(trash), 0);
+	}
 }
 END_TEST
 
@@ -222,6 +291,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_owner);
 	tcase_add_test(tc, test_lease);
 	tcase_add_test(tc, test_sweep);
+	tcase_add_test(tc, test_reused_name);
+	tcase_add_test(tc, test_mount_point);
 	tcase_add_test(tc, test_tombstone);
 	suite_add_tcase(s, tc);
 	return s;
