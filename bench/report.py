@@ -26,12 +26,14 @@ TARGETS = [
     ("save-s3-1g", "s3_vs_awscli", ">=", 1.0, "ratio"),
     ("s3-sink-2g", "s3_client_vs_awscli", ">=", 3.0, "ratio"),
     ("s3-sink-2g", "staging_vs_copy_limit", ">=", 0.9, "ratio"),
+    # Issue 11: a save while 900 checkpoints are pruned stages as fast as alone.
+    ("prune-1000", "stall_during_prune", "<=", 1.05, "ratio"),
 ]
 PEER_CEILING_SHARE = 0.9
 
 RATIOS = ["staging_vs_copy_limit", "staging_vs_d2h_limit", "commit_vs_disk_limit", "durable_speedup_vs_torch", "durable_speedup_vs_dcp",
           "staged_speedup_vs_dcp", "blocking_speedup_vs_dcp", "vs_one_tensor", "stall_vs_alone",
-          "staging_vs_copy_during_write", "s3_vs_awscli", "s3_client_vs_awscli"]
+          "staging_vs_copy_during_write", "s3_vs_awscli", "s3_client_vs_awscli", "stall_during_prune"]
 
 
 def _cmp(v, op, bound):
@@ -169,6 +171,20 @@ ROWS = [
     ("2nd job staged_ms alone", _two("alone_staged_ms", 1)),
     ("2nd job staged_ms during 1st commit", _two("staged_ms", 1)),
     ("1st job committed_ms", _two("first_job_committed_ms", 1)),
+    ("checkpoints pruned (of the root)", lambda s: "%d of %d" % (s["removed"], s["checkpoints"])
+     if "checkpoints" in s else "-"),
+    ("one checkpoint copied (MiB, files)", lambda s: "%.1f, %d" % (s["checkpoint_bytes"] / MIB, s["checkpoint_files"])
+     if s.get("checkpoint_bytes") is not None else "-"),
+    ("prune_local_s", _val("prune_local_s", 2)),
+    ("first_prune_local_s", _val("first_prune_local_s", 2)),
+    ("prune_s3_s (moto)", _val("prune_s3_s", 2)),
+    ("first_prune_s3_s (moto)", _val("first_prune_s3_s", 2)),
+    ("save_alone_staged_ms", _val("save_alone_staged_ms", 1)),
+    ("save_during_prune_staged_ms", _val("save_during_prune_staged_ms", 1)),
+    ("save_alone_committed_ms", _val("save_alone_committed_ms", 1)),
+    ("save_during_prune_committed_ms", _val("save_during_prune_committed_ms", 1)),
+    ("prune_during_save_s (local)", _val("prune_during_save_s", 2)),
+    ("staged_overlap (share inside the prune)", _val("staged_overlap", 2)),
     ("max_loop_stall_ms", lambda s: fmt(s.get("max_loop_stall_ms"), 2)),
     ("max_loop_cpu_ms", lambda s: fmt(s.get("max_loop_cpu_ms"), 2)),
 ]

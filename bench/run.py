@@ -21,9 +21,10 @@ as their median, min and max (and a ceiling where one is defined).
 Environment: BUILD (build directory, default "build"), QUICK (non-empty and
 not "0": small sizes, 2 rounds: a smoke check), SCENARIOS (comma-separated
 subset of save-2g, save-many, save-8ranks, two-jobs, save-gpu-2g,
-save-s3-1g, s3-sink-2g, load-2g, reshard-8to3, restore-ram-2g; reshard-8to3
-and restore-ram-2g bring load-2g with them), BENCH_SKIP_S3=1 (the S3
-scenarios report null with the reason instead of running),
+save-s3-1g, s3-sink-2g, load-2g, reshard-8to3, restore-ram-2g, scale-1024,
+prune-1000; reshard-8to3 and restore-ram-2g bring load-2g with them),
+BENCH_SKIP_S3=1 (the S3 scenarios, and prune-1000's S3 prune, report null
+with the reason instead of running),
 BENCH_ROUNDS (override the number of rounds, >= 2; fewer than 5 is noted as
 not a protocol run), BENCH_SKIP_DCP=1 / BENCH_SKIP_TORCH=1 (leave a peer out;
 its fields are then null with a reason), BENCH_OUT (output JSON path; default
@@ -66,6 +67,21 @@ that checkpoint from the daemon's memory (CKPT_CONNECT_RESIDENT,
 ckpt_load_set_client): each of its measurements starts a saver and, once
 the saver is killed, a loader (two ckpt_bench processes of one job).
 
+prune-1000 (issue 11) prunes roots of 1,000 committed checkpoints (QUICK:
+100) with `ckptctl prune ROOT --keep-last 100 --json`, which removes 900: a
+directory on the data disk and s3://BUCKET/prune on a moto server.  The
+checkpoints are copies of one real checkpoint saved through the scenario's
+ckptd before round 1 (4 MiB in 4 tensors: its shard, index, manifest and
+attempt files), with the manifest's name, step and time rewritten
+(bench/baselines/prune_root.py, which also uploads the S3 copies with
+boto3).  A prune removes 900 of them, so every measurement makes its root
+afresh, outside its timed part (copied and synced, or uploaded, then
+counted with `ckptctl list --json`), and checks after the prune that the
+100 newest are left.  In the same rounds, save-2g's save through the same
+ckptd, alone and started while a local prune runs (once a removal is seen
+under way), in a pair whose order alternates: stall_during_prune = the
+staged_ms during / the staged_ms alone, per round.
+
   python3 bench/run.py --markdown FILE   prints a results file as Markdown
 
 Exit status: 0 when every ckptd measurement ran (missed targets and
@@ -83,10 +99,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "baselines"))
+import prune_root  # noqa: E402
 
 # The load scenarios' targets (BENCH.md v2 and their issue), ratios and
 # table rows, added to report.py's tables: judged and shown as the save
@@ -221,6 +241,8 @@ if QUICK:
         "reshard-8to3": dict(kind="reshard", bytes=32 * MIB, tensors=32, ranks=8, cols=4096, loaders=3),
         "restore-ram-2g": dict(kind="restore", bytes=256 * MIB, tensors=256, ranks=1),
         "scale-1024": dict(kind="scale", bytes=0, tensors=50, ranks=128, worlds="16,32,64,128"),
+        "prune-1000": dict(kind="prune", bytes=256 * MIB, tensors=256, ranks=1, checkpoints=100, keep=10,
+                           ckpt_bytes=4 * MIB, ckpt_tensors=4),
     }
 else:
     SCENARIOS = {
@@ -242,6 +264,11 @@ else:
         # Synthetic checkpoints of 128..1024 ranks x 500 tensors, each sharded
         # over every rank: merge, open and load planning (bench/ckpt_scale.c).
         "scale-1024": dict(kind="scale", bytes=0, tensors=500, ranks=1024, worlds="128,256,512,1024"),
+        # 1,000 committed checkpoints (copies of one real 4 MiB checkpoint),
+        # a policy that removes 900, locally and on moto; and save-2g's save
+        # while the local prune runs, against the same save alone.
+        "prune-1000": dict(kind="prune", bytes=2 * GIB, tensors=256, ranks=1, checkpoints=1000, keep=100,
+                           ckpt_bytes=4 * MIB, ckpt_tensors=4),
     }
 # save-8ranks is measured with the library's default copy threads and with
 # 2 per client, interleaved in the same rounds; the second is reported as
@@ -833,9 +860,10 @@ class Rounds:
     "errors": {item: "..."}}.  A measurement whose worker has died is
     skipped in later rounds (its figures stay missing, with the reason)."""
 
-    def __init__(self, scenario, items, data_dir=None, blocks=()):
+    def __init__(self, scenario, items, data_dir=None, blocks=(), no_warmup=()):
         self.scenario = scenario
         self.items = items  # [(name, function, worker or None)]
+        self.no_warmup = set(no_warmup)
         # Units of the order: a block (names measured back to back) or one
         # item.  A ratio of two figures taken in one round is only as good
         # as the machine was the same for both; on this VM the speed of
@@ -905,9 +933,15 @@ class Rounds:
                     # a pause ran 2-2.5x slower than the next, in 3 of 6
                     # tries after 15-30 s (and a round is longer than that).
                     # Every measurement, peers included, gets the same
-                    # warm-up, and its figures are kept ("warmup").
-                    rec["warmup"][name] = fn()
-                    self.settle()
+                    # warm-up, and its figures are kept ("warmup"), except
+                    # those named in no_warmup (measurements that pass over
+                    # no large buffer: their warm-up runs once, before round
+                    # 1).
+                    if name in self.no_warmup:
+                        rec["warmup"][name] = None
+                    else:
+                        rec["warmup"][name] = fn()
+                        self.settle()
                     rec["figures"][name] = fn()
                     avail = meminfo("MemAvailable")
                     if avail is not None and (self.min_mem_available is None or avail < self.min_mem_available):
@@ -1026,8 +1060,8 @@ def await_ready(w, notes, what):
         return None
 
 
-def ckpt_argv(daemon, nbytes, tensors, ranks, clients, arena):
-    argv = [os.path.join(BUILD, "bench", "ckpt_bench"), "--socket", daemon.socket, "--root", daemon.root,
+def ckpt_argv(daemon, nbytes, tensors, ranks, clients, arena, root=None):
+    argv = [os.path.join(BUILD, "bench", "ckpt_bench"), "--socket", daemon.socket, "--root", root or daemon.root,
             "--bytes", str(nbytes), "--tensors", str(tensors), "--ranks", str(ranks),
             "--arena", str(arena), "--timeout", str(CMD_TIMEOUT)]
     for c in clients:
@@ -3243,6 +3277,476 @@ def scale_scenario(name, sc, run_dir, failures):
     return r
 
 
+# ---- prune-1000 -------------------------------------------------------------
+
+PRUNE_S3_PREFIX = "prune"   # the S3 root pruned: s3://S3_BUCKET/PRUNE_S3_PREFIX
+PRUNE_S3_THREADS = 32       # PUTs at once while an S3 root is made (not timed)
+PRUNE_POLL_S = 0.002        # how often "during" looks whether the prune is under way
+# store/remove.h's STORE_TRASH_PREFIX: what a local removal renames to.
+TRASH_PREFIX = ".ckpt-trash-"
+
+
+def ckptctl_path():
+    ctl = os.path.join(BUILD, "ckptctl")
+    if not os.access(ctl, os.X_OK):
+        raise BenchError("%s is missing" % ctl)
+    return ctl
+
+
+def committed_in(root, env=None):
+    """The committed checkpoints `ckptctl list ROOT --json` finds, as a
+    sorted list of their paths below ROOT (at any depth; work areas, trash
+    and incomplete ones are not)."""
+    try:
+        p = subprocess.run([ckptctl_path(), "list", root, "--json"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env, timeout=CMD_TIMEOUT,
+                           preexec_fn=die_with_parent)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BenchError("ckptctl list %s: %s" % (root, e))
+    if p.returncode != 0:
+        raise BenchError("ckptctl list %s failed (exit %d): %s" % (root, p.returncode, p.stderr.strip()[-300:]))
+    names = []
+    for line in p.stdout.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("state") == "committed":
+            names.append(obj.get("path"))
+    return sorted(names)
+
+
+def check_root(root, want, when, env=None):
+    """BenchError unless the committed checkpoints of root are exactly
+    the names in want."""
+    have = committed_in(root, env)
+    if have != sorted(want):
+        extra, missing = sorted(set(have) - set(want)), sorted(set(want) - set(have))
+        raise BenchError("%s %s: ckptctl list finds %d committed checkpoints, want %d (not wanted: %s; "
+                         "missing: %s)" % (when, root, len(have), len(want), ", ".join(extra[:3]) or "none",
+                                           ", ".join(missing[:3]) or "none"))
+
+
+class PruneRun:
+    """`ckptctl prune ROOT --keep-last KEEP --json`, started at once and
+    reaped by a thread of its own, so that its end (and its CPU time, from
+    wait4) is known while the caller does something else, such as a save.
+    Times are CLOCK_MONOTONIC ns, as ckpt_bench's t_*_ns.  kill() or
+    result() is always called; kill() stops it by its PID (its own
+    process group)."""
+
+    def __init__(self, root, keep, out_dir, env=None):
+        self.root = root
+        self.t_end = None
+        self.rusage = None
+        self.out_path = os.path.join(out_dir, "prune.out")
+        self.err_path = os.path.join(out_dir, "prune.err")
+        argv = [ckptctl_path(), "prune", root, "--keep-last", str(keep), "--json"]
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.t_start = time.monotonic_ns()
+            try:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                             preexec_fn=die_with_parent)
+            except OSError as e:
+                raise BenchError("ckptctl prune: %s" % e)
+        self.thread = threading.Thread(target=self._reap, daemon=True)
+        self.thread.start()
+
+    def _reap(self):
+        _, status, self.rusage = os.wait4(self.proc.pid, 0)
+        self.t_end = time.monotonic_ns()
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+
+    def running(self):
+        return self.thread.is_alive()
+
+    def kill(self):
+        if self.thread.is_alive():
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.thread.join()
+
+    def result(self, n, keep):
+        """Waits for the prune: its figures, or BenchError unless it
+        found n checkpoints and removed n - keep of them."""
+        self.thread.join(CMD_TIMEOUT)
+        if self.thread.is_alive():
+            self.kill()
+            raise BenchError("ckptctl prune %s did not end within %d s" % (self.root, CMD_TIMEOUT))
+        summ = None
+        with open(self.out_path, errors="replace") as f:
+            for line in f:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and isinstance(obj.get("summary"), dict):
+                    summ = obj["summary"]
+        if self.proc.returncode != 0 or summ is None:
+            raise BenchError("ckptctl prune %s exited with status %s: %s" % (
+                self.root, self.proc.returncode, log_tail(self.err_path, 3) or "(no summary line)"))
+        if (summ.get("checkpoints") != n or summ.get("removed") != n - keep or summ.get("failed")
+                or summ.get("in_use")):
+            raise BenchError("ckptctl prune %s: %s checkpoints found and %s removed (want %d of %d; failed %s, "
+                             "in use %s)" % (self.root, summ.get("checkpoints"), summ.get("removed"), n - keep, n,
+                                             summ.get("failed"), summ.get("in_use")))
+        return {"seconds": round((self.t_end - self.t_start) / 1e9, 4), "checkpoints": summ["checkpoints"],
+                "removed": summ["removed"],
+                "cpu_s": round(self.rusage.ru_utime + self.rusage.ru_stime, 3),
+                "t_start_ns": self.t_start, "t_end_ns": self.t_end}
+
+
+def build_local_root(root, tpl, n):
+    """A fresh ROOT holding prune_root.copies(n) of the checkpoint directory
+    tpl (its files copied, the manifest rewritten), all of it on the disk
+    (sync) before it returns: no writeback of the copies may run in a
+    measurement.  Returns the seconds it took."""
+    t0 = time.monotonic()
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    with open(os.path.join(tpl, "manifest.json")) as f:
+        manifest = json.load(f)
+    files = [x for x in sorted(os.listdir(tpl)) if x != "manifest.json"]
+    for cname, step, when in prune_root.copies(n):
+        d = os.path.join(root, cname)
+        os.mkdir(d)
+        for x in files:
+            shutil.copyfile(os.path.join(tpl, x), os.path.join(d, x))
+        # The manifest last, as a commit writes it.
+        with open(os.path.join(d, "manifest.json"), "wb") as f:
+            f.write(prune_root.manifest_for(manifest, cname, step, when))
+    os.sync()
+    return round(time.monotonic() - t0, 3)
+
+
+def prune_under_way(root, n):
+    """How a running prune of a root of n checkpoints shows it removes:
+    "trash" (a checkpoint renamed to a trash directory), "fewer" (fewer
+    than n left: one was removed between two looks), or None (not yet)."""
+    left = 0
+    with os.scandir(root) as it:
+        for e in it:
+            if e.name.startswith(TRASH_PREFIX):
+                return "trash"
+            left += not e.name.startswith(".")
+    return "fewer" if left < n else None
+
+
+def overlap(a0, a1, b0, b1):
+    """The share of [a0, a1] that [b0, b1] covers (0..1), or None."""
+    if a1 is None or a0 is None or b0 is None or b1 is None or a1 <= a0:
+        return None
+    return round(max(0, min(a1, b1) - max(a0, b0)) / (a1 - a0), 4)
+
+
+def prune_scenario(name, sc, daemon, server, s3_why, run_dir, failures):
+    """prune-1000: `ckptctl prune --keep-last K` of a root of N committed
+    checkpoints, local and (with server) on moto, and the staged_ms of a
+    save-2g save started while a local prune runs against the same save
+    alone, in rounds.  Every measurement starts from a fresh root made
+    outside its timed part.  Returns {name: result}."""
+    n, keep = sc["checkpoints"], sc["keep"]
+    nbytes, tensors = sc["bytes"], sc["tensors"]
+    notes, detail = [], {}
+    env = worker_env(1)
+    local_root = os.path.join(daemon.data, "prune-root")
+    tpl_root = os.path.join(daemon.data, "prune-template")
+    tpl_copy = os.path.join(run_dir, "prune-template")
+    s3_root = "s3://%s/%s" % (S3_BUCKET, PRUNE_S3_PREFIX) if server else None
+    ctl_env = None
+    if server:
+        ctl_env = server.env(base=env)
+        ctl_env["AWS_ENDPOINT_URL_S3"] = server.endpoint
+    if " " in run_dir:
+        raise BenchError("the run directory '%s' has a space: prune_root.py's commands are words" % run_dir)
+
+    # What runs at once: the saver (state and arena, no limits' memfd), the
+    # root's copies in the page cache (clean: reclaimable), moto holding
+    # an S3 root (~2x its bytes).
+    root_bytes = n * (sc["ckpt_bytes"] + 64 * 1024)
+    plan = {"ckpt_bench": nbytes + arena_for(nbytes, tensors) + 64 * MIB,
+            "moto": (2 * root_bytes + 200 * MIB) if server else 0, "margin": GIB}
+    detail["memory_plan_gib"] = {k: round(v / GIB, 2) for k, v in plan.items()}
+    avail = meminfo("MemAvailable")
+    detail["mem_available_gib_at_start"] = round(avail / GIB, 2) if avail is not None else None
+    if avail is not None and avail < sum(plan.values()):
+        notes.append("only %.1f GiB of memory available, the scenario wants ~%.1f GiB"
+                     % (avail / GIB, sum(plan.values()) / GIB))
+
+    # The checkpoint every copy is made from: one real save through this
+    # ckptd, kept, then copied aside (quit removes it).
+    tb, tt = sc["ckpt_bytes"], sc["ckpt_tensors"]
+    progress("%s: the checkpoint to copy (%d MiB in %d tensors, saved through ckptd)" % (name, tb // MIB, tt))
+    os.makedirs(tpl_root, exist_ok=True)
+    tw = start_worker("template", ckpt_argv(daemon, tb, tt, 1, ["default:0"], max(64 * MIB, arena_for(tb, tt)),
+                                            root=tpl_root) + ["--no-limits"], run_dir, env, notes)
+    if tw is None:
+        raise BenchError("the template's ckpt_bench did not start: %s" % notes[-1])
+    try:
+        if await_ready(tw, notes, "the template's ckpt_bench") is None:
+            raise BenchError("the template's ckpt_bench did not start: %s" % notes[-1])
+        saved = tw.cmd("save default keep")
+        tpl = os.path.join(tpl_copy, saved["name"])
+        shutil.rmtree(tpl_copy, ignore_errors=True)
+        shutil.copytree(os.path.join(tpl_root, saved["name"]), tpl)
+    finally:
+        close_workers([tw], notes)
+        shutil.rmtree(tpl_root, ignore_errors=True)
+    tpl_files = {x: os.path.getsize(os.path.join(tpl, x)) for x in sorted(os.listdir(tpl))}
+    detail["checkpoint"] = {"files": tpl_files, "saved": saved}
+    ckpt_bytes = sum(tpl_files.values())
+
+    progress("%s: starting ckpt_bench (%d MiB)%s" % (name, nbytes // MIB, ", the S3 root's maker" if server else ""))
+    saver = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, 1, ["default:0"],
+                                                 arena_for(nbytes, tensors)) + ["--no-limits"], run_dir, env, notes)
+    objs = None
+    if server:
+        objs = start_worker("prune_root", [server.py, os.path.join(REPO, "bench", "baselines", "prune_root.py")],
+                            run_dir, server.env(base=env), notes)
+    workers = [w for w in (saver, objs) if w]
+    mdir = os.path.join(run_dir, "prune-runs")
+    # What a root holds before the prune, and what keep_last leaves.
+    every = [c[0] for c in prune_root.copies(n)]
+    newest = every[n - keep:]
+    os.makedirs(mdir, exist_ok=True)
+    warm = {}
+    try:
+        ready = await_ready(saver, notes, "ckpt_bench")
+        if ready is None:
+            raise BenchError("ckpt_bench did not start: %s" % notes[-1])
+        detail["ckpt_bench"] = ready
+        if server and await_ready(objs, notes, "the S3 root's maker (prune_root.py)") is None:
+            raise BenchError("the S3 root's maker did not start: %s" % notes[-1])
+
+        def local_root_ready():
+            build_s = build_local_root(local_root, tpl, n)
+            check_root(local_root, every, "before the prune")
+            return build_s
+
+        def prune_local():
+            try:
+                build_s = local_root_ready()
+                res = PruneRun(local_root, keep, mdir).result(n, keep)
+                check_root(local_root, newest, "after the prune")
+            finally:
+                shutil.rmtree(local_root, ignore_errors=True)
+            res["build_s"] = build_s
+            return res
+
+        def prune_s3():
+            try:
+                made = objs.cmd("fill %s %s %d %d" % (PRUNE_S3_PREFIX, tpl, n, PRUNE_S3_THREADS))
+                check_root(s3_root, every, "before the prune", ctl_env)
+                c0 = server.cpu_s()
+                res = PruneRun(s3_root, keep, mdir, ctl_env).result(n, keep)
+                c1 = server.cpu_s()
+                check_root(s3_root, newest, "after the prune", ctl_env)
+            finally:
+                # Whatever a failed run left goes too (a leftover would
+                # fail the next one's count).
+                try:
+                    objs.cmd("clean %s" % PRUNE_S3_PREFIX)
+                except BenchError as e:
+                    notes.append("%s: cleaning %s: %s" % (name, s3_root, e))
+            res["server_cpu_s"] = round(c1 - c0, 3) if c0 is not None and c1 is not None else None
+            res["fill_s"], res["fill_objects"], res["fill_bytes"] = made["seconds"], made["objects"], made["bytes"]
+            return res
+
+        def save_alone():
+            # The same as during, without the prune: the same root made,
+            # synced and listed first.
+            try:
+                build_s = local_root_ready()
+                res = saver.cmd("save default")
+            finally:
+                shutil.rmtree(local_root, ignore_errors=True)
+            res["build_s"] = build_s
+            return res
+
+        def save_during():
+            try:
+                build_s = local_root_ready()
+                run = PruneRun(local_root, keep, mdir)
+                try:
+                    how = None
+                    while how is None:
+                        if not run.running():
+                            raise BenchError("the prune ended before it was seen removing (no trash directory, "
+                                             "no checkpoint gone)")
+                        how = prune_under_way(local_root, n)
+                        if how is None:
+                            time.sleep(PRUNE_POLL_S)
+                    t_seen = time.monotonic_ns()
+                    res = saver.cmd("save default")
+                except BaseException:
+                    run.kill()
+                    raise
+                pr = run.result(n, keep)
+                check_root(local_root, newest, "after the prune")
+            finally:
+                shutil.rmtree(local_root, ignore_errors=True)
+            t0, ts, tc = res.get("t_start_ns"), res.get("t_staged_ns"), res.get("t_committed_ns")
+            res.update({"build_s": build_s, "prune_s": pr["seconds"], "prune_cpu_s": pr["cpu_s"],
+                        "under_way": how, "seen_ms_after_prune_start": round((t_seen - pr["t_start_ns"]) / 1e6, 2),
+                        "save_started_ms_after_prune_start": round((t0 - pr["t_start_ns"]) / 1e6, 2) if t0 else None,
+                        "prune_ended_ms_after_committed": round((pr["t_end_ns"] - tc) / 1e6, 2) if tc else None,
+                        "staged_overlap": overlap(t0, ts, pr["t_start_ns"], pr["t_end_ns"]),
+                        "committed_overlap": overlap(t0, tc, pr["t_start_ns"], pr["t_end_ns"])})
+            return res
+
+        # Warm-ups before round 1: the saver's first save, and one full
+        # prune of each kind (first_prune_*: the prunes get no untimed
+        # run inside the rounds, see no_warmup below).
+        progress("%s: warm-up (a save, a local prune of %d of %d%s)" % (name, n - keep, n,
+                                                                         ", an S3 prune" if server else ""))
+        warm["save"] = saver.cmd("save default")
+        warm["prune_local"] = prune_local()
+        if server:
+            try:
+                warm["prune_s3"] = prune_s3()
+            except BenchError as e:
+                failures.append("%s: the S3 prune's warm-up: %s" % (name, e))
+                notes.append("prune_s3_s: null: its warm-up failed: %s" % e)
+                server = None
+        stall_before, _ = loop_stall(daemon, [])
+
+        items = [("ckptd_prune_local", prune_local, None),
+                 ("ckptd_alone", save_alone, saver), ("ckptd_during", save_during, saver)]
+        if server:
+            items.append(("ckptd_prune_s3", prune_s3, objs))
+        # A prune passes over no large buffer of this process (the host's
+        # taking back of idle memory, which the untimed run is for, does
+        # not reach it) and each is a new ckptctl process; an untimed
+        # run would only double the scenario's longest parts.  The saves
+        # get theirs: the one during the prune comes with a whole prune.
+        rounds = Rounds(name, items, daemon.data, [["ckptd_alone", "ckptd_during"]],
+                        no_warmup=("ckptd_prune_local", "ckptd_prune_s3"))
+        rounds.run(ROUNDS, failures, notes)
+        rounds.note_settling(notes)
+        stall, status = loop_stall(daemon, notes)
+        detail["max_loop_stall_ms_after_warmup"] = stall_before
+        detail["min_mem_available_gib"] = (round(rounds.min_mem_available / GIB, 2)
+                                           if rounds.min_mem_available is not None else None)
+    finally:
+        close_workers(workers, notes)
+        shutil.rmtree(local_root, ignore_errors=True)
+
+    ser = rounds.series
+    r = {"bytes": nbytes, "tensors": tensors, "ranks": 1, "rounds": len(rounds.rounds),
+         "checkpoints": n, "keep": keep, "removed": n - keep, "checkpoint_bytes": ckpt_bytes,
+         "checkpoint_files": len(tpl_files), "policy": "keep_last %d" % keep,
+         "prune_local_s": median(ser("ckptd_prune_local", "seconds")),
+         "prune_local_cpu_s": median(ser("ckptd_prune_local", "cpu_s")),
+         "first_prune_local_s": warm.get("prune_local", {}).get("seconds"),
+         "prune_s3_s": median(ser("ckptd_prune_s3", "seconds")) if server else None,
+         "prune_s3_cpu_s": median(ser("ckptd_prune_s3", "cpu_s")) if server else None,
+         "prune_s3_server_cpu_s": median(ser("ckptd_prune_s3", "server_cpu_s")) if server else None,
+         "first_prune_s3_s": warm.get("prune_s3", {}).get("seconds") if server else None,
+         "save_alone_staged_ms": median(ser("ckptd_alone", "staged_ms")),
+         "save_during_prune_staged_ms": median(ser("ckptd_during", "staged_ms")),
+         "save_alone_committed_ms": median(ser("ckptd_alone", "committed_ms")),
+         "save_during_prune_committed_ms": median(ser("ckptd_during", "committed_ms")),
+         "prune_during_save_s": median(ser("ckptd_during", "prune_s")),
+         "staged_overlap": median(ser("ckptd_during", "staged_overlap")),
+         "first_committed_ms": warm.get("save", {}).get("committed_ms"),
+         "connect_ms": ready["clients"]["default"]["connect_ms"],
+         "copy_threads": ready["clients"]["default"]["copy_threads"],
+         "max_loop_stall_ms": stall,
+         "max_loop_cpu_ms": find_key(status, "max_loop_cpu_ms") if status else None}
+    alone_r, during_r = ser("ckptd_alone", "staged_ms"), ser("ckptd_during", "staged_ms")
+    per = [ratio(d, a) for d, a in zip(during_r, alone_r)]
+    per_c = [ratio(d, a) for d, a in zip(ser("ckptd_during", "committed_ms"), ser("ckptd_alone", "committed_ms"))]
+    r["ratios"] = {"stall_during_prune": spread(per, ceiling=1.0)}
+
+    notes.append("the roots: %d committed checkpoints, each a copy of one checkpoint saved through this ckptd "
+                 "(%d tensors, %.1f MiB in %d files: %s), with the manifest's name, step (%d apart) and time (a "
+                 "minute apart) rewritten; policy %s removes %d. A fresh root for every measurement, made "
+                 "outside its timed part (locally copied and synced: median %s s; %s), and checked with "
+                 "`ckptctl list --json` (the %d committed) before the prune and (the %d newest) after" % (
+                     n, tt, ckpt_bytes / MIB, len(tpl_files), ", ".join(tpl_files), prune_root.STEP_GAP,
+                     r["policy"], n - keep, fmt_s(median(ser("ckptd_prune_local", "build_s"))),
+                     "on moto uploaded by boto3 with %d threads: median %s s" % (
+                         PRUNE_S3_THREADS, fmt_s(median(ser("ckptd_prune_s3", "fill_s")))) if server
+                     else "no S3 root: see prune_s3_s", n, keep))
+    notes.append("prune_local_s, prune_s3_s: wall time of `ckptctl prune ROOT --keep-last %d --json` from its "
+                 "start to its exit, one per round with no untimed run before it (one full prune of each kind "
+                 "ran before round 1: first_prune_*_s); its CPU time (wait4) median %s s locally%s"
+                 % (keep, fmt_s(r["prune_local_cpu_s"]),
+                    ", %s s on S3, moto's %s s" % (fmt_s(r["prune_s3_cpu_s"]), fmt_s(r["prune_s3_server_cpu_s"]))
+                    if server else ""))
+    seen = [rd["figures"].get("ckptd_during", {}) for rd in rounds.rounds]
+    seen = [f for f in seen if f]
+    ov = [f.get("staged_overlap") for f in seen if f.get("staged_overlap") is not None]
+    full = sum(1 for v in ov if v >= 1.0)
+    notes.append("stall_during_prune = save_during_prune_staged_ms / save_alone_staged_ms per round (%d MiB in "
+                 "%d tensors, save-2g's save, through this ckptd), alone and during next to each other in an "
+                 "order that alternates. The save started a median %s ms after the prune (once the prune was "
+                 "seen removing: %s), and its staging lay inside the prune in %d of %d rounds (staged_overlap "
+                 "median %s); the prune ran %s s with the save inside it (staged %s ms, committed %s ms)"
+                 % (nbytes // MIB, tensors, fmt_s(median([f.get("save_started_ms_after_prune_start") for f in seen])),
+                    ", ".join(sorted(set(str(f.get("under_way")) for f in seen))) or "n/a", full, len(ov),
+                    fmt_s(r["staged_overlap"]), fmt_s(r["prune_during_save_s"]),
+                    fmt_s(r["save_during_prune_staged_ms"]), fmt_s(r["save_during_prune_committed_ms"])))
+    if len(ov) > full:
+        notes.append("stall_during_prune: the overlap was partial in %d of %d rounds (staged_overlap min %.2f): "
+                     "the prune ended before the save was staged, so those rounds measured part of the staging "
+                     "beside no prune" % (len(ov) - full, len(ov), min(ov)))
+    fs, opts = mount_of(daemon.data)
+    detail["data_mount"] = {"fs": fs, "options": opts}
+    wall, cpu = r["prune_local_s"], r["prune_local_cpu_s"]
+    if wall and cpu is not None:
+        notes.append("bound (local prune): ckptctl used %s s of CPU in %s s: the rest it waited on the file "
+                     "system (%s, mounted %s), where each removal renames the checkpoint to the trash, fsyncs "
+                     "the root once per batch and the trash directory once per checkpoint, and unlinks its "
+                     "files" % (fmt_s(cpu), fmt_s(wall), fs or "?", opts or "?"))
+    c = spread(per_c)
+    notes.append("committed_ms (not a target): alone %s, during the prune %s, ratio median %s [%s-%s]" % (
+        fmt_s(r["save_alone_committed_ms"]), fmt_s(r["save_during_prune_committed_ms"]), fmt_s(c["median"]),
+        fmt_s(c["min"]), fmt_s(c["max"])))
+    if not server:
+        notes.append("prune_s3_s: null: %s" % (s3_why or "the S3 prune did not run (see notes)"))
+    detail["committed_during_vs_alone"] = c
+    detail["warmup"] = warm
+    detail["rounds"] = [{"order": rd["order"], "figures": rd["figures"], "errors": rd["errors"],
+                         "settle_ms": rd.get("settle_ms", {}), "ratios": {"stall_during_prune": p}}
+                        for rd, p in zip(rounds.rounds, per)]
+    detail["how"] = {
+        "prune": "ckptctl prune ROOT --keep-last %d --json; exit 0, summary.checkpoints %d, removed %d, failed "
+                 "and in_use 0 required" % (keep, n, n - keep),
+        "during": "the prune started, the root looked at every %g ms until a trash directory (%s*) appears or "
+                  "a checkpoint is gone, then `save default` (ckpt_bench); staged_overlap: the share of the "
+                  "save's start-to-staged the prune was running" % (PRUNE_POLL_S * 1e3, TRASH_PREFIX),
+        "s3_root": s3_root}
+    r["notes"] = notes
+    r["detail"] = detail
+    return {name: r}
+
+
+def fmt_s(v):
+    return "n/a" if v is None else ("%.3g" % v if abs(v) < 100 else "%.0f" % v)
+
+
+def mount_of(path):
+    """(file system type, mount options) of path, from /proc/self/mounts
+    (longest prefix), or (None, None)."""
+    best, found = "", (None, None)
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 4:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                    best, found = mnt, (parts[2], parts[3])
+    except OSError:
+        pass
+    return found
+
+
 def run_scenario(name, sc, py, run_dir, data, failures):
     if sc["kind"] == "scale":
         return {name: scale_scenario(name, sc, run_dir, failures)}
@@ -3254,6 +3758,15 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         tpy, why = test_python()
         if tpy is None:
             return {name: empty_result(name, sc, "not run: no S3 server here: %s" % why)}
+    s3_why = None
+    if sc["kind"] == "prune":
+        # Its S3 prune needs moto; without it, the local figures still run.
+        if SKIP_S3:
+            s3_why = "skipped (BENCH_SKIP_S3)"
+        else:
+            tpy, s3_why = test_python()
+            if tpy is None:
+                s3_why = "no S3 server here: %s" % s3_why
     if sc["kind"] == "gpu":
         devices, why, fake = gpu_probe()
         if devices < 1:
@@ -3280,6 +3793,11 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         # loaders lend the same file (load_share, left at the daemon's
         # default: the reshard's), which counts in arena_total: room for it.
         images += LOAD_SHARE_DEFAULT
+    elif sc["kind"] == "prune":
+        # The saver's arena and, before it, the one of the client that
+        # saves the checkpoint the roots are copies of.
+        arenas = [arena_for(sc["bytes"], sc["tensors"]),
+                  max(64 * MIB, arena_for(sc["ckpt_bytes"], sc["ckpt_tensors"]))]
     else:
         per = arena_for(sc["bytes"], sc["tensors"])
         arenas = [per] * (ranks * (2 if sc["kind"] == "ranks" else 1))
@@ -3300,6 +3818,16 @@ def run_scenario(name, sc, py, run_dir, data, failures):
         daemon = Daemon(sdir, data, arena_max, arena_total, root=server.root,
                         extra_conf=["s3_endpoint = %s" % server.endpoint], env=server.env(daemon=True))
     else:
+        if sc["kind"] == "prune" and s3_why is None:
+            server = S3Server("moto", sdir, tpy)
+            progress("%s: starting %s" % (name, server.label))
+            try:
+                server.start()
+            except BenchError as e:
+                server.stop()
+                server = None
+                failures.append("%s: %s" % (name, e))
+                s3_why = "not run: %s" % e
         daemon = Daemon(sdir, data, arena_max, arena_total)
     progress("%s: starting ckptd (%s)" % (name, daemon.socket))
     try:
@@ -3312,6 +3840,8 @@ def run_scenario(name, sc, py, run_dir, data, failures):
             res = gpu_scenario(name, sc, daemon, py, sdir, failures)
         elif sc["kind"] == "load":
             res = load_scenario(name, sc, daemon, py, sdir, failures, rsc)
+        elif sc["kind"] == "prune":
+            res = prune_scenario(name, sc, daemon, server, s3_why, sdir, failures)
         else:
             res = save_scenario(name, sc, daemon, py, sdir, failures)
     except BenchError as e:
@@ -3404,6 +3934,9 @@ def main():
     # Memory is planned per scenario (memory_plan()), when it starts.
     free = shutil.disk_usage(data).free
     disk_need = 3 * max(SCENARIOS[n]["bytes"] * SCENARIOS[n]["ranks"] for n in names)
+    # prune-1000's root of copies lies beside its saves.
+    disk_need += max([SCENARIOS[n]["checkpoints"] * (SCENARIOS[n]["ckpt_bytes"] + MIB) for n in names
+                      if SCENARIOS[n]["kind"] == "prune"] or [0])
     if free < disk_need:
         sys.exit("bench: %.1f GiB free in %s, need ~%.1f GiB" % (free / GIB, data, disk_need / GIB))
 
@@ -3417,7 +3950,7 @@ def main():
         machine["kernel"], machine["fs"], data))
 
     py = None
-    if any(SCENARIOS[n]["kind"] not in ("two", "s3") for n in names) and not (
+    if any(SCENARIOS[n]["kind"] not in ("two", "s3", "prune") for n in names) and not (
             SKIP_DCP and (SKIP_TORCH or all(SCENARIOS[n]["kind"] in ("load", "reshard", "restore")
                                             for n in names))):
         py = bench_python(notes)

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ctl/ctl.h"
@@ -166,6 +168,16 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 			free(shown_root);
 			return CTL_EXIT_ERROR;
 		}
+	}
+	if (!dry_run) {
+		/* Removal is housekeeping: it yields the CPU and the disk to
+		 * the saves running beside it (the lowest nice value, and
+		 * the idle I/O class: IOPRIO_WHO_PROCESS 1, this process,
+		 * IOPRIO_CLASS_IDLE 3 << 13). */
+		(void)setpriority(PRIO_PROCESS, 0, 19);
+#ifdef SYS_ioprio_set
+		(void)syscall(SYS_ioprio_set, 1, 0, 3 << 13);
+#endif
 	}
 	r = prune_run(&pr);
 	if (r < 0) {
