@@ -13,10 +13,12 @@
  */
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,9 @@ const char config_default_path[] = CKPTD_CONFIG_PATH;
 #define MS_PER_S 1000ull
 #define MS_PER_M (60 * MS_PER_S)
 #define MS_PER_H (60 * MS_PER_M)
+/* A file the daemon replaces through ".NAME.tmp" (metrics.c): the name
+ * must leave room for the five bytes around it. */
+#define FILE_NAME_MAX (NAME_MAX - 5)
 
 #define KEY(name, kind_, lo, hi, field, def_, help_)                                       \
 	{                                                                                   \
@@ -98,6 +103,10 @@ const struct config_key config_keys[] = {
 	    "S3 saves go through this local directory first (spill tier)"),
 	KEY("s3_spill_keep", CONFIG_UINT, 0, 1000, s3_spill_keep, "1",
 	    "committed checkpoints kept per root in the spill directory"),
+	KEY("metrics_listen", CONFIG_LISTEN, 0, 65535, metrics_listen, NULL,
+	    "Prometheus metrics on this loopback HOST:PORT (unset: off)"),
+	KEY("metrics_textfile", CONFIG_FILE, 1, PATH_MAX - 1, metrics_textfile, NULL,
+	    "the metrics written to this file too, for node_exporter (unset: off)"),
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);
@@ -166,6 +175,8 @@ int config_key_range(const struct config_key *k, char *buf, size_t len)
 	case CONFIG_ROOT:
 	case CONFIG_BOOL:
 	case CONFIG_STRING:
+	case CONFIG_LISTEN:
+	case CONFIG_FILE:
 		break;
 	}
 	return snprintf(buf, len, "%s", "");
@@ -189,6 +200,12 @@ int config_key_expect(const struct config_key *k, char *buf, size_t len)
 	case CONFIG_STRING:
 		return snprintf(buf, len, "%llu..%llu printable characters without spaces",
 				(unsigned long long)k->min, (unsigned long long)k->max);
+	case CONFIG_LISTEN:
+		return snprintf(buf, len, "a loopback address and port: 127.0.0.1:PORT, [::1]:PORT "
+				"or localhost:PORT (PORT in 0..65535; 0: any free port)");
+	case CONFIG_FILE:
+		return snprintf(buf, len, "an absolute path of a file of at most %llu bytes (its "
+				"name at most %d)", (unsigned long long)k->max, FILE_NAME_MAX);
 	case CONFIG_MODE:
 		return snprintf(buf, len, "an octal mode in %s", range);
 	case CONFIG_SIZE:
@@ -328,6 +345,84 @@ static int parse_octal(const char *s, uint64_t *ret)
 	return 0;
 }
 
+int config_parse_listen(const char *s, struct config_listen *ret, char *why, size_t whylen)
+{
+	static const char forms[] = "127.0.0.1:PORT, [::1]:PORT or localhost:PORT";
+	struct config_listen l = { 0 };
+	const char *port, *sep, *h;
+	char host[64];
+	size_t hlen;
+	uint64_t v;
+
+	if (s[0] == '[') {
+		sep = strchr(s, ']');
+		if (!sep || sep[1] != ':') {
+			snprintf(why, whylen, "not HOST:PORT (%s)", forms);
+			return -EINVAL;
+		}
+		h = s + 1;
+		hlen = (size_t)(sep - h);
+		port = sep + 2;
+		l.family = AF_INET6;
+	} else {
+		sep = strrchr(s, ':');
+		if (!sep) {
+			snprintf(why, whylen, "not HOST:PORT (%s)", forms);
+			return -EINVAL;
+		}
+		if (memchr(s, ':', (size_t)(sep - s))) {
+			snprintf(why, whylen, "an IPv6 address is written in brackets: [::1]:PORT");
+			return -EINVAL;
+		}
+		h = s;
+		hlen = (size_t)(sep - s);
+		port = sep + 1;
+		l.family = AF_INET;
+	}
+	if (hlen == 0 || hlen >= sizeof(host)) {
+		snprintf(why, whylen, "not HOST:PORT (%s)", forms);
+		return -EINVAL;
+	}
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	if (strlen(port) > 5 || parse_uint(port, &v) < 0 || v > 65535) {
+		snprintf(why, whylen, "port '%.16s' is not a whole number in 0..65535", port);
+		return -EINVAL;
+	}
+	l.port = (uint16_t)v;
+	if (l.family == AF_INET && !strcasecmp(host, "localhost")) {
+		/* Not looked up: the name means the loopback address here. */
+		l.addr[0] = 127;
+		l.addr[3] = 1;
+	} else if (inet_pton(l.family, host, l.addr) != 1) {
+		snprintf(why, whylen, "'%s' is not an IP address (%s)", host, forms);
+		return -EINVAL;
+	}
+	if ((l.family == AF_INET && l.addr[0] != 127) ||
+	    (l.family == AF_INET6 && !IN6_IS_ADDR_LOOPBACK((struct in6_addr *)l.addr))) {
+		snprintf(why, whylen,
+			 "%s is not a loopback address: the metrics endpoint has no "
+			 "authentication, so it listens on %s only",
+			 host, forms);
+		return -EINVAL;
+	}
+	*ret = l;
+	return 0;
+}
+
+/* An absolute path whose last component names a file ("/a/b.prom", not
+ * "/a/", "/a/." or "/"). */
+static bool file_path_ok(const char *v, uint64_t max)
+{
+	const char *name = strrchr(v, '/');
+
+	if (v[0] != '/' || strlen(v) > max)
+		return false;
+	name++;
+	return name[0] && strcmp(name, ".") && strcmp(name, "..") &&
+	       strlen(name) <= FILE_NAME_MAX;
+}
+
 static int parse_bool(const char *s, bool *ret)
 {
 	static const char *const yes[] = { "yes", "true", "on", "1" };
@@ -441,6 +536,20 @@ static int set_key(struct config *c, const struct config_key *k, const char *val
 		if (!string_ok(value, k->min, k->max))
 			break;
 		return replace_str(field, value);
+	case CONFIG_LISTEN: {
+		struct config_listen l;
+		char why[256];
+
+		if (config_parse_listen(value, &l, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "%s: '%.256s': %s", k->key, value, why);
+			return -EINVAL;
+		}
+		return replace_str(field, value);
+	}
+	case CONFIG_FILE:
+		if (!file_path_ok(value, k->max))
+			break;
+		return replace_str(field, value);
 	case CONFIG_ROOT:
 		return add_root(c, k, value, origin, err, errlen);
 	case CONFIG_MODE:
@@ -507,7 +616,8 @@ void config_free(struct config *c)
 		return;
 	for (size_t i = 0; i < config_n_keys; i++) {
 		const struct config_key *k = &config_keys[i];
-		if (k->kind == CONFIG_SOCKET || k->kind == CONFIG_PATH || k->kind == CONFIG_STRING) {
+		if (k->kind == CONFIG_SOCKET || k->kind == CONFIG_PATH || k->kind == CONFIG_STRING ||
+		    k->kind == CONFIG_LISTEN || k->kind == CONFIG_FILE) {
 			char **field = (char **)((char *)c + k->offset);
 			free(*field);
 			*field = NULL;
@@ -835,7 +945,8 @@ void config_usage(FILE *f)
 		config_default_path);
 	for (size_t i = 0; i < config_n_keys; i++) {
 		const struct config_key *k = &config_keys[i];
-		fprintf(f, "  %-20s %-22s %s\n", k->key, k->def ? k->def : "(required)", k->help);
+		fprintf(f, "  %-20s %-22s %s\n", k->key,
+			k->def ? k->def : k->kind == CONFIG_ROOT ? "(required)" : "(unset)", k->help);
 	}
 }
 

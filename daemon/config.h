@@ -52,6 +52,11 @@
  *                       directory first (absolute; unset: off)
  *   s3_spill_keep       committed checkpoints kept per root in its restore
  *                       cache                     1    (0..1000)
+ *   metrics_listen      Prometheus metrics over HTTP on this loopback address
+ *                       (127.0.0.1:PORT, [::1]:PORT, localhost:PORT; port 0:
+ *                       any free one; unset: off)
+ *   metrics_textfile    the same text written to this file (absolute; for
+ *                       node_exporter's textfile collector; unset: off)
  * Roots may be s3://bucket[/prefix] too.
  *
  * Composition (config_from_args): defaults, then the file, then the command
@@ -110,6 +115,9 @@ struct config {
 	char *s3_profile;
 	char *s3_spill_dir;              /* NULL: no spill tier */
 	unsigned s3_spill_keep;
+	/* Metrics (metrics.h); NULL: off */
+	char *metrics_listen;            /* as written; config_parse_listen */
+	char *metrics_textfile;
 };
 
 enum config_kind {
@@ -122,6 +130,8 @@ enum config_kind {
 	CONFIG_DURATION, /* uint64_t milliseconds: min..max */
 	CONFIG_BOOL,     /* bool: yes/no, true/false, on/off, 1/0 */
 	CONFIG_STRING,   /* char *: min..max bytes of printable ASCII, no space */
+	CONFIG_LISTEN,   /* char *: a loopback address and port (config_parse_listen) */
+	CONFIG_FILE,     /* char *: an absolute path naming a file, at most max bytes */
 };
 
 /* One key: the table drives parsing, defaults, validation and messages. */
@@ -188,6 +198,22 @@ void config_free(struct config *c);
 /* Parsers, exposed for tests.  Return 0 and the value, or -EINVAL. */
 int config_parse_size(const char *s, uint64_t *ret_bytes);
 int config_parse_duration_ms(const char *s, uint64_t *ret_ms);
+
+/* A TCP address to listen on, loopback only. */
+struct config_listen {
+	int family;        /* AF_INET or AF_INET6 */
+	uint8_t addr[16];  /* network order: 4 bytes for AF_INET */
+	uint16_t port;     /* 0: any free port */
+};
+
+/*
+ * Parses "127.0.0.1:PORT" (any 127.x.y.z), "[::1]:PORT" or "localhost:PORT"
+ * (127.0.0.1, never looked up: /etc/hosts could point it anywhere), PORT a
+ * decimal number in 0..65535.  Anything else, notably an address other than
+ * loopback, is -EINVAL with the reason in why: what listens there answers
+ * anyone who can reach it, without authentication.
+ */
+int config_parse_listen(const char *s, struct config_listen *ret, char *why, size_t whylen);
 
 /*
  * Checks that `path` (absolute, validated by name_root_ok) is one of the

@@ -27,6 +27,7 @@
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
@@ -326,6 +327,9 @@ static int setup(struct server *srv)
 		if (r < 0)
 			return r;
 	}
+	r = metrics_start(srv);
+	if (r < 0)
+		return r;
 	srv->lfd = listen_socket(srv);
 	if (srv->lfd < 0)
 		return srv->lfd;
@@ -417,6 +421,7 @@ static void reap(struct server *srv)
 	saves_reap(srv);
 	conns_reap(srv);
 	share_reap(srv);
+	metrics_reap(srv);
 }
 
 static int run(struct server *srv)
@@ -452,6 +457,12 @@ static int run(struct server *srv)
 			case EV_POOL:
 				share_io_event(ev->ptr);
 				break;
+			case EV_METRICS_LISTEN:
+				metrics_listen_event(ev);
+				break;
+			case EV_METRICS_CONN:
+				metrics_conn_event(ev, evs[i].events);
+				break;
 			case EV_SIGNAL: {
 				struct signalfd_siginfo si;
 				while (read(srv->sigfd, &si, sizeof(si)) == sizeof(si)) {
@@ -477,6 +488,7 @@ static int run(struct server *srv)
 				share_tick(srv);
 				saves_tick(srv);
 				status_tick(srv);
+				metrics_tick(srv);
 				/* A leftover of this life becomes removable one
 				 * deadline after it was made: sweep that often, at
 				 * least every minute. */
@@ -558,6 +570,7 @@ static void teardown(struct server *srv)
 	workers_stop(&srv->uploads); /* cancelled by saves_stop: they end soon */
 	if (srv->s3_reads.n)
 		workers_stop(&srv->s3_reads); /* no arena is freed before they end */
+	metrics_stop(srv); /* after the workers: a textfile job's done() ran */
 	images_free_all(srv); /* no job is left that could copy into one */
 	share_free_all(srv);
 	share_reap(srv);
@@ -623,8 +636,12 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
 			if (pools[i]->n)
 				workers_stop(pools[i]);
+		metrics_stop(&srv);
 		store_spill_stop();
 		store_s3_stop();
+		if (srv.reg.path) /* opened (a failed open leaves it NULL) */
+			registry_close(&srv.reg);
+		config_free(&srv.cfg);
 		return r == -EBUSY ? EX_CONFIG_ : 1;
 	}
 	/* What earlier lives left behind goes first. */

@@ -18,6 +18,7 @@
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/resident.h"
 #include "daemon/server.h"
 #include "format/index.h"
@@ -62,6 +63,7 @@ struct sjob {
 	int img_err;             /* shard: making the rank's image failed */
 	char out_root[PATH_MAX];
 	int poll;
+	int64_t t0;              /* now_us() when it was made (metrics.h phases) */
 };
 
 static void save_kick(struct save *s);
@@ -96,6 +98,7 @@ static struct sjob *sjob_new(struct save *s, struct rank *r, void (*run)(struct 
 	j->noted = s->noted;
 	j->n_present = s->n_present;
 	memcpy(j->nonce, s->nonce, sizeof(j->nonce));
+	j->t0 = now_us();
 	return j;
 }
 
@@ -241,6 +244,7 @@ void save_fail(struct save *s, int err, const char *fmt, ...)
 	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
 	va_end(ap);
 	s->srv->saves_failed++;
+	metrics_save_end(s->srv, s);
 	log_warn("save '%s/%s' (job '%s', attempt %s) failed: %s", s->root, s->key.name,
 		 s->key.job, s->id, s->msg);
 	list_for_each(p, &s->ranks)
@@ -604,6 +608,7 @@ static void finish_done(struct work *w)
 						 sjob_new(s, r, upload_run, finish_done, &r->conn->creds);
 
 		r->state = RANK_UPLOADING;
+		metrics_observe(s->srv, METRICS_WRITE, now_us() - r->t_staged);
 		rank_durable_tell(r, "on the node's disk (spill tier); uploading");
 		log_debug("save '%s/%s': rank %u spilled: staged after %.1f ms, written +%.1f ms, "
 			  "fsync +%.1f ms",
@@ -618,8 +623,14 @@ static void finish_done(struct work *w)
 			rank_fail(r, -ENOMEM, "out of memory");
 		}
 	} else if (r->state == RANK_FINISHING || r->state == RANK_UPLOADING) {
-		if (r->state == RANK_FINISHING)
+		if (r->state == RANK_FINISHING) {
 			rank_durable_tell(r, "");
+			metrics_observe(s->srv, METRICS_WRITE, now_us() - r->t_staged);
+		} else {
+			/* j is the upload job, made when the rank was spilled. */
+			metrics_observe(s->srv, METRICS_UPLOAD, now_us() - j->t0);
+			metrics_written(s->srv, METRICS_S3, r->layout.file_size);
+		}
 		r->state = RANK_DURABLE;
 		s->srv->store->shard_close(r->shard);
 		r->shard = NULL;
@@ -681,6 +692,9 @@ static void extent_done(struct wtarget *t, uint64_t bytes, int res)
 	r->bytes_written += bytes;
 	r->extents_done++;
 	s->srv->bytes_written += bytes;
+	metrics_written(s->srv, r->spill ? METRICS_SPILL : s3_is_url(s->root) ? METRICS_S3 :
+									 METRICS_LOCAL,
+			bytes);
 	rank_maybe_finish(r);
 }
 
@@ -765,6 +779,8 @@ static void commit_done(struct work *w)
 	} else {
 		s->state = SAVE_COMMITTED;
 		s->srv->saves_committed++;
+		metrics_observe(s->srv, METRICS_COMMIT, now_us() - j->t0);
+		metrics_save_end(s->srv, s);
 		save_images_ready(s);
 		log_info("committed '%s/%s' (job '%s', %u ranks, %llu bytes here) in %lld ms", s->root,
 			 s->key.name, s->key.job, s->key.world, (unsigned long long)s->bytes,
@@ -871,6 +887,7 @@ static void poll_done(struct work *w)
 	} else if (j->poll == 1 && !save_final(s)) {
 		s->state = SAVE_COMMITTED;
 		s->srv->saves_committed++;
+		metrics_save_end(s->srv, s);
 		save_images_ready(s);
 		log_info("committed '%s/%s' (job '%s') by rank 0's daemon", s->root, s->key.name,
 			 s->key.job);
@@ -1157,6 +1174,7 @@ int rank_extent(struct rank *r, uint32_t slot, uint64_t file_off, uint64_t len, 
 		r->state = RANK_WRITING;
 		r->t_staged = now_us();
 		r->wt.crc_now = true;
+		metrics_observe(c->srv, METRICS_STAGE, r->t_staged - r->t_begin);
 	}
 	writer_extent(&c->w, slot, &r->wt, file_off, len);
 	return 0;

@@ -25,11 +25,23 @@
 #include "store/store.h"
 
 /* What an epoll event points at. */
-enum ev_kind { EV_LISTEN = 1, EV_CONN, EV_IO, EV_SIGNAL, EV_TIMER, EV_WORK, EV_POOL };
+enum ev_kind {
+	EV_LISTEN = 1,
+	EV_CONN,
+	EV_IO,
+	EV_SIGNAL,
+	EV_TIMER,
+	EV_WORK,
+	EV_POOL,
+	EV_METRICS_LISTEN,
+	EV_METRICS_CONN,
+};
 struct ev {
 	enum ev_kind kind;
 	void *ptr;
 };
+
+struct metrics;
 
 struct server {
 	struct config cfg;
@@ -68,6 +80,9 @@ struct server {
 	struct work sweep_job;
 	/* Counters for the status report. */
 	uint64_t saves_committed, saves_failed, saves_refused, bytes_written;
+	uint64_t prune_deleted, prune_errors; /* checkpoints retention removed, or
+	                                       * failed to remove */
+	struct metrics *metrics;    /* metrics.h: counters, HTTP, the textfile */
 	int64_t max_stall_us;       /* longest round of the loop (wall time) */
 	int64_t max_busy_us;        /* most CPU time the loop used in one round:
 	                             * a stall much longer than this was the loop

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "daemon/conn.h"
+#include "daemon/metrics.h"
 #include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
@@ -139,6 +140,43 @@ static json_t *s3_json(struct server *srv, int64_t now)
 	return o;
 }
 
+/* A string of the user's or the admin's choosing (a root, a path) is any
+ * bytes, not always the UTF-8 JSON needs: bytes that are not printable
+ * ASCII are shown as '?' rather than failing the whole report. */
+static json_t *any_string(const char *s)
+{
+	json_t *j;
+	char *copy;
+
+	if (!s)
+		return json_null();
+	j = json_string(s);
+	if (j)
+		return j;
+	copy = strdup(s);
+	for (char *p = copy; p && *p; p++)
+		if ((unsigned char)*p >= 0x80 || (unsigned char)*p < 0x20)
+			*p = '?';
+	j = copy ? json_string(copy) : NULL;
+	free(copy);
+	return j ? j : json_null();
+}
+
+/* "last_commit": the newest commit the asker may see (as "saves": their
+ * own, everyone's for root), or null. */
+static json_t *last_commit_json(struct server *srv, uid_t uid, bool all, int64_t now)
+{
+	const struct metrics_commit *c = metrics_last_commit(srv, uid, all);
+	json_t *o;
+
+	if (!c)
+		return json_null();
+	o = json_pack("{s:o, s:s, s:s, s:I, s:I, s:o}", "root", any_string(c->root), "name",
+		      c->name, "job", c->job, "step", (json_int_t)c->step, "bytes",
+		      (json_int_t)c->bytes, "age_s", seconds(now - c->at_ms));
+	return o ? o : json_null();
+}
+
 int status_report(struct server *srv, uid_t uid, char **ret_json)
 {
 	const struct config *cfg = &srv->cfg;
@@ -221,6 +259,14 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 			json_decref(top);
 			return -ENOMEM;
 		}
+	}
+	if (json_object_set_new(top, "last_commit", last_commit_json(srv, uid, all, now)) < 0 ||
+	    json_object_set_new(top, "metrics",
+				json_pack("{s:o, s:o}", "listen",
+					  any_string(metrics_listen_addr(srv)), "textfile",
+					  any_string(cfg->metrics_textfile))) < 0) {
+		json_decref(top);
+		return -ENOMEM;
 	}
 	if (store_s3_client()) {
 		json_t *s3 = s3_json(srv, now);

@@ -22,6 +22,12 @@
  *            "age_s":1.25, "write_gibps":1.9}],
  *  "totals":{"saves_committed":3, "saves_failed":1, "saves_refused":0,
  *            "bytes_written":N},
+ *  "last_commit":{"root":"/data", "name":"step-100", "job":"j", "step":100,
+ *                 "bytes":N, "age_s":12.5} or null: the newest save committed
+ *                 through this daemon that the asker may see (their own; root:
+ *                 anyone's); bytes of a root that are not printable ASCII: '?'
+ *  "metrics":{"listen":"127.0.0.1:9464" or null (as bound: port 0 resolved),
+ *             "textfile":"/path" or null},
  *  "max_loop_stall_ms":2.5,   the longest round of the event loop so far
  *                             (time away from its wait)
  *  "max_loop_cpu_ms":1.2,     the most CPU time it used in one round (a

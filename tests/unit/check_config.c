@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* check_config.c - ckptd configuration: parsers, file syntax, validation, roots. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
@@ -128,6 +129,53 @@ START_TEST(test_parse_duration)
 }
 END_TEST
 
+/* ---- metrics_listen: what an accepted value binds ---- */
+
+static const struct {
+	const char *s;
+	int family;
+	const char *addr; /* as inet_ntop spells it */
+	unsigned port;
+} listen_cases[] = {
+	{ "127.0.0.1:9464", AF_INET, "127.0.0.1", 9464 },
+	{ "127.0.0.1:0", AF_INET, "127.0.0.1", 0 },
+	{ "127.9.8.7:65535", AF_INET, "127.9.8.7", 65535 },
+	{ "localhost:80", AF_INET, "127.0.0.1", 80 },
+	{ "LocalHost:80", AF_INET, "127.0.0.1", 80 },
+	{ "[::1]:9464", AF_INET6, "::1", 9464 },
+	{ "[0:0:0:0:0:0:0:1]:1", AF_INET6, "::1", 1 },
+};
+
+START_TEST(test_parse_listen)
+{
+	struct config_listen l;
+	char why[256] = "", text[INET6_ADDRSTRLEN];
+
+	ck_assert_msg(config_parse_listen(listen_cases[_i].s, &l, why, sizeof(why)) == 0, "%s: %s",
+		      listen_cases[_i].s, why);
+	ck_assert_int_eq(l.family, listen_cases[_i].family);
+	ck_assert_ptr_nonnull(inet_ntop(l.family, l.addr, text, sizeof(text)));
+	ck_assert_str_eq(text, listen_cases[_i].addr);
+	ck_assert_uint_eq(l.port, listen_cases[_i].port);
+}
+END_TEST
+
+/* The refusal of a non-loopback address says why. */
+START_TEST(test_parse_listen_why)
+{
+	struct config_listen l = { .port = 7 };
+	char why[256] = "";
+
+	ck_assert_int_eq(config_parse_listen("0.0.0.0:9", &l, why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "0.0.0.0 is not a loopback address") &&
+			      strstr(why, "no authentication"),
+		      "%s", why);
+	ck_assert_uint_eq(l.port, 7); /* untouched on failure */
+	ck_assert_int_eq(config_parse_listen("::1:9", &l, why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "[::1]:PORT"));
+}
+END_TEST
+
 /* ---- defaults ---- */
 
 START_TEST(test_defaults)
@@ -147,6 +195,8 @@ START_TEST(test_defaults)
 	ck_assert_str_eq(c.state_dir, "/var/lib/ckptd/state");
 	ck_assert_uint_eq(c.handshake_timeout_ms, 10000);
 	ck_assert_uint_eq(c.max_clients_per_uid, 64);
+	ck_assert_ptr_null(c.metrics_listen); /* metrics are off unless asked for */
+	ck_assert_ptr_null(c.metrics_textfile);
 	config_free(&c);
 	ck_assert_ptr_null(c.socket_path);
 	ck_assert_ptr_null(c.state_dir);
@@ -214,6 +264,44 @@ static const struct {
 	{ "root", "", -EINVAL },
 	{ "roots", "/data", -EINVAL },
 	{ "Socket", "/x", -EINVAL },
+	/* the metrics endpoint has no authentication: loopback only */
+	{ "metrics_listen", "127.0.0.1:9464", 0 },
+	{ "metrics_listen", "127.0.0.1:0", 0 },
+	{ "metrics_listen", "127.200.0.9:65535", 0 },
+	{ "metrics_listen", "[::1]:9464", 0 },
+	{ "metrics_listen", "localhost:9464", 0 },
+	{ "metrics_listen", "0.0.0.0:9464", -EINVAL },
+	{ "metrics_listen", "10.0.0.1:9464", -EINVAL },
+	{ "metrics_listen", "128.0.0.1:9464", -EINVAL },
+	{ "metrics_listen", "[::]:9464", -EINVAL },
+	{ "metrics_listen", "[::ffff:127.0.0.1]:9464", -EINVAL },
+	{ "metrics_listen", "[fe80::1]:9464", -EINVAL },
+	{ "metrics_listen", "example.com:9464", -EINVAL },
+	{ "metrics_listen", "localhost.:9464", -EINVAL },
+	{ "metrics_listen", "127.0.0.1:65536", -EINVAL },
+	{ "metrics_listen", "127.0.0.1:99999999999999999999999", -EINVAL },
+	{ "metrics_listen", "127.0.0.1:-1", -EINVAL },
+	{ "metrics_listen", "127.0.0.1:+80", -EINVAL },
+	{ "metrics_listen", "127.0.0.1:0x50", -EINVAL },
+	{ "metrics_listen", "127.0.0.1:80x", -EINVAL },
+	{ "metrics_listen", "127.0.0.1:", -EINVAL },
+	{ "metrics_listen", "127.0.0.1", -EINVAL },
+	{ "metrics_listen", ":9464", -EINVAL },
+	{ "metrics_listen", "::1:9464", -EINVAL },
+	{ "metrics_listen", "[::1]9464", -EINVAL },
+	{ "metrics_listen", "[::1", -EINVAL },
+	{ "metrics_listen", "[]:9464", -EINVAL },
+	{ "metrics_listen", "127.0.0.1.5:80", -EINVAL },
+	{ "metrics_listen", "", -EINVAL },
+	{ "metrics_textfile", "/var/lib/node_exporter/textfile/ckptd.prom", 0 },
+	{ "metrics_textfile", "/ckptd.prom", 0 },
+	{ "metrics_textfile", "ckptd.prom", -EINVAL },
+	{ "metrics_textfile", "textfile/ckptd.prom", -EINVAL },
+	{ "metrics_textfile", "", -EINVAL },
+	{ "metrics_textfile", "/", -EINVAL },
+	{ "metrics_textfile", "/var/lib/node_exporter/", -EINVAL },
+	{ "metrics_textfile", "/var/lib/.", -EINVAL },
+	{ "metrics_textfile", "/var/lib/..", -EINVAL },
 };
 
 START_TEST(test_set)
@@ -349,6 +437,13 @@ static const struct {
 	{ "state_dir = var/lib\n", 1, "state_dir: 'var/lib' is not an absolute path" },
 	{ "socket_mode = 0800\n", 1, "socket_mode: '0800' is not an octal mode in 0..0777" },
 	{ "arena_max = 1K\n", 1, "arena_max: '1K' is not a size of at least 1M" },
+	{ "root = /data\nmetrics_listen = 0.0.0.0:9\n", 2,
+	  "metrics_listen: '0.0.0.0:9': 0.0.0.0 is not a loopback address" },
+	{ "metrics_listen = 127.0.0.1:70000\n", 1,
+	  "metrics_listen: '127.0.0.1:70000': port '70000' is not a whole number in 0..65535" },
+	{ "\nmetrics_listen = [::1]\n", 2, "metrics_listen: '[::1]': not HOST:PORT" },
+	{ "metrics_textfile = prom/ckptd.prom\n", 1,
+	  "metrics_textfile: 'prom/ckptd.prom' is not an absolute path of a file" },
 };
 
 START_TEST(test_load_bad)
@@ -707,9 +802,11 @@ START_TEST(test_key_row)
 			ck_assert_str_eq(field_str(&c, k), field_str(&d, k));
 		config_free(&d);
 	} else {
-		/* Only roots and optional S3 settings have no default (unset:
-		 * the AWS variables decide), and these start unset. */
-		ck_assert_msg(k->kind == CONFIG_ROOT || !strncmp(k->key, "s3_", 3),
+		/* Only roots, optional S3 settings (unset: the AWS variables
+		 * decide) and the metrics outputs (unset: off) have no
+		 * default, and these start unset. */
+		ck_assert_msg(k->kind == CONFIG_ROOT || !strncmp(k->key, "s3_", 3) ||
+				      !strncmp(k->key, "metrics_", 8),
 			      "key '%s' has no default", k->key);
 		if (k->kind != CONFIG_ROOT)
 			ck_assert_ptr_null(field_str(&c, k));
@@ -746,6 +843,7 @@ static const struct {
 	{ "max_clients_per_uid", "1..65536" }, { "socket_mode", "0..0777" },
 	{ "arena_max", "at least 1M" },       { "arena_total", "at least 1M" },
 	{ "root", "" },                       { "o_direct", "" },
+	{ "metrics_listen", "" },             { "metrics_textfile", "" },
 };
 
 START_TEST(test_key_range)
@@ -1112,6 +1210,11 @@ static Suite *config_suite(void)
 
 	tc = tcase_create("parse_duration");
 	tcase_add_loop_test(tc, test_parse_duration, 0, N(dur_cases));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("parse_listen");
+	tcase_add_loop_test(tc, test_parse_listen, 0, N(listen_cases));
+	tcase_add_test(tc, test_parse_listen_why);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("defaults");
