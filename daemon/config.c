@@ -107,6 +107,10 @@ const struct config_key config_keys[] = {
 	    "Prometheus metrics on this loopback HOST:PORT (unset: off)"),
 	KEY("metrics_textfile", CONFIG_FILE, 1, PATH_MAX - 1, metrics_textfile, NULL,
 	    "the metrics written to this file too, for node_exporter (unset: off)"),
+	KEY("retention", CONFIG_RETENTION, 1, PATH_MAX - 1, retention, NULL,
+	    "ROOT RULE: a retention rule for ROOT and below (repeatable)"),
+	KEY("retention_sweep", CONFIG_DURATION, 0, 168 * MS_PER_H, retention_sweep_ms, "1h",
+	    "every known directory pruned again this often (0: only after commits)"),
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);
@@ -177,6 +181,7 @@ int config_key_range(const struct config_key *k, char *buf, size_t len)
 	case CONFIG_STRING:
 	case CONFIG_LISTEN:
 	case CONFIG_FILE:
+	case CONFIG_RETENTION:
 		break;
 	}
 	return snprintf(buf, len, "%s", "");
@@ -206,6 +211,9 @@ int config_key_expect(const struct config_key *k, char *buf, size_t len)
 	case CONFIG_FILE:
 		return snprintf(buf, len, "an absolute path of a file of at most %llu bytes (its "
 				"name at most %d)", (unsigned long long)k->max, FILE_NAME_MAX);
+	case CONFIG_RETENTION:
+		return snprintf(buf, len, "ROOT RULE: a directory (absolute) or s3://bucket[/prefix], "
+				"then a rule such as keep_last 3");
 	case CONFIG_MODE:
 		return snprintf(buf, len, "an octal mode in %s", range);
 	case CONFIG_SIZE:
@@ -458,6 +466,77 @@ static const char *origin_sep(const char *origin)
 	return origin ? ": " : "";
 }
 
+/* "ROOT RULE": the rule joins ROOT's policy (a new entry for a new ROOT). */
+static int add_retention(struct config *c, const struct config_key *k, const char *value,
+			 const char *origin, char *err, size_t errlen)
+{
+	char root[PATH_MAX], canon[S3_BUCKET_MAX + S3_PREFIX_MAX + 8], why[256];
+	const char *sp = value + strcspn(value, " \t");
+	struct config_retention *e = NULL;
+	size_t rl = (size_t)(sp - value), at;
+	bool fresh = false;
+
+	while (*sp == ' ' || *sp == '\t')
+		sp++;
+	if (!rl || rl >= sizeof(root) || !*sp ||
+	    (value[0] != '/' && strncmp(value, "s3://", 5))) {
+		char expect[160];
+
+		config_key_expect(k, expect, sizeof(expect));
+		snprintf(err, errlen, "retention: '%.256s' is not %s", value, expect);
+		return -EINVAL;
+	}
+	memcpy(root, value, rl);
+	root[rl] = '\0';
+	if (s3_is_url(root)) {
+		struct s3_loc loc;
+
+		if (s3_url_parse(root, &loc, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "retention: root '%.256s': %s", root, why);
+			return -EINVAL;
+		}
+		s3_url_format(&loc, canon, sizeof(canon));
+		snprintf(root, sizeof(root), "%s", canon);
+	}
+	for (size_t i = 0; i < c->n_retention && !e; i++)
+		if (!strcmp(c->retention[i].root, root))
+			e = &c->retention[i];
+	if (!e) {
+		fresh = true;
+		if (c->n_retention >= CONFIG_MAX_ROOTS) {
+			snprintf(err, errlen, "retention: more than %d directories", CONFIG_MAX_ROOTS);
+			return -EINVAL;
+		}
+		e = &c->retention[c->n_retention];
+		memset(e, 0, sizeof(*e));
+		e->root = strdup(root);
+		e->origin = origin ? strdup(origin) : NULL;
+		if (!e->root || (origin && !e->origin)) {
+			free(e->root);
+			free(e->origin);
+			return -ENOMEM;
+		}
+		c->n_retention++;
+	}
+	if (ret_policy_parse_rule(&e->policy, sp, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "retention of '%.256s': %s", root, why);
+		if (fresh) { /* (no entry is left by a refused line) */
+			free(e->root);
+			free(e->origin);
+			e->root = e->origin = NULL;
+			c->n_retention--;
+		}
+		return -EINVAL;
+	}
+	at = strlen(e->text);
+	if (at + strlen(sp) + 3 >= sizeof(e->text)) {
+		snprintf(err, errlen, "retention of '%.256s': too many rules", root);
+		return -EINVAL;
+	}
+	snprintf(e->text + at, sizeof(e->text) - at, "%s%s", at ? ", " : "", sp);
+	return 0;
+}
+
 static int add_root(struct config *c, const struct config_key *k, const char *value,
 		    const char *origin, char *err, size_t errlen)
 {
@@ -552,6 +631,8 @@ static int set_key(struct config *c, const struct config_key *k, const char *val
 		return replace_str(field, value);
 	case CONFIG_ROOT:
 		return add_root(c, k, value, origin, err, errlen);
+	case CONFIG_RETENTION:
+		return add_retention(c, k, value, origin, err, errlen);
 	case CONFIG_MODE:
 		if (parse_octal(value, &v) < 0 || v < k->min || v > k->max)
 			break;
@@ -624,6 +705,12 @@ void config_free(struct config *c)
 		}
 	}
 	config_clear_roots(c);
+	for (size_t i = 0; i < c->n_retention; i++) {
+		free(c->retention[i].root);
+		free(c->retention[i].origin);
+		c->retention[i].root = c->retention[i].origin = NULL;
+	}
+	c->n_retention = 0;
 }
 
 int config_defaults(struct config *c)
@@ -795,6 +882,38 @@ int config_validate(struct config *c, char *err, size_t errlen)
 				c->roots[c->n_roots] = c->root_origin[c->n_roots] = NULL;
 			} else {
 				j++;
+			}
+		}
+	}
+
+	/* A policy names a root or a directory below one: made canonical as
+	 * roots are, so that saves' directories match it. */
+	for (size_t i = 0; i < c->n_retention; i++) {
+		struct config_retention *e = &c->retention[i];
+		const char *from = e->origin ? e->origin : "";
+		char *canon;
+
+		if (!s3_is_url(e->root)) {
+			canon = realpath(e->root, NULL);
+			if (!canon) {
+				snprintf(err, errlen, "%s%sretention: '%s': %s", from,
+					 origin_sep(e->origin), e->root, strerror(errno));
+				return -EINVAL;
+			}
+			free(e->root);
+			e->root = canon;
+		}
+		if (!config_root_allowed(c, e->root)) {
+			snprintf(err, errlen, "%s%sretention: '%s' is not a root nor below one", from,
+				 origin_sep(e->origin), e->root);
+			return -EINVAL;
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (!strcmp(c->retention[j].root, e->root)) {
+				snprintf(err, errlen, "%s%sretention: '%s' is named twice (another "
+					 "spelling of it came first)", from, origin_sep(e->origin),
+					 e->root);
+				return -EINVAL;
 			}
 		}
 	}

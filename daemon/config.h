@@ -57,6 +57,14 @@
  *                       any free one; unset: off)
  *   metrics_textfile    the same text written to this file (absolute; for
  *                       node_exporter's textfile collector; unset: off)
+ *   retention           ROOT RULE: a rule of the retention policy of ROOT (a
+ *                       root or a directory below one) and of every
+ *                       directory below it (repeatable: a root's rules are
+ *                       joined; the deepest ROOT that covers a directory
+ *                       decides); RULE as format/retention.h spells it:
+ *                       keep_last 3, keep_best 2 val_loss min, ...
+ *   retention_sweep     how often every known directory is pruned again
+ *                       (0: only after commits)  1h   (0, or 1s..168h)
  * Roots may be s3://bucket[/prefix] too.
  *
  * Composition (config_from_args): defaults, then the file, then the command
@@ -73,6 +81,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "format/retention.h"
+
 #define CONFIG_MAX_ROOTS 64
 /* state_dir unless configured (a daemon not run by root uses the user's own
  * state directory instead, see main.c). */
@@ -82,6 +92,14 @@
  * ckptd/ckptd.conf of the build (the Makefile passes CKPTD_CONFIG_PATH to
  * config.c only, so this is the one place that knows it). */
 extern const char config_default_path[];
+
+/* The retention policy of one directory (retention.h of the daemon). */
+struct config_retention {
+	char *root;                /* canonical once validated */
+	char *origin;              /* "FILE:LINE" of its first rule, or NULL */
+	struct ret_policy policy;
+	char text[512];            /* the rules as given, joined with ", " */
+};
 
 struct config {
 	char *socket_path;
@@ -118,6 +136,9 @@ struct config {
 	/* Metrics (metrics.h); NULL: off */
 	char *metrics_listen;            /* as written; config_parse_listen */
 	char *metrics_textfile;
+	struct config_retention retention[CONFIG_MAX_ROOTS];
+	size_t n_retention;
+	uint64_t retention_sweep_ms;
 };
 
 enum config_kind {
@@ -132,6 +153,7 @@ enum config_kind {
 	CONFIG_STRING,   /* char *: min..max bytes of printable ASCII, no space */
 	CONFIG_LISTEN,   /* char *: a loopback address and port (config_parse_listen) */
 	CONFIG_FILE,     /* char *: an absolute path naming a file, at most max bytes */
+	CONFIG_RETENTION, /* retention[]: "ROOT RULE", repeatable */
 };
 
 /* One key: the table drives parsing, defaults, validation and messages. */

@@ -29,6 +29,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/resident.h"
+#include "daemon/retention.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
 #include "daemon/share.h"
@@ -244,6 +245,7 @@ static int setup(struct server *srv)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	/* A file size limit (LimitFSIZE=) must fail the write with EFBIG and
@@ -328,6 +330,11 @@ static int setup(struct server *srv)
 			return r;
 	}
 	r = metrics_start(srv);
+	if (r < 0)
+		return r;
+	r = retention_start(srv);
+	if (r == 0 && srv->retention)
+		r = add_ev(srv, srv->prunes.efd, &srv->ev_prunes, EV_WORK, &srv->prunes);
 	if (r < 0)
 		return r;
 	srv->lfd = listen_socket(srv);
@@ -471,6 +478,14 @@ static int run(struct server *srv)
 							 "apply a new configuration");
 						continue;
 					}
+					if (si.ssi_signo == SIGUSR1) {
+						/* On demand: every known directory pruned
+						 * now, in the background. */
+						log_info("SIGUSR1: retention sweep%s", srv->retention ?
+							 "" : ": no retention policy configured");
+						retention_sweep_now(srv);
+						continue;
+					}
 					if (srv->stopping) {
 						log_warn("second signal: stopping now");
 						return 0;
@@ -489,6 +504,7 @@ static int run(struct server *srv)
 				saves_tick(srv);
 				status_tick(srv);
 				metrics_tick(srv);
+				retention_tick(srv, now_ms());
 				/* A leftover of this life becomes removable one
 				 * deadline after it was made: sweep that often, at
 				 * least every minute. */
@@ -568,6 +584,7 @@ static void teardown(struct server *srv)
 	workers_stop(&srv->work);
 	workers_stop(&srv->arenas);
 	workers_stop(&srv->uploads); /* cancelled by saves_stop: they end soon */
+	retention_stop(srv); /* the pass in flight ends first */
 	if (srv->s3_reads.n)
 		workers_stop(&srv->s3_reads); /* no arena is freed before they end */
 	metrics_stop(srv); /* after the workers: a textfile job's done() ran */
@@ -632,7 +649,7 @@ int main(int argc, char **argv)
 		/* The threads setup started stop before exit() runs the
 		 * libraries' destructors under them. */
 		struct workers *pools[] = { &srv.work, &srv.arenas, &srv.crcs, &srv.uploads,
-					    &srv.s3_reads };
+					    &srv.s3_reads, &srv.prunes };
 		for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
 			if (pools[i]->n)
 				workers_stop(pools[i]);

@@ -20,6 +20,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/resident.h"
+#include "daemon/retention.h"
 #include "daemon/server.h"
 #include "format/index.h"
 #include "store/fsutil.h"
@@ -782,6 +783,9 @@ static void commit_done(struct work *w)
 		metrics_observe(s->srv, METRICS_COMMIT, now_us() - j->t0);
 		metrics_save_end(s->srv, s);
 		save_images_ready(s);
+		/* The committer's daemon (only it: one pass per commit) runs
+		 * the directory's retention, in the background. */
+		retention_after_commit(s->srv, s->root, &s->creds);
 		log_info("committed '%s/%s' (job '%s', %u ranks, %llu bytes here) in %lld ms", s->root,
 			 s->key.name, s->key.job, s->key.world, (unsigned long long)s->bytes,
 			 (long long)(now_ms() - s->started_ms));

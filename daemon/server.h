@@ -42,6 +42,7 @@ struct ev {
 };
 
 struct metrics;
+struct retention;
 
 struct server {
 	struct config cfg;
@@ -53,10 +54,14 @@ struct server {
 	struct workers arenas;      /* making arenas (seconds each) */
 	struct workers crcs;        /* checksums of arena slots (writer.h) */
 	struct workers uploads;     /* uploads of spilled shards (spill tier) */
+	struct workers prunes;      /* retention passes (retention.h): one thread,
+	                             * nice 19 */
+	struct retention *retention;
 	struct workers s3_reads;    /* ranged GETs for clients' loads (loadio.h);
 	                             * n == 0: S3 is not set up */
 	int epfd, lfd, sigfd, tfd;
 	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas, ev_crcs, ev_uploads, ev_s3_reads;
+	struct ev ev_prunes;
 	struct list conns, saves;
 	unsigned n_conns;
 	uint32_t next_id;

@@ -235,6 +235,27 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 	if (!top)
 		return -ENOMEM;
 	{
+		/* The retention policies of the config (retention.h), and what
+		 * the daemon's passes removed. */
+		json_t *ret = json_array(), *cfgj = json_object_get(top, "config");
+
+		for (size_t i = 0; ret && i < cfg->n_retention; i++)
+			json_array_append_new(ret, json_pack("{s:s, s:s}", "root",
+							     cfg->retention[i].root, "policy",
+							     cfg->retention[i].text));
+		if (!ret || !cfgj || json_object_set_new(cfgj, "retention", ret) < 0 ||
+		    json_object_set_new(cfgj, "retention_sweep_s",
+					json_integer((json_int_t)(cfg->retention_sweep_ms / 1000))) <
+			    0 ||
+		    json_object_set_new(top, "retention",
+					json_pack("{s:I, s:I}", "removed",
+						  (json_int_t)srv->prune_deleted, "errors",
+						  (json_int_t)srv->prune_errors)) < 0) {
+			json_decref(top);
+			return -ENOMEM;
+		}
+	}
+	{
 		json_t *res = resident_json(srv, uid, all);
 		if (!res || json_object_set_new(top, "resident", res) < 0 ||
 		    json_object_set_new(top, "resident_bytes",

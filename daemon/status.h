@@ -28,6 +28,10 @@
  *                 anyone's); bytes of a root that are not printable ASCII: '?'
  *  "metrics":{"listen":"127.0.0.1:9464" or null (as bound: port 0 resolved),
  *             "textfile":"/path" or null},
+ *  "retention":{"removed":N, "errors":N}: checkpoints the daemon's retention
+ *             passes removed, or failed to remove (retention.h); the
+ *             policies are in "config": "retention":[{"root", "policy"}],
+ *             "retention_sweep_s"
  *  "max_loop_stall_ms":2.5,   the longest round of the event loop so far
  *                             (time away from its wait)
  *  "max_loop_cpu_ms":1.2,     the most CPU time it used in one round (a

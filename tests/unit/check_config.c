@@ -600,6 +600,45 @@ START_TEST(test_validate_relative_root)
 }
 END_TEST
 
+START_TEST(test_validate_retention)
+{
+	struct config c;
+	char err[512] = "", root[PATH_MAX], sub[PATH_MAX + 16], v[PATH_MAX + 64];
+	static const char *bad[] = { "", "keep_last 3", "relative keep_last 3", "/x",
+				     "/x keep_lots 3", "/x keep_last", "/x keep_last 0",
+				     "s3://b keep_best 2 -loss min", "s3://Bad_Bucket keep_last 1" };
+
+	tmp_path(root, sizeof(root), "r");
+	ck_assert_int_eq(mkdir(root, 0755), 0);
+	snprintf(sub, sizeof(sub), "%s/job", root);
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	ck_assert_int_eq(config_defaults(&c), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(config_set(&c, "retention", bad[i], err, sizeof(err)) == -EINVAL,
+			      "'%s' accepted", bad[i]);
+	ck_assert_uint_eq(c.n_retention, 0);
+	/* Rules of one directory join; the same rule twice is refused. */
+	ck_assert_int_eq(config_set(&c, "root", root, err, sizeof(err)), 0);
+	snprintf(v, sizeof(v), "%s/./job keep_last 3", root);
+	ck_assert_int_eq(config_set(&c, "retention", v, err, sizeof(err)), 0);
+	snprintf(v, sizeof(v), "%s/./job  keep_best 2 val_loss min", root);
+	ck_assert_int_eq(config_set(&c, "retention", v, err, sizeof(err)), 0);
+	snprintf(v, sizeof(v), "%s/./job keep_last 4", root);
+	ck_assert_int_eq(config_set(&c, "retention", v, err, sizeof(err)), -EINVAL);
+	ck_assert_uint_eq(c.n_retention, 1);
+	ck_assert_str_eq(c.retention[0].text, "keep_last 3, keep_best 2 val_loss min");
+	ck_assert_uint_eq(c.retention[0].policy.keep_last, 3);
+	ck_assert_int_eq(config_validate(&c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.retention[0].root, sub); /* canonical */
+	/* Outside every root: refused at validation. */
+	snprintf(v, sizeof(v), "/tmp keep_last 1");
+	ck_assert_int_eq(config_set(&c, "retention", v, err, sizeof(err)), 0);
+	ck_assert_int_eq(config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_msg(strstr(err, "is not a root nor below one") != NULL, "%s", err);
+	config_free(&c);
+}
+END_TEST
+
 START_TEST(test_validate_arena_caps)
 {
 	struct config c;
@@ -802,13 +841,16 @@ START_TEST(test_key_row)
 			ck_assert_str_eq(field_str(&c, k), field_str(&d, k));
 		config_free(&d);
 	} else {
-		/* Only roots, optional S3 settings (unset: the AWS variables
-		 * decide) and the metrics outputs (unset: off) have no
-		 * default, and these start unset. */
-		ck_assert_msg(k->kind == CONFIG_ROOT || !strncmp(k->key, "s3_", 3) ||
-				      !strncmp(k->key, "metrics_", 8),
+		/* Only roots and retention rules (repeatable lists), optional
+		 * S3 settings (unset: the AWS variables decide) and the
+		 * metrics outputs (unset: off) have no default, and these
+		 * start unset. */
+		ck_assert_msg(k->kind == CONFIG_ROOT || k->kind == CONFIG_RETENTION ||
+				      !strncmp(k->key, "s3_", 3) || !strncmp(k->key, "metrics_", 8),
 			      "key '%s' has no default", k->key);
-		if (k->kind != CONFIG_ROOT)
+		if (k->kind == CONFIG_RETENTION)
+			ck_assert_uint_eq(c.n_retention, 0);
+		else if (k->kind != CONFIG_ROOT)
 			ck_assert_ptr_null(field_str(&c, k));
 	}
 	config_free(&c);
@@ -893,8 +935,9 @@ START_TEST(test_example_config)
 			block[0] = '\0';
 			continue;
 		}
-		if (sscanf(line, "#%63[a-z0-9_] = %255s", key, value) != 2 &&
-		    sscanf(line, "%63[a-z0-9_] = %255s", key, value) != 2) {
+		/* (the value is the rest of the line: retention's has spaces) */
+		if (sscanf(line, "#%63[a-z0-9_] = %255[^\n]", key, value) != 2 &&
+		    sscanf(line, "%63[a-z0-9_] = %255[^\n]", key, value) != 2) {
 			if (strlen(block) + strlen(line) < sizeof(block))
 				strcat(block, line);
 			continue;
@@ -1247,6 +1290,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_validate_file_root);
 	tcase_add_test(tc, test_validate_relative_root);
 	tcase_add_test(tc, test_validate_arena_caps);
+	tcase_add_test(tc, test_validate_retention);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("root_allowed");

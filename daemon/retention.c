@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: MIT */
+/* retention.c - ckptd's retention passes (retention.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/retention.h"
+#include "daemon/server.h"
+#include "store/prune.h"
+#include "store/remove.h"
+#include "store/s3_addr.h"
+
+#define RET_DIRS_MAX   4096 /* directories remembered for the sweep */
+#define RET_OWNERS_MAX 64   /* owners a sweep of one directory covers */
+#define RET_DIR_LEN    1100 /* a local path or an S3 URL */
+
+/* A directory a pass may cover. */
+struct ret_dir {
+	char dir[RET_DIR_LEN];
+	const struct config_retention *rule;
+	bool queued;            /* a pass of it waits */
+	bool any_owner;         /* the queued pass is a sweep (every owner) */
+	struct creds creds;     /* the committer's, for a pass after a commit */
+};
+
+struct retention {
+	struct ret_dir *dirs;   /* known directories, in the order met */
+	size_t n, next;         /* next: where the queue scan resumes */
+	bool busy;              /* a pass is on the worker */
+	int64_t last_sweep_ms;
+};
+
+struct pass {
+	struct work w;
+	struct server *srv;
+	char dir[RET_DIR_LEN];
+	const struct ret_policy *policy;
+	bool any_owner;
+	uid_t uid;
+	struct creds creds;     /* the committer's (a copy: the entry may change) */
+	size_t removed, failed, busy, skipped;
+	char msg[1024];
+};
+
+/* The lowest I/O priority for the calling thread (idle class): a pass
+ * takes the disk only when nothing else wants it. */
+static void io_idle(void)
+{
+#ifdef SYS_ioprio_set
+	/* IOPRIO_WHO_PROCESS (1), this thread (0), IOPRIO_CLASS_IDLE (3) << 13 */
+	(void)syscall(SYS_ioprio_set, 1, 0, 3 << 13);
+#endif
+}
+
+static void pass_warn(void *ud, const char *msg)
+{
+	struct pass *p = ud;
+
+	log_warn("retention of '%s': %s", p->dir, msg);
+}
+
+static void pass_one(struct pass *p, uid_t only)
+{
+	struct prune_run pr = { .root = p->dir, .policy = p->policy, .only_uid = only,
+				.remover = only, .lock_root = true, .warn = pass_warn,
+				.ud = p };
+	int r = prune_run(&pr);
+
+	if (r == -EAGAIN) {
+		/* An operator's prune of it runs: it does the work. */
+	} else if (r < 0) {
+		p->failed++;
+		snprintf(p->msg, sizeof(p->msg), "%s", pr.err);
+	} else if (pr.plan_res < 0) {
+		/* Refused by a safety rule: said, nothing removed. */
+		snprintf(p->msg, sizeof(p->msg), "%s", pr.err);
+	} else {
+		p->removed += pr.removed;
+		p->failed += pr.failed;
+		p->busy += pr.busy;
+		p->skipped += pr.skipped;
+		for (size_t i = 0; i < pr.n; i++) {
+			if (pr.v[i].keep || pr.dry_run)
+				continue;
+			if (pr.v[i].res == 0)
+				log_info("retention: removed '%s/%s' (step %llu, uid %d)", p->dir,
+					 pr.v[i].name, (unsigned long long)pr.v[i].rc.step,
+					 only == STORE_NO_OWNER ? -1 : (int)only);
+			else
+				log_warn("retention: '%s/%s' not removed: %s", p->dir, pr.v[i].name,
+					 pr.v[i].why ? pr.v[i].why : strerror(-pr.v[i].res));
+		}
+	}
+	prune_run_free(&pr);
+}
+
+/* The owners of the checkpoint directories directly in dir (at most
+ * RET_OWNERS_MAX). */
+static size_t owners(const char *dir, uid_t *v)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	size_t n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		struct stat st;
+		bool seen = false;
+
+		if (de->d_name[0] == '.' ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode))
+			continue;
+		for (size_t i = 0; i < n && !seen; i++)
+			seen = v[i] == st.st_uid;
+		if (!seen && n < RET_OWNERS_MAX)
+			v[n++] = st.st_uid;
+	}
+	closedir(d);
+	return n;
+}
+
+/* [worker] */
+static void pass_run(struct work *w)
+{
+	struct pass *p = (struct pass *)w;
+
+	io_idle();
+	if (s3_is_url(p->dir)) {
+		pass_one(p, STORE_NO_OWNER);
+	} else if (!p->any_owner) {
+		pass_one(p, p->uid);
+	} else {
+		uid_t v[RET_OWNERS_MAX];
+		size_t n = owners(p->dir, v);
+
+		for (size_t i = 0; i < n; i++)
+			pass_one(p, v[i]);
+	}
+	w->res = p->failed ? -EIO : 0;
+}
+
+static void kick(struct server *srv);
+
+/* [loop] */
+static void pass_done(struct work *w)
+{
+	struct pass *p = (struct pass *)w;
+	struct server *srv = p->srv;
+
+	srv->prune_deleted += p->removed;
+	srv->prune_errors += p->failed;
+	if (w->res < 0 && !p->msg[0])
+		snprintf(p->msg, sizeof(p->msg), "%s", w->err);
+	if (p->msg[0])
+		log_warn("retention of '%s': %s", p->dir, p->msg);
+	srv->retention->busy = false;
+	free(p);
+	if (!srv->stopping)
+		kick(srv);
+}
+
+/* Starts the next queued pass, if none runs. */
+static void kick(struct server *srv)
+{
+	struct retention *rt = srv->retention;
+
+	if (!rt || rt->busy || !rt->n)
+		return;
+	for (size_t k = 0; k < rt->n; k++) {
+		struct ret_dir *d = &rt->dirs[(rt->next + k) % rt->n];
+		struct pass *p;
+
+		if (!d->queued)
+			continue;
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return; /* tried again at the next commit or tick */
+		d->queued = false;
+		rt->next = (rt->next + k + 1) % rt->n;
+		p->w.run = pass_run;
+		p->w.done = pass_done;
+		p->srv = srv;
+		snprintf(p->dir, sizeof(p->dir), "%s", d->dir);
+		p->policy = &d->rule->policy;
+		p->any_owner = d->any_owner;
+		p->uid = d->creds.uid;
+		/* After a commit: as the committer.  A sweep: as the daemon,
+		 * one owner at a time. */
+		if (!d->any_owner && !s3_is_url(d->dir)) {
+			p->creds = d->creds;
+			p->w.creds = &p->creds;
+		}
+		rt->busy = true;
+		workers_submit(&srv->prunes, &p->w);
+		return;
+	}
+}
+
+/* The rule whose root is dir or holds it (the longest), or NULL. */
+static const struct config_retention *rule_for(const struct server *srv, const char *dir)
+{
+	const struct config_retention *best = NULL;
+	size_t best_len = 0;
+
+	for (size_t i = 0; i < srv->cfg.n_retention; i++) {
+		const struct config_retention *c = &srv->cfg.retention[i];
+		size_t l = strlen(c->root);
+
+		while (l > 1 && c->root[l - 1] == '/')
+			l--;
+		if (s3_is_url(c->root) != s3_is_url(dir))
+			continue;
+		/* On component boundaries: "/data" covers "/data/x", not
+		 * "/database"; "/" covers every path. */
+		if (!(l == 1 && c->root[0] == '/') &&
+		    (strncmp(dir, c->root, l) || (dir[l] && dir[l] != '/')))
+			continue;
+		if (!best || l > best_len) {
+			best = c;
+			best_len = l;
+		}
+	}
+	return best;
+}
+
+const char *retention_policy_for(const struct server *srv, const char *dir)
+{
+	const struct config_retention *c = rule_for(srv, dir);
+
+	return c ? c->text : NULL;
+}
+
+/* The entry of dir (added if new and there is room), or NULL. */
+static struct ret_dir *dir_entry(struct server *srv, const char *dir,
+				 const struct config_retention *rule)
+{
+	struct retention *rt = srv->retention;
+
+	if (strlen(dir) >= RET_DIR_LEN)
+		return NULL;
+	for (size_t i = 0; i < rt->n; i++)
+		if (!strcmp(rt->dirs[i].dir, dir))
+			return &rt->dirs[i];
+	if (rt->n == RET_DIRS_MAX)
+		return NULL; /* (said once at start-up's size: plenty) */
+	memset(&rt->dirs[rt->n], 0, sizeof(rt->dirs[0]));
+	snprintf(rt->dirs[rt->n].dir, RET_DIR_LEN, "%s", dir);
+	rt->dirs[rt->n].rule = rule;
+	return &rt->dirs[rt->n++];
+}
+
+void retention_after_commit(struct server *srv, const char *dir, const struct creds *creds)
+{
+	const struct config_retention *rule;
+	struct ret_dir *d;
+
+	if (!srv->retention || srv->stopping)
+		return;
+	rule = rule_for(srv, dir);
+	if (!rule)
+		return;
+	d = dir_entry(srv, dir, rule);
+	if (!d)
+		return;
+	if (d->queued && d->any_owner) {
+		/* A sweep of it is queued already: it covers this owner. */
+	} else if (d->queued && d->creds.uid != creds->uid) {
+		d->any_owner = true; /* two owners waiting: sweep it */
+	} else {
+		d->creds = *creds;
+		d->any_owner = false;
+	}
+	d->queued = true;
+	kick(srv);
+}
+
+void retention_sweep_now(struct server *srv)
+{
+	struct retention *rt = srv->retention;
+
+	if (!rt || srv->stopping)
+		return;
+	/* The configured roots themselves, then every directory a commit
+	 * went to. */
+	for (size_t i = 0; i < srv->cfg.n_retention; i++)
+		(void)dir_entry(srv, srv->cfg.retention[i].root, &srv->cfg.retention[i]);
+	for (size_t i = 0; i < rt->n; i++) {
+		rt->dirs[i].queued = true;
+		rt->dirs[i].any_owner = true;
+	}
+	rt->last_sweep_ms = srv->start_ms;
+	kick(srv);
+}
+
+void retention_tick(struct server *srv, int64_t now_ms)
+{
+	struct retention *rt = srv->retention;
+
+	if (!rt || !srv->cfg.retention_sweep_ms)
+		return;
+	if (now_ms - rt->last_sweep_ms >= (int64_t)srv->cfg.retention_sweep_ms) {
+		retention_sweep_now(srv);
+		rt->last_sweep_ms = now_ms;
+	}
+}
+
+int retention_start(struct server *srv)
+{
+	struct retention *rt;
+	int r;
+
+	if (!srv->cfg.n_retention)
+		return 0;
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return -ENOMEM;
+	rt->dirs = calloc(RET_DIRS_MAX, sizeof(*rt->dirs));
+	if (!rt->dirs) {
+		free(rt);
+		return -ENOMEM;
+	}
+	/* One thread at nice 19: a pass yields the CPU to every save. */
+	r = workers_start(&srv->prunes, 1, 19);
+	if (r < 0) {
+		free(rt->dirs);
+		free(rt);
+		return r;
+	}
+	rt->last_sweep_ms = srv->start_ms;
+	srv->retention = rt;
+	for (size_t i = 0; i < srv->cfg.n_retention; i++)
+		log_info("retention of '%s' and below: %s", srv->cfg.retention[i].root,
+			 srv->cfg.retention[i].text);
+	return 0;
+}
+
+void retention_stop(struct server *srv)
+{
+	struct retention *rt = srv->retention;
+
+	if (!rt)
+		return;
+	for (size_t i = 0; i < rt->n; i++)
+		rt->dirs[i].queued = false;
+	workers_stop(&srv->prunes); /* the pass in flight ends first */
+	free(rt->dirs);
+	free(rt);
+	srv->retention = NULL;
+}
