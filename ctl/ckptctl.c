@@ -4,22 +4,24 @@
  * under a root.
  *
  *   ckptctl [-s SOCKET] [-c CONFIG] status [--json]
+ *           [--watch [--interval SECONDS] [--count N]]                (status.c)
  *   ckptctl list ROOT [--json]
  *   ckptctl show ROOT/NAME [-v] [--json]
+ *   ckptctl wait ROOT NAME|--step N [--timeout SECONDS] [--json]    (wait.c)
  *   ckptctl prune ROOT --dry-run [--force] [--json] RULE...   (prune.c)
  *   ckptctl pin|unpin ROOT NAME                               (prune.c)
  *
- * `status` asks the running daemon (control role of proto.h); `list` and
- * `show` only read the storage, so they work with no daemon at all, on any
- * copy of a root: a directory, or s3://bucket/prefix (read through the S3
- * backend, store_s3.h, with the credentials and endpoint of the standard
- * AWS_* variables, as ckpt_reader_open() reads S3).
+ * `status` asks the running daemon (control role of proto.h); `list`,
+ * `show` and `wait` only read the storage, so they work with no daemon at
+ * all, on any copy of a root: a directory, or s3://bucket/prefix (read
+ * through the S3 backend, store_s3.h, with the credentials and endpoint of
+ * the standard AWS_* variables, as ckpt_reader_open() reads S3).
  *
  * --json prints JSON Lines for every command: one compact object per line.
  *
- * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage, 5
- * done with part of the input unreadable, 6 refused by a safety rule
- * (ctl.h).
+ * Exit status: 0 done, 1 failed (the reason is on stderr), 2 bad usage, 3
+ * no daemon answers (status), 4 timed out (wait), 5 done with part of the
+ * input unreadable, 6 refused by a safety rule (ctl.h).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -27,17 +29,13 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,7 +43,6 @@
 #include "ctl/ctl.h"
 #include "daemon/config.h"
 #include "format/index.h"
-#include "shm/proto.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
 #include "store/s3_http.h"
@@ -57,9 +54,6 @@
 #define CKPT_VERSION "unknown"
 #endif
 
-#define CTL_TIMEOUT_S       10              /* wait for the daemon's answers */
-#define CTL_STATUS_MAX      (64u << 20)     /* cap on the status report */
-#define CTL_MANIFEST_MAX    (1024ull << 20) /* cap on a manifest we read */
 #define CTL_NAME_COL_MAX    48              /* widest name column printed */
 #define CTL_LIST_DEPTH      8               /* directory levels list searches */
 #define CTL_ATTEMPT_MAX     (64u << 10)     /* cap on an attempt.json we read */
@@ -88,37 +82,64 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: %s [-s SOCKET] [-c CONFIG] status [--json]\n"
+		"             [--watch [--interval SECONDS] [--count N]]\n"
 		"       %s list ROOT [--json]\n"
 		"       %s show ROOT/NAME [-v] [--json]\n"
-		"       %s prune ROOT --dry-run [--force] [--json] RULE...\n"
+		"       %s wait ROOT NAME [--timeout SECONDS] [--json]\n"
+		"       %s wait ROOT --step N [--timeout SECONDS] [--json]\n"
+		"       %s prune ROOT [--dry-run] [--force] [--json] RULE...\n"
 		"       %s pin|unpin ROOT NAME\n"
+		"       %s verify ROOT/NAME [--json]\n"
+		"       %s gc ROOT [--dry-run] [--grace DURATION] [--json]\n"
 		"       %s --help | --version\n"
 		"\n"
 		"  status          what the running ckptd is doing: clients, saves in flight\n"
+		"                  with their progress, the last commit, totals\n"
+		"    --watch       a new report every --interval seconds (default %g,\n"
+		"                  %g..%g) until Ctrl-C, or --count reports; redrawn in\n"
+		"                  place on a terminal; with --json one line per report\n"
 		"  list ROOT       the checkpoints at ROOT and below (%d levels), and the\n"
 		"                  saves in progress, incomplete and corrupt ones among them\n"
 		"  show ROOT/NAME  one checkpoint's manifest: files, tensors, blobs\n"
 		"                  (ROOT: a directory, or s3://bucket/prefix with the\n"
 		"                  credentials and endpoint of the AWS_* variables)\n"
-		"  prune ROOT      which committed checkpoints directly in the directory\n"
-		"                  ROOT a retention policy keeps, and why (--dry-run: this\n"
-		"                  version removes nothing); RULE: --keep-last N,\n"
-		"                  --keep-every-steps K, --keep-within 7d, --keep-hourly N,\n"
-		"                  --keep-daily N, --keep-best N METRIC min|max,\n"
-		"                  --max-removals N (more needs --force); the newest and\n"
-		"                  the names in ROOT/.ckpt-pins are always kept\n"
+		"  wait ROOT NAME  returns once checkpoint NAME directly in ROOT is\n"
+		"                  committed and prints its name (--step N: any checkpoint\n"
+		"                  of step N); --timeout SECONDS (default: none; 0: look\n"
+		"                  once); ROOT must exist\n"
+		"  prune ROOT      removes the committed checkpoints directly in ROOT (a\n"
+		"                  directory or s3://bucket/prefix) that a retention\n"
+		"                  policy does not keep, crash-safely, and says why each\n"
+		"                  stays (--dry-run: only shows the plan); RULE:\n"
+		"                  --keep-last N, --keep-every-steps K, --keep-within 7d,\n"
+		"                  --keep-hourly N, --keep-daily N, --keep-best N METRIC\n"
+		"                  min|max, --max-removals N (more needs --force); the\n"
+		"                  newest, the last committed, those being read and the\n"
+		"                  names in ROOT/.ckpt-pins are always kept; a user prunes\n"
+		"                  only their own checkpoints\n"
 		"  pin ROOT NAME   add a committed checkpoint to ROOT/.ckpt-pins (unpin:\n"
 		"                  take it off)\n"
+		"  verify ROOT/NAME  every file, size and CRC of one checkpoint, and that\n"
+		"                  its chunks cover its tensors exactly\n"
+		"  gc ROOT         removes dead saves' work areas (unchanged for --grace,\n"
+		"                  default 24h) and unfinished removals at ROOT and below;\n"
+		"                  anything else unknown is reported, never removed\n"
 		"\n"
 		"  -s SOCKET       the daemon's socket (default: $CKPTD_SOCKET, else the\n"
 		"                  'socket' of the config file, else %s)\n"
 		"  -c CONFIG       the config file to read the socket from\n"
 		"                  (default %s)\n"
-		"  --json          print JSON Lines instead of text: one compact JSON object\n"
-		"                  per line (status: the report; list: one per entry;\n"
-		"                  show: the manifest)\n"
-		"  -v, --verbose   show: every chunk of every tensor\n",
-		prog, prog, prog, prog, prog, prog, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET,
+		"  --json, -o json print JSON Lines instead of text: one compact JSON object\n"
+		"                  per line (status: the report, with \"time\" when watching;\n"
+		"                  list: one per entry; show: the manifest; wait: name, step\n"
+		"                  and path)\n"
+		"  -v, --verbose   show: every chunk of every tensor\n"
+		"\n"
+		"exit status: 0 done, 1 failed, 2 bad usage, 3 no ckptd answers on the\n"
+		"socket (status), 4 timed out (wait), 5 done but part of the input could\n"
+		"not be read, 6 refused by a safety rule\n",
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, CTL_WATCH_DEFAULT_S,
+		CTL_WATCH_MIN_S, CTL_WATCH_MAX_S, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET,
 		config_default_path);
 }
 
@@ -131,7 +152,7 @@ static void die_usage(void)
 /* ---- formatting helpers ---- */
 
 /* "512 B", "1.5 KiB", "4.0 GiB". */
-static const char *human_size(uint64_t n, char *buf, size_t len)
+const char *ctl_human_size(uint64_t n, char *buf, size_t len)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
 	double v = (double)n;
@@ -150,7 +171,7 @@ static const char *human_size(uint64_t n, char *buf, size_t len)
 }
 
 /* "850ms", "12.5s", "3m 4s", "2h 5m", "3d 4h". */
-static const char *human_duration(double s, char *buf, size_t len)
+const char *ctl_human_duration(double s, char *buf, size_t len)
 {
 	uint64_t t, big, small;
 	char bu, su;
@@ -207,6 +228,11 @@ int ctl_json_line(const json_t *j)
 	return print_json_line(j, 0);
 }
 
+int ctl_json_print(const json_t *j, size_t flags)
+{
+	return print_json_line(j, flags);
+}
+
 void ctl_err(const char *fmt, ...)
 {
 	char buf[2048];
@@ -245,447 +271,11 @@ char *ctl_display(const char *s)
 }
 
 /* Display width of a name column: the longest name, capped. */
-static int name_width(size_t longest, size_t header)
+int ctl_name_width(size_t longest, size_t header)
 {
 	size_t w = longest > header ? longest : header;
 
 	return (int)(w > CTL_NAME_COL_MAX ? CTL_NAME_COL_MAX : w);
-}
-
-/* ---- JSON access tolerant of missing fields (status reports of other
- * daemon versions must still print) ---- */
-
-static uint64_t jget_u64(const json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-
-	if (json_is_integer(v))
-		return json_integer_value(v) < 0 ? 0 : (uint64_t)json_integer_value(v);
-	if (json_is_real(v))
-		return json_real_value(v) < 0 ? 0 : (uint64_t)json_real_value(v);
-	return 0;
-}
-
-static double jget_f64(const json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-static const char *jget_str(const json_t *o, const char *key)
-{
-	const char *s = json_string_value(json_object_get(o, key));
-
-	return s ? s : "?";
-}
-
-/* ---- status ---- */
-
-/*
- * The socket to ask: -s, else $CKPTD_SOCKET, else the config file's `socket`
- * (an explicit -c must load; the default one is optional), else the built-in
- * default.  Returns a malloc'd path or NULL (reason printed).
- */
-static char *resolve_socket(const char *opt_socket, const char *opt_config)
-{
-	const char *env = getenv("CKPTD_SOCKET");
-	const char *path = opt_config ? opt_config : config_default_path;
-	struct config c;
-	char err[1024] = "";
-	char *ret;
-	int r;
-
-	if (opt_socket)
-		return strdup(opt_socket);
-	if (env && *env)
-		return strdup(env);
-
-	if (config_defaults(&c) < 0) {
-		errmsg("out of memory");
-		return NULL;
-	}
-	r = config_load(&c, path, err, sizeof(err));
-	if (r == -ENOENT && !opt_config) {
-		config_free(&c);
-		return strdup(CKPT_DEFAULT_SOCKET);
-	}
-	if (r < 0) {
-		errmsg("%s", err[0] ? err : strerror(-r));
-		config_free(&c);
-		return NULL;
-	}
-	ret = strdup(c.socket_path);
-	config_free(&c);
-	return ret;
-}
-
-static int ctl_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct timeval tv = { .tv_sec = CTL_TIMEOUT_S };
-	int fd;
-
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		errmsg("socket path '%s' is too long", path);
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		int e = errno;
-		errmsg("socket: %s", strerror(e));
-		return -e;
-	}
-	/* A daemon that hangs must not hang the operator's shell too. */
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = errno;
-		if (e == ENOENT || e == ECONNREFUSED || e == ENOTSOCK)
-			errmsg("no ckptd listening on '%s' (is the service running?)", path);
-		else if (e == EACCES || e == EPERM)
-			errmsg("permission denied on '%s' (is your user in the socket's group?)",
-			       path);
-		else
-			errmsg("cannot connect to '%s': %s", path, strerror(e));
-		close(fd);
-		return -e;
-	}
-	return fd;
-}
-
-/*
- * Receives one message and checks it is of type `want`.  A PROTO_ERROR from
- * the daemon is printed with its reason.  Returns the fd attached (or -1) in
- * *ret_fd when ret_fd is given.
- */
-static int ctl_expect(int sock, const char *path, unsigned want, void *buf, int *ret_fd)
-{
-	char err[256];
-	ssize_t n;
-	int type;
-
-	n = proto_recv(sock, buf, ret_fd);
-	if (n == 0) {
-		errmsg("ckptd on '%s' closed the connection", path);
-		return -ECONNRESET;
-	}
-	if (n == -EAGAIN || n == -EWOULDBLOCK) {
-		errmsg("no answer from ckptd on '%s' within %d s", path, CTL_TIMEOUT_S);
-		return -ETIMEDOUT;
-	}
-	if (n < 0) {
-		errmsg("receiving from '%s': %s", path, strerror((int)-n));
-		return (int)n;
-	}
-	type = proto_check(buf, (size_t)n, err, sizeof(err));
-	if (type < 0) {
-		errmsg("bad message from '%s': %s", path, err);
-		goto out_bad;
-	}
-	if (type == PROTO_ERROR) {
-		const struct proto_error *e = buf;
-		errmsg("ckptd refused: %s (%s)", e->msg, strerror(-e->err));
-		type = e->err < 0 ? e->err : -EPROTO;
-		goto out_bad;
-	}
-	if ((unsigned)type != want) {
-		errmsg("unexpected message type %d from '%s' (wanted %u)", type, path, want);
-		type = -EPROTO;
-		goto out_bad;
-	}
-	return 0;
-
-out_bad:
-	if (ret_fd && *ret_fd >= 0) {
-		close(*ret_fd);
-		*ret_fd = -1;
-	}
-	return type < 0 ? type : -EPROTO;
-}
-
-/* Fetches the status report.  Returns 0 and the malloc'd JSON text. */
-static int status_fetch(const char *path, char **ret_text, size_t *ret_len)
-{
-	_Alignas(8) unsigned char buf[PROTO_MSG_MAX];
-	struct proto_hello hello;
-	struct proto_status_req req;
-	const struct proto_status_reply *rep;
-	size_t off = 0, len;
-	char *text = NULL;
-	int sock, mfd = -1, ret;
-
-	sock = ctl_connect(path);
-	if (sock < 0)
-		return sock;
-
-	proto_init(&hello.h, PROTO_HELLO, sizeof(hello));
-	hello.role = PROTO_ROLE_CONTROL;
-	hello.rank = 0;
-	hello.world = 1;
-	hello.arena_bytes = 0;
-	snprintf(hello.job, sizeof(hello.job), "ckptctl");
-	ret = proto_send(sock, &hello, sizeof(hello), -1);
-	if (ret < 0) {
-		errmsg("sending to '%s': %s", path, strerror(-ret));
-		goto out_close;
-	}
-	mfd = -1;
-	ret = ctl_expect(sock, path, PROTO_HELLO_OK, buf, &mfd);
-	if (ret < 0)
-		goto out_close;
-	if (mfd >= 0) { /* a control connection gets no arena */
-		close(mfd);
-		mfd = -1;
-	}
-
-	proto_init(&req.h, PROTO_STATUS_REQ, sizeof(req));
-	ret = proto_send(sock, &req, sizeof(req), -1);
-	if (ret < 0) {
-		errmsg("sending to '%s': %s", path, strerror(-ret));
-		goto out_close;
-	}
-	ret = ctl_expect(sock, path, PROTO_STATUS_REPLY, buf, &mfd);
-	if (ret < 0)
-		goto out_close;
-	rep = (const struct proto_status_reply *)buf;
-	if (mfd < 0) {
-		errmsg("status reply from '%s' carries no report", path);
-		ret = -EPROTO;
-		goto out_close;
-	}
-	if (rep->len > CTL_STATUS_MAX) {
-		errmsg("status report of %llu bytes is larger than %u",
-		       (unsigned long long)rep->len, CTL_STATUS_MAX);
-		ret = -EFBIG;
-		goto out_close;
-	}
-	len = (size_t)rep->len;
-	text = malloc(len + 1);
-	if (!text) {
-		ret = -ENOMEM;
-		errmsg("out of memory");
-		goto out_close;
-	}
-	while (off < len) {
-		ssize_t n = pread(mfd, text + off, len - off, (off_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EBADMSG;
-			errmsg("reading the status report: %s",
-			       n < 0 ? strerror(errno) : "shorter than announced");
-			free(text);
-			goto out_close;
-		}
-		off += (size_t)n;
-	}
-	text[len] = '\0';
-	*ret_text = text;
-	*ret_len = len;
-	ret = 0;
-
-out_close:
-	if (mfd >= 0)
-		close(mfd);
-	close(sock);
-	return ret;
-}
-
-/* The daemon's S3 uploads (status.h "s3"), when its S3 client runs.  The
- * report holds no secret; the endpoint is printed as the daemon gives it. */
-static void s3_print(const json_t *s3)
-{
-	char a[32], b[32], c[32], d[32];
-
-	if (!json_is_object(s3))
-		return;
-	printf("  s3       %s, region %s: %llu part(s) in flight (at most %llu), %llu queued\n",
-	       jget_str(s3, "endpoint"), jget_str(s3, "region"),
-	       (unsigned long long)jget_u64(s3, "in_flight"),
-	       (unsigned long long)jget_u64(s3, "parts_in_flight_max"),
-	       (unsigned long long)jget_u64(s3, "queued"));
-	printf("           %s uploaded, now %s/s (last %s), %s downloaded\n",
-	       human_size(jget_u64(s3, "bytes_up"), a, sizeof(a)),
-	       human_size(jget_u64(s3, "up_bytes_per_s"), b, sizeof(b)),
-	       human_duration(jget_f64(s3, "rate_window_s"), c, sizeof(c)),
-	       human_size(jget_u64(s3, "bytes_down"), d, sizeof(d)));
-	printf("           %llu request(s), %llu retried, %llu failed, %llu part(s) done\n",
-	       (unsigned long long)jget_u64(s3, "requests"),
-	       (unsigned long long)jget_u64(s3, "retries"),
-	       (unsigned long long)jget_u64(s3, "failures"),
-	       (unsigned long long)jget_u64(s3, "parts_done"));
-}
-
-static void status_print(json_t *st)
-{
-	json_t *cfg = json_object_get(st, "config");
-	json_t *roots = json_object_get(cfg, "roots");
-	json_t *clients = json_object_get(st, "clients");
-	json_t *saves = json_object_get(st, "saves");
-	json_t *totals = json_object_get(st, "totals");
-	char a[32], b[32], c[32], d[32];
-	size_t i, wjob = 3, wname = 4;
-	json_t *v;
-
-	printf("ckptd %s, pid %llu, up %s\n", jget_str(st, "version"),
-	       (unsigned long long)jget_u64(st, "pid"),
-	       human_duration(jget_f64(st, "uptime_s"), a, sizeof(a)));
-	printf("  socket   %s\n", jget_str(cfg, "socket"));
-	printf("  roots   ");
-	if (json_array_size(roots) == 0)
-		printf(" (none)");
-	json_array_foreach(roots, i, v)
-		printf(" %s", json_string_value(v) ? json_string_value(v) : "?");
-	printf("\n");
-	printf("  arenas   %s in use of %s (at most %s per client)\n",
-	       human_size(jget_u64(st, "arena_bytes_total"), a, sizeof(a)),
-	       human_size(jget_u64(cfg, "arena_total"), b, sizeof(b)),
-	       human_size(jget_u64(cfg, "arena_max"), c, sizeof(c)));
-	printf("  writes   io_uring depth %llu, commit deadline %s\n",
-	       (unsigned long long)jget_u64(cfg, "uring_depth"),
-	       human_duration((double)jget_u64(cfg, "commit_deadline_ms") / 1000.0, d,
-			      sizeof(d)));
-	/* Fields of newer daemons: shown when the report has them. */
-	{
-		json_t *stall = json_object_get(st, "max_loop_stall_ms");
-		if (!stall)
-			stall = json_object_get(totals, "max_loop_stall_ms");
-		if (json_is_number(stall))
-			printf("  loop     longest stall %.1f ms (time away from serving clients)\n",
-			       json_number_value(stall));
-	}
-	s3_print(json_object_get(st, "s3"));
-
-	json_array_foreach(clients, i, v) {
-		size_t l = strlen(jget_str(v, "job"));
-		wjob = l > wjob ? l : wjob;
-	}
-	json_array_foreach(saves, i, v) {
-		size_t l = strlen(jget_str(v, "job"));
-		wjob = l > wjob ? l : wjob;
-		l = strlen(jget_str(v, "name"));
-		wname = l > wname ? l : wname;
-	}
-	int wj = name_width(wjob, 3), wn = name_width(wname, 4);
-
-	printf("\nclients: %zu\n", json_array_size(clients));
-	if (json_array_size(clients) > 0) {
-		printf("  %5s %8s  %-*s %11s %10s %10s\n", "ID", "PID", wj, "JOB", "RANK/WORLD",
-		       "ARENA", "SLOTS");
-		json_array_foreach(clients, i, v) {
-			char rw[32], slots[48];
-			snprintf(rw, sizeof(rw), "%llu/%llu",
-				 (unsigned long long)jget_u64(v, "rank"),
-				 (unsigned long long)jget_u64(v, "world"));
-			snprintf(slots, sizeof(slots), "%llu/%llu",
-				 (unsigned long long)jget_u64(v, "slots_in_use"),
-				 (unsigned long long)jget_u64(v, "slots"));
-			printf("  %5llu %8llu  %-*.*s %11s %10s %10s\n",
-			       (unsigned long long)jget_u64(v, "id"),
-			       (unsigned long long)jget_u64(v, "pid"), wj, wj, jget_str(v, "job"),
-			       rw, human_size(jget_u64(v, "arena_bytes"), a, sizeof(a)), slots);
-		}
-	}
-
-	printf("\nsaves in flight: %zu\n", json_array_size(saves));
-	if (json_array_size(saves) > 0) {
-		printf("  %-*s %-*s %-10s %14s %14s %7s %11s\n", wj, "JOB", wn, "NAME", "STATE",
-		       "STAGED", "WRITTEN", "AGE", "RATE");
-		json_array_foreach(saves, i, v) {
-			uint64_t total = jget_u64(v, "bytes");
-			uint64_t staged = jget_u64(v, "staged"), written = jget_u64(v, "written");
-			double gibps = jget_f64(v, "write_gibps");
-			char sbuf[48], wbuf[48], rate[32];
-
-			snprintf(sbuf, sizeof(sbuf), "%s %3.0f%%", human_size(staged, a, sizeof(a)),
-				 total ? 100.0 * (double)staged / (double)total : 0.0);
-			snprintf(wbuf, sizeof(wbuf), "%s %3.0f%%",
-				 human_size(written, b, sizeof(b)),
-				 total ? 100.0 * (double)written / (double)total : 0.0);
-			if (isnan(gibps))
-				snprintf(rate, sizeof(rate), "-");
-			else
-				snprintf(rate, sizeof(rate), "%.2f GiB/s", gibps);
-			printf("  %-*.*s %-*.*s %-10s %14s %14s %7s %11s\n", wj, wj,
-			       jget_str(v, "job"), wn, wn, jget_str(v, "name"),
-			       jget_str(v, "state"), sbuf, wbuf,
-			       human_duration(jget_f64(v, "age_s"), c, sizeof(c)), rate);
-			printf("  %-*s %-*s of %s, %llu rank(s), root %s", wj, "", wn, "",
-			       human_size(total, d, sizeof(d)),
-			       (unsigned long long)jget_u64(v, "world"), jget_str(v, "root"));
-			if (json_is_integer(json_object_get(v, "s3_uploaded")))
-				printf(", %s uploaded",
-				       human_size(jget_u64(v, "s3_uploaded"), a, sizeof(a)));
-			putchar('\n');
-		}
-	}
-
-	/* Newer daemons: checkpoints held in memory for restarts. */
-	json_t *res = json_object_get(st, "resident");
-	if (json_is_array(res)) {
-		printf("\nresident in memory: %zu, %s\n", json_array_size(res),
-		       human_size(jget_u64(st, "resident_bytes"), a, sizeof(a)));
-		json_array_foreach(res, i, v) {
-			printf("  %-*.*s rank %-5llu step %-8llu %10s  %s/%s (%s old, %llu load(s))\n",
-			       wj, wj, jget_str(v, "job"), (unsigned long long)jget_u64(v, "rank"),
-			       (unsigned long long)jget_u64(v, "step"),
-			       human_size(jget_u64(v, "bytes"), b, sizeof(b)), jget_str(v, "root"),
-			       jget_str(v, "name"), human_duration(jget_f64(v, "age_s"), c, sizeof(c)),
-			       (unsigned long long)jget_u64(v, "loads"));
-		}
-	}
-
-	printf("\ntotals: %llu committed, %llu failed",
-	       (unsigned long long)jget_u64(totals, "saves_committed"),
-	       (unsigned long long)jget_u64(totals, "saves_failed"));
-	if (json_is_integer(json_object_get(totals, "saves_refused")))
-		printf(", %llu refused", (unsigned long long)jget_u64(totals, "saves_refused"));
-	printf(", %s written\n", human_size(jget_u64(totals, "bytes_written"), a, sizeof(a)));
-}
-
-static int cmd_status(const char *opt_socket, const char *opt_config, bool json)
-{
-	char *path, *text = NULL;
-	json_error_t jerr;
-	json_t *st;
-	size_t len = 0;
-	int ret;
-
-	path = resolve_socket(opt_socket, opt_config);
-	if (!path)
-		return 1;
-	ret = status_fetch(path, &text, &len);
-	if (ret < 0) {
-		free(path);
-		return 1;
-	}
-	st = json_loadb(text, len, 0, &jerr);
-	if (!json_is_object(st)) {
-		errmsg("status report from '%s' is not a JSON object: %s (line %d)", path,
-		       st ? "wrong type" : jerr.text, jerr.line);
-		json_decref(st);
-		free(text);
-		free(path);
-		return 1;
-	}
-	if (json)
-		ret = print_json_line(st, JSON_REAL_PRECISION(15));
-	else
-		status_print(st);
-	json_decref(st);
-	if (ret < 0) {
-		errmsg("out of memory");
-		free(text);
-		free(path);
-		return 1;
-	}
-	free(text);
-	free(path);
-	return 0;
 }
 
 /* ---- list ---- */
@@ -898,6 +488,36 @@ static int add_in_progress(struct listing *L, int dfd, const char *name, const c
 }
 
 /*
+ * The one rule of what is committed, for list and wait: a checkpoint's
+ * manifest.json is read whole and parses as a manifest of our format.
+ */
+int ctl_manifest_judge(int r, char *text, size_t len, struct manifest *m, char *err,
+		       size_t errlen)
+{
+	int ret;
+
+	if (r < 0) {
+		free(text);
+		snprintf(err, errlen, "%s: %s", MANIFEST_FILE,
+			 r == -EFBIG ? "larger than ckptctl reads" :
+			 r == -EINVAL ? "not a regular file" : strerror(-r));
+		return r == -ENOMEM ? r : CTL_CKPT_CORRUPT;
+	}
+	memset(m, 0, sizeof(*m));
+	err[0] = '\0';
+	ret = manifest_parse(text, len, m, err, errlen);
+	free(text);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "%s", strerror(-ret));
+		return ret == -EPROTONOSUPPORT ? CTL_CKPT_NEWER : CTL_CKPT_CORRUPT;
+	}
+	return CTL_CKPT_COMMITTED;
+}
+
+/*
  * A directory that holds manifest.json: committed, or corrupt if the
  * manifest cannot be read or parsed (one bad checkpoint must not hide the
  * rest).  `r` and the text are fs_read_file_at's result.
@@ -913,22 +533,13 @@ static int add_checkpoint(struct listing *L, const char *rel, int r, char *text,
 		free(text);
 		return -ENOMEM;
 	}
-	if (r < 0) {
-		snprintf(err, sizeof(err), "%s: %s", MANIFEST_FILE,
-			 r == -EFBIG ? "larger than ckptctl reads" :
-			 r == -EINVAL ? "not a regular file" : strerror(-r));
-		e->error = strdup(err);
-		return e->error ? 0 : -ENOMEM;
-	}
-	memset(&m, 0, sizeof(m));
-	ret = manifest_parse(text, len, &m, err, sizeof(err));
-	free(text);
-	if (ret == -ENOMEM)
+	ret = ctl_manifest_judge(r, text, len, &m, err, sizeof(err));
+	if (ret < 0)
 		return ret;
-	if (ret < 0) {
-		if (ret == -EPROTONOSUPPORT)
+	if (ret != CTL_CKPT_COMMITTED) {
+		if (ret == CTL_CKPT_NEWER)
 			e->state = ENT_NEWER;
-		e->error = strdup(err[0] ? err : strerror(-ret));
+		e->error = strdup(err);
 		return e->error ? 0 : -ENOMEM;
 	}
 	e->state = ENT_COMMITTED;
@@ -1091,7 +702,7 @@ static json_t *entry_json(const struct entry *e)
 
 static void list_print(const struct listing *L)
 {
-	int w = name_width(L->longest, 4);
+	int w = ctl_name_width(L->longest, 4);
 	char sz[32], age[32], step[24], world[16];
 
 	printf("%-*s %10s %10s  %-20s %6s  %s\n", w, "PATH", "STEP", "SIZE", "TIME", "WORLD",
@@ -1102,7 +713,8 @@ static void list_print(const struct listing *L)
 		snprintf(step, sizeof(step), "%llu", (unsigned long long)e->step);
 		snprintf(world, sizeof(world), "%u", e->world);
 		printf("%-*s %10s %10s  %-20s %6s  ", w, e->path, e->has_step ? step : "-",
-		       e->state == ENT_COMMITTED ? human_size(e->total_bytes, sz, sizeof(sz)) : "-",
+		       e->state == ENT_COMMITTED ? ctl_human_size(e->total_bytes, sz, sizeof(sz)) :
+						   "-",
 		       e->state == ENT_COMMITTED ? e->time : "-", e->has_world ? world : "-");
 		switch (e->state) {
 		case ENT_COMMITTED:
@@ -1111,7 +723,7 @@ static void list_print(const struct listing *L)
 		case ENT_IN_PROGRESS:
 			printf("in progress");
 			if (e->has_age)
-				printf(" (%s old)", human_duration(e->age_s, age, sizeof(age)));
+				printf(" (%s old)", ctl_human_duration(e->age_s, age, sizeof(age)));
 			if (e->name)
 				printf(": %s", e->name);
 			if (e->job)
@@ -1186,7 +798,7 @@ static bool ctl_s3_up;
 
 /* Starts the process's S3 client from the AWS_* environment, as
  * ckpt_reader_open() does.  0, or -errno with the reason printed. */
-static int ctl_s3_start(const char *url)
+int ctl_s3_start(const char *url)
 {
 	struct store_s3_settings set = { .retries = CTL_S3_RETRIES,
 					 .connect_timeout_ms = CTL_S3_CONNECT_MS };
@@ -1208,7 +820,7 @@ static int ctl_s3_start(const char *url)
 	return r;
 }
 
-static void ctl_s3_stop(void)
+void ctl_s3_stop(void)
 {
 	if (ctl_s3_up)
 		store_s3_stop(); /* wipes the credentials */
@@ -1216,7 +828,7 @@ static void ctl_s3_stop(void)
 }
 
 /* A 403 (or another refusal of the credentials), with S3's words in err. */
-static void s3_denied(const char *url, const char *err)
+void ctl_s3_denied(const char *url, const char *err)
 {
 	errmsg("'%s': access denied: check the credentials (AWS_ACCESS_KEY_ID, "
 	       "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), AWS_REGION and the bucket's policy "
@@ -1235,7 +847,7 @@ static int count_one(void *ud, const char *inner, size_t len)
  * an empty prefix, in S3's own words.  Returns 1 if something is stored
  * under the prefix, 0 if nothing is, or -errno with the reason printed.
  */
-static int s3_probe(const char *url, const struct s3_loc *loc)
+int ctl_s3_probe(const char *url, const struct s3_loc *loc)
 {
 	char pre[S3_PREFIX_MAX + 2], enc[3 * sizeof(pre)], query[sizeof(enc) + 64], err[768] = "";
 	struct s3_req q = { .method = "GET", .bucket = loc->bucket, .key = "", .query = query,
@@ -1260,7 +872,7 @@ static int s3_probe(const char *url, const struct s3_loc *loc)
 	} else if (!strcmp(q.code, "NoSuchBucket")) {
 		errmsg("'%s': bucket '%s' does not exist (%s)", url, loc->bucket, err);
 	} else if (r == -EACCES) {
-		s3_denied(url, err);
+		ctl_s3_denied(url, err);
 	} else {
 		errmsg("'%s': %s", url, err);
 	}
@@ -1460,7 +1072,7 @@ static int cmd_list_s3(const char *root, bool json)
 	}
 	if (ctl_s3_start(root) < 0)
 		return 1;
-	any = s3_probe(root, &loc);
+	any = ctl_s3_probe(root, &loc);
 	if (any < 0)
 		return 1;
 	r = s3_names_get(root, "", &N);
@@ -1578,21 +1190,21 @@ static void show_print(const char *path, const struct manifest *m, bool verbose)
 	printf("  job      %s\n", m->job);
 	printf("  world    %u\n", m->world);
 	printf("  size     %s in %zu file(s), %zu tensor(s), %zu blob(s)\n",
-	       human_size(m->total_bytes, a, sizeof(a)), m->n_files, m->n_tensors, n_blobs);
+	       ctl_human_size(m->total_bytes, a, sizeof(a)), m->n_files, m->n_tensors, n_blobs);
 	print_kv_object("metadata", json_object_get(root, "metadata"));
 	print_kv_object("metrics", json_object_get(root, "metrics"));
 
 	printf("files:\n");
 	for (size_t i = 0; i < m->n_files; i++)
 		printf("  %-28s rank %-6u %12s  (%llu bytes)\n", m->files[i].path,
-		       m->files[i].rank, human_size(m->files[i].size, a, sizeof(a)),
+		       m->files[i].rank, ctl_human_size(m->files[i].size, a, sizeof(a)),
 		       (unsigned long long)m->files[i].size);
 
 	for (size_t i = 0; i < m->n_items; i++) {
 		size_t l = strlen(m->items[i].name);
 		longest = l > longest ? l : longest;
 	}
-	int w = name_width(longest, 4);
+	int w = ctl_name_width(longest, 4);
 
 	printf("tensors: %zu\n", m->n_tensors);
 	if (m->n_tensors)
@@ -1614,7 +1226,7 @@ static void show_print(const char *path, const struct manifest *m, bool verbose)
 
 		if (t->kind == ITEM_BLOB) {
 			const struct manifest_chunk *ch = t->n_chunks ? &t->chunks[0] : NULL;
-			printf("  %-*s %12s  ", w, t->name, human_size(bytes, a, sizeof(a)));
+			printf("  %-*s %12s  ", w, t->name, ctl_human_size(bytes, a, sizeof(a)));
 			if (ch)
 				printf("%s [%llu, %llu)\n", file_name(m, ch->file),
 				       (unsigned long long)ch->begin, (unsigned long long)ch->end);
@@ -1631,7 +1243,7 @@ static void show_print(const char *path, const struct manifest *m, bool verbose)
 		if (off < sizeof(shape))
 			snprintf(shape + off, sizeof(shape) - off, "]");
 		printf("  %-*s %-8s %-24s %7zu %12s\n", w, t->name, dn ? dn : "?", shape,
-		       t->n_chunks, human_size(bytes, a, sizeof(a)));
+		       t->n_chunks, ctl_human_size(bytes, a, sizeof(a)));
 		if (!verbose)
 			continue;
 		for (size_t k = 0; k < t->n_chunks; k++) {
@@ -1698,14 +1310,14 @@ static int cmd_show_s3(const char *path, bool json, bool verbose)
 		return 1;
 	r = store_s3_get(path, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len, err, sizeof(err));
 	if (r == -ENOENT) {
-		r = s3_probe(path, &loc);
+		r = ctl_s3_probe(path, &loc);
 		if (r >= 0)
 			errmsg("'%s' is not a committed checkpoint (no %s%s)", path, MANIFEST_FILE,
 			       r ? "" : "; nothing is stored under it");
 		return 1;
 	}
 	if (r == -EACCES) {
-		s3_denied(path, err);
+		ctl_s3_denied(path, err);
 		return 1;
 	}
 	if (r < 0) {
@@ -1745,6 +1357,74 @@ static int cmd_show(const char *path, bool json, bool verbose)
 
 /* ---- main ---- */
 
+/*
+ * Whether argv[*i] is option `name` of the command, which takes a value:
+ * "--name VALUE" or "--name=VALUE".  Then the value is in *ret and *i
+ * points at the last word used; a missing value is a usage error.
+ */
+static bool opt_value(int argc, char **argv, int *i, const char *cmd, const char *name,
+		      const char **ret)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(name);
+
+	if (strncmp(a, name, n) != 0 || (a[n] != '\0' && a[n] != '='))
+		return false;
+	if (a[n] == '=') {
+		*ret = a + n + 1;
+		return true;
+	}
+	if (*i + 1 >= argc) {
+		errmsg("%s: %s needs a value", cmd, name);
+		die_usage();
+	}
+	*ret = argv[++*i];
+	return true;
+}
+
+/* A plain decimal number ("2", "0.5": no sign, exponent, "inf" or hex) in
+ * [lo, hi] for an option; anything else is a usage error. */
+static double parse_seconds(const char *cmd, const char *opt, const char *s, double lo,
+			    double hi)
+{
+	char *end;
+	double v;
+
+	if (!*s || strspn(s, "0123456789.") != strlen(s) || strspn(s, ".") == strlen(s)) {
+		errmsg("%s: %s takes a number of seconds, not '%s'", cmd, opt, s);
+		die_usage();
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (*end || errno || !(v >= lo && v <= hi)) {
+		errmsg("%s: %s '%s' is out of range (%.10g..%.10g seconds)", cmd, opt, s, lo, hi);
+		die_usage();
+	}
+	return v;
+}
+
+/* A whole decimal number in [lo, hi]; anything else is a usage error. */
+static uint64_t parse_count(const char *cmd, const char *opt, const char *s, uint64_t lo,
+			    uint64_t hi)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!*s || strspn(s, "0123456789") != strlen(s)) {
+		errmsg("%s: %s takes a whole number, not '%s'", cmd, opt, s);
+		die_usage();
+	}
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*end || errno || v < lo || v > hi) {
+		errmsg("%s: %s '%s' is out of range (%llu..%llu)", cmd, opt, s,
+		       (unsigned long long)lo, (unsigned long long)hi);
+		die_usage();
+	}
+	return (uint64_t)v;
+}
+
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1754,8 +1434,13 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *opt_socket = NULL, *opt_config = NULL, *cmd, *arg = NULL, *arg2 = NULL;
+	const char *opt_socket = NULL, *opt_config = NULL, *cmd, *arg = NULL, *arg2 = NULL, *val;
 	bool json = false, verbose = false, dry_run = false, force = false;
+	int64_t grace_s = CTL_GC_GRACE_S;
+	struct ctl_watch watch = { .interval_s = CTL_WATCH_DEFAULT_S };
+	bool interval_set = false, count_set = false, step_set = false;
+	double timeout_s = -1.0; /* wait: forever */
+	uint64_t step = 0;
 	struct ret_policy policy;
 	int c, ret;
 
@@ -1811,6 +1496,30 @@ int main(int argc, char **argv)
 		} else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			usage(stdout);
 			return 0;
+		} else if (!strcmp(cmd, "status") && !strcmp(a, "--watch")) {
+			watch.on = true;
+		} else if (!strcmp(cmd, "status") &&
+			   opt_value(argc, argv, &i, cmd, "--interval", &val)) {
+			watch.interval_s = parse_seconds(cmd, "--interval", val, CTL_WATCH_MIN_S,
+							 CTL_WATCH_MAX_S);
+			interval_set = true;
+		} else if (!strcmp(cmd, "status") &&
+			   opt_value(argc, argv, &i, cmd, "--count", &val)) {
+			watch.count = parse_count(cmd, "--count", val, 1, UINT64_MAX);
+			count_set = true;
+		} else if (!strcmp(cmd, "wait") &&
+			   opt_value(argc, argv, &i, cmd, "--timeout", &val)) {
+			timeout_s = parse_seconds(cmd, "--timeout", val, 0, CTL_WAIT_MAX_S);
+		} else if (!strcmp(cmd, "wait") && opt_value(argc, argv, &i, cmd, "--step", &val)) {
+			step = parse_count(cmd, "--step", val, 0, UINT64_MAX);
+			step_set = true;
+		} else if (!strcmp(cmd, "gc") && !strcmp(a, "--dry-run")) {
+			dry_run = true;
+		} else if (!strcmp(cmd, "gc") && !strcmp(a, "--grace")) {
+			if (i + 1 >= argc || ret_parse_duration(argv[++i], &grace_s) < 0) {
+				errmsg("gc: --grace takes a duration: 30m, 24h, 7d (s, m, h, d, w)");
+				die_usage();
+			}
 		} else if (!strcmp(cmd, "prune") && !strcmp(a, "--dry-run")) {
 			dry_run = true;
 		} else if (!strcmp(cmd, "prune") && !strcmp(a, "--force")) {
@@ -1849,7 +1558,8 @@ int main(int argc, char **argv)
 			die_usage();
 		} else if (!arg) {
 			arg = a;
-		} else if (!arg2 && (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin"))) {
+		} else if (!arg2 &&
+			   (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin") || !strcmp(cmd, "wait"))) {
 			arg2 = a;
 		} else {
 			errmsg("%s: unexpected argument '%s'", cmd, a);
@@ -1859,10 +1569,23 @@ int main(int argc, char **argv)
 
 	if (strcmp(cmd, "status") == 0) {
 		if (arg || verbose) {
-			errmsg("status takes only --json");
+			errmsg("status takes only --json, --watch, --interval and --count");
 			die_usage();
 		}
-		ret = cmd_status(opt_socket, opt_config, json);
+		if ((interval_set || count_set) && !watch.on) {
+			errmsg("status: --interval and --count go with --watch");
+			die_usage();
+		}
+		ret = ctl_status(opt_socket, opt_config, json, &watch);
+	} else if (strcmp(cmd, "wait") == 0) {
+		if (!arg || verbose || (step_set && arg2) || (!step_set && !arg2)) {
+			errmsg(!arg ? "wait: ROOT is missing" :
+			       verbose ? "wait takes ROOT, NAME or --step N, --timeout and --json" :
+			       arg2 ? "wait: give NAME or --step N, not both" :
+				      "wait: NAME (or --step N) is missing");
+			die_usage();
+		}
+		ret = ctl_wait(arg, arg2, step, timeout_s, json);
 	} else if (strcmp(cmd, "list") == 0) {
 		if (!arg || verbose) {
 			errmsg(arg ? "list takes only ROOT and --json" : "list: ROOT is missing");
@@ -1888,6 +1611,12 @@ int main(int argc, char **argv)
 			die_usage();
 		}
 		ret = ctl_prune(arg, &policy, force, dry_run, json);
+	} else if (strcmp(cmd, "gc") == 0) {
+		if (!arg || verbose) {
+			errmsg(arg ? "gc takes ROOT, --dry-run, --grace and --json" : "gc: ROOT is missing");
+			die_usage();
+		}
+		ret = ctl_gc(arg, grace_s, dry_run, json);
 	} else if (strcmp(cmd, "verify") == 0) {
 		if (!arg || verbose) {
 			errmsg(arg ? "verify takes ROOT/NAME and --json" : "verify: ROOT/NAME is missing");

@@ -312,10 +312,11 @@ expect_out 2 "unknown option '--jsn'" -- "$ctl" list "$root" --jsn
 expect_out 2 "unexpected argument" -- "$ctl" show a b
 
 # ---- status: no daemon ----
-expect_out 1 "^ckptctl: no ckptd listening on '$tmp/none.sock' \(is the service running\?\)$" -- \
+# Exit 3 (was 1) since issue 11: "no daemon" is told from other failures.
+expect_out 3 "^ckptctl: no ckptd listening on '$tmp/none.sock' \(is the service running\?\)$" -- \
 	"$ctl" -s "$tmp/none.sock" status
-expect_out 1 "no ckptd listening on '$tmp/after.sock'" -- "$ctl" status -s "$tmp/after.sock"
-CKPTD_SOCKET=$tmp/env.sock expect_out 1 "no ckptd listening on '$tmp/env.sock'" -- "$ctl" status
+expect_out 3 "no ckptd listening on '$tmp/after.sock'" -- "$ctl" status -s "$tmp/after.sock"
+CKPTD_SOCKET=$tmp/env.sock expect_out 3 "no ckptd listening on '$tmp/env.sock'" -- "$ctl" status
 printf 'socket = %s/conf.sock\nroot = /tmp\n' "$tmp" >"$tmp/ckptd.conf"
 env -u CKPTD_SOCKET "$ctl" -c "$tmp/ckptd.conf" status >"$tmp/out" 2>&1 || true
 grep -q "no ckptd listening on '$tmp/conf.sock'" "$tmp/out" || fail "socket from -c: $(cat "$tmp/out")"

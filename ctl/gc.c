@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gc.c - ckptctl gc ROOT: gives back the space of saves that will never
+ * commit.  What it removes carries our own marker and is older than the
+ * grace period:
+ *
+ *   .ckpt-work-<32 hex>   a save's work area (and .partial-* of older
+ *                         daemons) in which nothing changed for the grace
+ *                         period: the save died (a live one writes, and
+ *                         fails at the daemon's commit deadline long before)
+ *   .ckpt-trash-*         a removal a crash cut short (remove.h)
+ *
+ * A work area is first renamed into the trash, atomically: if the daemon
+ * commits it at that moment (renames it to the checkpoint's name), one of
+ * the two renames fails and nothing committed is touched.  Anything else
+ * -- a directory of shard files without a manifest, a corrupt checkpoint --
+ * is reported, never removed.  The walk goes 8 levels deep (the daemon's
+ * per-job directories), never through symbolic links and never into a
+ * checkpoint.  Only the caller's own directories are removed (any, for
+ * root).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl/ctl.h"
+#include "format/index.h"
+#include "store/remove.h"
+#include "store/s3_addr.h"
+#include "store/store.h"
+
+#define GC_DEPTH      8
+#define GC_AGE_DEPTH  4 /* levels inside a work area searched for its newest change */
+
+struct gc {
+	int64_t grace_s;
+	bool dry_run, json;
+	time_t now;
+	size_t removed, would, young, unknown, failed, foreign;
+};
+
+static bool is_work(const char *name)
+{
+	size_t n = sizeof(STORE_WORK_PREFIX) - 1;
+
+	if (!strncmp(name, ".partial-", 9))
+		return true;
+	if (strncmp(name, STORE_WORK_PREFIX, n) || strlen(name) != n + STORE_ID_LEN)
+		return false;
+	for (size_t i = n; name[i]; i++)
+		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* The newest modification time of dir fd and what it holds (mtime: the
+ * daemon's writes move it; ctime could not be aged by a test). */
+static time_t newest(int fd, unsigned depth)
+{
+	struct stat st;
+	struct dirent *de;
+	time_t t = 0;
+	DIR *d;
+
+	if (fstat(fd, &st) == 0)
+		t = st.st_mtime;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return t;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (st.st_mtime > t)
+			t = st.st_mtime;
+		if (S_ISDIR(st.st_mode) && depth) {
+			int sub = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			time_t s = sub >= 0 ? newest(sub, depth - 1) : 0;
+
+			if (s > t)
+				t = s;
+		}
+	}
+	closedir(d);
+	return t;
+}
+
+static void say(struct gc *g, const char *rel, const char *action, const char *why,
+		long long age_s)
+{
+	char *shown = ctl_display(rel);
+
+	if (!shown)
+		return;
+	if (g->json) {
+		json_t *o = json_pack("{s:s, s:s, s:s}", "path", shown, "action", action, "why",
+				      why);
+
+		if (o && age_s >= 0)
+			json_object_set_new(o, "age_s", json_integer(age_s));
+		if (o)
+			(void)ctl_json_line(o);
+		json_decref(o);
+	} else {
+		printf("%-8s  %s  (%s)\n", action, shown, why);
+	}
+	free(shown);
+}
+
+static void gc_warn(void *ud, const char *msg)
+{
+	(void)ud;
+	ctl_err("gc: %s", msg);
+}
+
+static void walk(struct gc *g, int dfd, const char *rel, unsigned depth)
+{
+	int fd = dup(dfd);
+	struct dirent *de;
+	bool trashed = false;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		say(g, rel[0] ? rel : ".", "ERROR", strerror(errno), -1);
+		g->failed++;
+		return;
+	}
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		char child[PATH_MAX], why[128];
+		struct stat st;
+		int sub;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >=
+		    (int)sizeof(child))
+			continue;
+		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if (store_is_trash_name(de->d_name)) {
+			trashed = true;
+			continue; /* the sweep below */
+		}
+		sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0)
+			continue;
+		if (is_work(de->d_name)) {
+			int dup_fd = dup(sub);
+			time_t t = dup_fd >= 0 ? newest(dup_fd, GC_AGE_DEPTH) : g->now;
+			long long age = (long long)(g->now - t);
+
+			close(sub);
+			if (age < g->grace_s) {
+				snprintf(why, sizeof(why), "a save's work area, changed %llds ago: "
+					 "within the grace period", age);
+				say(g, child, "KEEP", why, age);
+				g->young++;
+			} else if (geteuid() != 0 && st.st_uid != geteuid()) {
+				snprintf(why, sizeof(why), "a dead save's work area, but uid %u's",
+					 (unsigned)st.st_uid);
+				say(g, child, "SKIP", why, age);
+				g->foreign++;
+			} else if (g->dry_run) {
+				say(g, child, "REMOVE", "a dead save's work area", age);
+				g->would++;
+			} else {
+				char err[256];
+				int r = store_local_trash(dfd, de->d_name, geteuid(), err,
+							  sizeof(err));
+
+				if (r == -ENOENT)
+					continue; /* committed or removed meanwhile */
+				if (r < 0) {
+					say(g, child, "FAILED", err, age);
+					g->failed++;
+					continue;
+				}
+				say(g, child, "REMOVED", "a dead save's work area", age);
+				trashed = true;
+				g->removed++;
+			}
+			continue;
+		}
+		if (faccessat(sub, MANIFEST_FILE, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+			close(sub);
+			continue; /* a checkpoint: prune's, never gc's */
+		}
+		if (de->d_name[0] != '.' && depth) {
+			/* Shard files and no manifest: not ours to judge. */
+			struct dirent *e;
+			DIR *sd;
+			bool shards = false;
+			int look = dup(sub);
+
+			if (look >= 0 && (sd = fdopendir(look))) {
+				while (!shards && (e = readdir(sd)))
+					shards = !strncmp(e->d_name, "rank-", 5);
+				closedir(sd);
+			} else if (look >= 0) {
+				close(look);
+			}
+			if (shards) {
+				say(g, child, "UNKNOWN",
+				    "shard files without a manifest: reported, never removed", -1);
+				g->unknown++;
+			} else {
+				walk(g, sub, child, depth - 1);
+			}
+		}
+		close(sub);
+	}
+	closedir(d);
+	if (trashed && !g->dry_run) {
+		size_t problems = 0;
+		long n = store_local_trash_sweep(dfd, geteuid(), gc_warn, g, &problems);
+
+		if (n < 0) {
+			say(g, rel[0] ? rel : ".", "FAILED", strerror((int)-n), -1);
+			g->failed++;
+		}
+		g->unknown += problems;
+	}
+}
+
+int ctl_gc(const char *root, int64_t grace_s, bool dry_run, bool json)
+{
+	struct gc g = { .grace_s = grace_s, .dry_run = dry_run, .json = json,
+			.now = time(NULL) };
+	int fd;
+
+	if (s3_is_url(root)) {
+		ctl_err("gc: S3 roots are not supported yet: '%s'", root);
+		return CTL_EXIT_ERROR;
+	}
+	fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		ctl_err("gc: cannot open root '%s': %s", root, strerror(errno));
+		return CTL_EXIT_ERROR;
+	}
+	walk(&g, fd, "", GC_DEPTH);
+	close(fd);
+	if (json) {
+		json_t *o = json_pack("{s:{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}", "summary",
+				      "root", root, "dry_run", dry_run, "grace_s",
+				      (json_int_t)grace_s, "removed", (json_int_t)g.removed,
+				      "would_remove", (json_int_t)g.would, "kept_young",
+				      (json_int_t)g.young, "unknown", (json_int_t)g.unknown,
+				      "not_yours", (json_int_t)g.foreign, "failed",
+				      (json_int_t)g.failed);
+
+		if (o)
+			(void)ctl_json_line(o);
+		json_decref(o);
+	} else {
+		printf("%s: %zu work area%s %s, %zu within the grace period, %zu unknown "
+		       "(reported only), %zu not yours, %zu failed\n", dry_run ? "dry run" : "gc",
+		       dry_run ? g.would : g.removed, (dry_run ? g.would : g.removed) == 1 ? "" : "s",
+		       dry_run ? "would be removed" : "removed", g.young, g.unknown, g.foreign,
+		       g.failed);
+	}
+	return g.failed ? CTL_EXIT_ERROR : 0;
+}
