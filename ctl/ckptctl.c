@@ -44,6 +44,8 @@
 #include "daemon/config.h"
 #include "format/index.h"
 #include "store/fsutil.h"
+#include "store/prune.h"
+#include "store/remove.h"
 #include "store/s3_addr.h"
 #include "store/s3_http.h"
 #include "store/s3_xml.h"
@@ -83,8 +85,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s [-s SOCKET] [-c CONFIG] status [--json]\n"
 		"             [--watch [--interval SECONDS] [--count N]]\n"
-		"       %s list ROOT [--json]\n"
-		"       %s show ROOT/NAME [-v] [--json]\n"
+		"       %s list ROOT [RULE...] [--json]\n"
+		"       %s show ROOT/NAME|ROOT/latest|ROOT/best [--metric M [--max]] [-v] [--json]\n"
 		"       %s wait ROOT NAME [--timeout SECONDS] [--json]\n"
 		"       %s wait ROOT --step N [--timeout SECONDS] [--json]\n"
 		"       %s prune ROOT [--dry-run] [--force] [--json] RULE...\n"
@@ -99,8 +101,12 @@ static void usage(FILE *f)
 		"                  %g..%g) until Ctrl-C, or --count reports; redrawn in\n"
 		"                  place on a terminal; with --json one line per report\n"
 		"  list ROOT       the checkpoints at ROOT and below (%d levels), and the\n"
-		"                  saves in progress, incomplete and corrupt ones among them\n"
+		"                  saves in progress, incomplete and corrupt ones among them;\n"
+		"                  with prune's RULEs, why each checkpoint directly in ROOT\n"
+		"                  is kept, or that the policy removes it\n"
 		"  show ROOT/NAME  one checkpoint's manifest: files, tensors, blobs\n"
+		"                  (ROOT/latest: the greatest step; ROOT/best: the best by\n"
+		"                  --metric M, smallest unless --max)\n"
 		"                  (ROOT: a directory, or s3://bucket/prefix with the\n"
 		"                  credentials and endpoint of the AWS_* variables)\n"
 		"  wait ROOT NAME  returns once checkpoint NAME directly in ROOT is\n"
@@ -303,7 +309,14 @@ int ctl_name_width(size_t longest, size_t header)
 
 /* ENT_NEWER: a manifest of a later format than this ckptctl reads: most
  * likely a good checkpoint that a newer ckptd wrote, so never "corrupt". */
-enum entry_state { ENT_COMMITTED, ENT_IN_PROGRESS, ENT_INCOMPLETE, ENT_CORRUPT, ENT_NEWER };
+enum entry_state {
+	ENT_COMMITTED,
+	ENT_IN_PROGRESS,
+	ENT_INCOMPLETE,
+	ENT_CORRUPT,
+	ENT_NEWER,
+	ENT_REMOVING, /* an S3 checkpoint's tombstone: a removal under way */
+};
 
 static const char *const state_names[] = {
 	[ENT_COMMITTED] = "committed",
@@ -311,6 +324,7 @@ static const char *const state_names[] = {
 	[ENT_INCOMPLETE] = "incomplete",
 	[ENT_CORRUPT] = "corrupt",
 	[ENT_NEWER] = "newer_format",
+	[ENT_REMOVING] = "removing",
 };
 
 struct entry {
@@ -324,6 +338,8 @@ struct entry {
 	double age_s;           /* in progress: since the attempt began */
 	bool has_age;           /* age_s known (S3: only from attempt.json) */
 	char *error;            /* corrupt: why */
+	bool planned;           /* list with rules: in the plan of the root */
+	uint32_t keep;          /* its reasons (0: the plan removes it) */
 };
 
 struct listing {
@@ -512,7 +528,8 @@ int ctl_manifest_judge(int r, char *text, size_t len, struct manifest *m, char *
 	if (ret < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "%s", strerror(-ret));
-		return ret == -EPROTONOSUPPORT ? CTL_CKPT_NEWER : CTL_CKPT_CORRUPT;
+		return ret == -EPROTONOSUPPORT ? CTL_CKPT_NEWER :
+		       ret == -ENOENT ? CTL_CKPT_REMOVING : CTL_CKPT_CORRUPT;
 	}
 	return CTL_CKPT_COMMITTED;
 }
@@ -539,6 +556,8 @@ static int add_checkpoint(struct listing *L, const char *rel, int r, char *text,
 	if (ret != CTL_CKPT_COMMITTED) {
 		if (ret == CTL_CKPT_NEWER)
 			e->state = ENT_NEWER;
+		if (ret == CTL_CKPT_REMOVING)
+			e->state = ENT_REMOVING;
 		e->error = strdup(err);
 		return e->error ? 0 : -ENOMEM;
 	}
@@ -678,6 +697,19 @@ static json_t *entry_json(const struct entry *e)
 	case ENT_COMMITTED:
 		json_object_set_new(o, "total_bytes", json_integer((json_int_t)e->total_bytes));
 		json_object_set_new(o, "time", json_string(e->time));
+		if (e->planned) {
+			char why[128], *save = NULL;
+			json_t *r = json_array();
+
+			ret_reasons(e->keep, why, sizeof(why));
+			for (char *t = strtok_r(why, ",", &save); r && e->keep && t;
+			     t = strtok_r(NULL, ",", &save))
+				json_array_append_new(r, json_string(t));
+			json_object_set_new(o, "retention",
+					    json_pack("{s:s, s:o}", "action",
+						      e->keep ? "keep" : "remove", "reasons",
+						      r ? r : json_array()));
+		}
 		break;
 	case ENT_IN_PROGRESS:
 		if (e->run)
@@ -692,6 +724,7 @@ static json_t *entry_json(const struct entry *e)
 		break;
 	case ENT_CORRUPT:
 	case ENT_NEWER:
+	case ENT_REMOVING:
 		json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
 		break;
 	case ENT_INCOMPLETE:
@@ -718,7 +751,16 @@ static void list_print(const struct listing *L)
 		       e->state == ENT_COMMITTED ? e->time : "-", e->has_world ? world : "-");
 		switch (e->state) {
 		case ENT_COMMITTED:
-			printf("committed\n");
+			if (e->planned && e->keep) {
+				char why[128];
+
+				ret_reasons(e->keep, why, sizeof(why));
+				printf("committed, kept for %s\n", why);
+			} else if (e->planned) {
+				printf("committed, the policy removes it\n");
+			} else {
+				printf("committed\n");
+			}
 			break;
 		case ENT_IN_PROGRESS:
 			printf("in progress");
@@ -739,6 +781,9 @@ static void list_print(const struct listing *L)
 		case ENT_NEWER:
 			printf("newer format: %s\n", e->error ? e->error : "?");
 			break;
+		case ENT_REMOVING:
+			printf("being removed (a tombstone: the next prune finishes it)\n");
+			break;
 		}
 	}
 }
@@ -754,10 +799,47 @@ static void listing_free(struct listing *L)
  * Prints what list found under `root`, sorted; `empty_note` follows "no
  * checkpoints in ROOT" when there is nothing.  Returns the exit status.
  */
+/* list with rules: the plan of `policy` for the committed checkpoints
+ * directly in root, as prune --dry-run would make it, onto the entries. */
+static const struct ret_policy *g_list_policy;
+
+static void list_plan(struct listing *L, const char *root)
+{
+	struct prune_run pr;
+
+	if (!g_list_policy || ret_policy_empty(g_list_policy))
+		return;
+	memset(&pr, 0, sizeof(pr));
+	pr.root = root;
+	pr.policy = g_list_policy;
+	pr.dry_run = true;
+	pr.only_uid = geteuid() ? geteuid() : STORE_NO_OWNER;
+	pr.remover = geteuid();
+	if (prune_run(&pr) < 0) {
+		errmsg("list: no retention plan: %s", pr.err);
+		return;
+	}
+	for (size_t i = 0; i < pr.n; i++) {
+		for (size_t k = 0; k < L->n; k++) {
+			struct entry *e = &L->v[k];
+
+			if (e->state != ENT_COMMITTED || strchr(e->path, '/') ||
+			    strcmp(e->path, pr.v[i].name))
+				continue;
+			e->planned = true;
+			e->keep = pr.v[i].keep;
+		}
+	}
+	if (pr.plan_res < 0)
+		errmsg("list: the plan would be refused: %s", pr.err);
+	prune_run_free(&pr);
+}
+
 static int list_emit(struct listing *L, const char *root, bool json, const char *empty_note)
 {
 	if (L->n)
 		qsort(L->v, L->n, sizeof(*L->v), entry_cmp);
+	list_plan(L, root);
 	if (json) {
 		for (size_t i = 0; i < L->n; i++) {
 			json_t *o = entry_json(&L->v[i]);
@@ -1328,6 +1410,76 @@ static int cmd_show_s3(const char *path, bool json, bool verbose)
 	return show_text(path, text, len, json, verbose);
 }
 
+/*
+ * ROOT/latest and ROOT/best (when no checkpoint has that name): the
+ * committed checkpoint directly in ROOT with the greatest step (ties: the
+ * later commit), or the best by `metric` (smallest, or largest with
+ * best_max; a missing or NaN metric never best; ties: the greater step).
+ * Returns a malloc'd path to show, NULL with the reason said.
+ */
+static char *resolve_alias(const char *path, const char *metric, bool best_max)
+{
+	const char *slash = strrchr(path, '/');
+	const char *alias = slash ? slash + 1 : path;
+	bool latest = !strcmp(alias, "latest");
+	struct ret_policy none;
+	struct prune_run pr;
+	const struct prune_item *pick = NULL;
+	char root[PATH_MAX + 1024], *ret = NULL;
+
+	memset(&none, 0, sizeof(none));
+	if (!latest) {
+		if (!metric) {
+			errmsg("show: '%s' needs --metric NAME (and --max if larger is better)",
+			       path);
+			return NULL;
+		}
+		none.keep_best = 1;
+		snprintf(none.best_metric, sizeof(none.best_metric), "%s", metric);
+	}
+	snprintf(root, sizeof(root), "%.*s", slash ? (int)(slash - path) : 1,
+		 slash ? path : ".");
+	if (!root[0])
+		snprintf(root, sizeof(root), "/");
+	if (s3_is_url(root) && ctl_s3_start(root) < 0)
+		return NULL;
+	memset(&pr, 0, sizeof(pr));
+	pr.root = root;
+	pr.policy = &none;
+	pr.dry_run = true;
+	pr.only_uid = STORE_NO_OWNER;
+	pr.remover = STORE_NO_OWNER;
+	if (prune_run(&pr) < 0) {
+		errmsg("show: %s", pr.err);
+		prune_run_free(&pr);
+		return NULL;
+	}
+	for (size_t i = 0; i < pr.n; i++) {
+		const struct prune_item *c = &pr.v[i];
+
+		if (latest) {
+			if (!pick || c->rc.step > pick->rc.step ||
+			    (c->rc.step == pick->rc.step && c->rc.time_s > pick->rc.time_s))
+				pick = c;
+		} else if (c->rc.has_metric && c->rc.metric == c->rc.metric) {
+			double a = c->rc.metric, b = pick ? pick->rc.metric : 0;
+
+			if (!pick || (best_max ? a > b : a < b) ||
+			    (a == b && c->rc.step > pick->rc.step))
+				pick = c;
+		}
+	}
+	if (!pick)
+		errmsg("show: no committed checkpoint in '%s'%s%s%s", root,
+		       latest ? "" : " records the metric '", latest ? "" : metric,
+		       latest ? "" : "'");
+	else if (asprintf(&ret, "%s%s%s", root, root[strlen(root) - 1] == '/' ? "" : "/",
+			  pick->name) < 0)
+		ret = NULL;
+	prune_run_free(&pr);
+	return ret;
+}
+
 static int cmd_show(const char *path, bool json, bool verbose)
 {
 	char *text = NULL;
@@ -1437,6 +1589,8 @@ int main(int argc, char **argv)
 	const char *opt_socket = NULL, *opt_config = NULL, *cmd, *arg = NULL, *arg2 = NULL, *val;
 	bool json = false, verbose = false, dry_run = false, force = false;
 	int64_t grace_s = CTL_GC_GRACE_S;
+	const char *best_metric = NULL;
+	bool best_max = false;
 	struct ctl_watch watch = { .interval_s = CTL_WATCH_DEFAULT_S };
 	bool interval_set = false, count_set = false, step_set = false;
 	double timeout_s = -1.0; /* wait: forever */
@@ -1513,6 +1667,10 @@ int main(int argc, char **argv)
 		} else if (!strcmp(cmd, "wait") && opt_value(argc, argv, &i, cmd, "--step", &val)) {
 			step = parse_count(cmd, "--step", val, 0, UINT64_MAX);
 			step_set = true;
+		} else if (!strcmp(cmd, "show") && !strcmp(a, "--metric") && i + 1 < argc) {
+			best_metric = argv[++i];
+		} else if (!strcmp(cmd, "show") && !strcmp(a, "--max")) {
+			best_max = true;
 		} else if (!strcmp(cmd, "gc") && !strcmp(a, "--dry-run")) {
 			dry_run = true;
 		} else if (!strcmp(cmd, "gc") && !strcmp(a, "--grace")) {
@@ -1524,7 +1682,7 @@ int main(int argc, char **argv)
 			dry_run = true;
 		} else if (!strcmp(cmd, "prune") && !strcmp(a, "--force")) {
 			force = true;
-		} else if (!strcmp(cmd, "prune") &&
+		} else if ((!strcmp(cmd, "prune") || !strcmp(cmd, "list")) &&
 			   (!strncmp(a, "--keep-", 7) || !strcmp(a, "--max-removals"))) {
 			/* --keep-last 3 is the rule "keep_last 3"; --keep-best
 			 * takes three words: N METRIC min|max. */
@@ -1588,16 +1746,34 @@ int main(int argc, char **argv)
 		ret = ctl_wait(arg, arg2, step, timeout_s, json);
 	} else if (strcmp(cmd, "list") == 0) {
 		if (!arg || verbose) {
-			errmsg(arg ? "list takes only ROOT and --json" : "list: ROOT is missing");
+			errmsg(arg ? "list takes only ROOT, rules and --json" : "list: ROOT is missing");
 			die_usage();
 		}
+		g_list_policy = &policy;
 		ret = cmd_list(arg, json);
 	} else if (strcmp(cmd, "show") == 0) {
+		const char *leaf = arg ? strrchr(arg, '/') : NULL;
+		char *real = NULL;
+
 		if (!arg) {
 			errmsg("show: ROOT/NAME is missing");
 			die_usage();
 		}
-		ret = cmd_show(arg, json, verbose);
+		leaf = leaf ? leaf + 1 : arg;
+		if ((!strcmp(leaf, "latest") || !strcmp(leaf, "best")) && !s3_is_url(arg) &&
+		    access(arg, F_OK) == 0)
+			leaf = ""; /* a checkpoint of that name: itself */
+		if (!strcmp(leaf, "latest") || !strcmp(leaf, "best")) {
+			real = resolve_alias(arg, best_metric, best_max);
+			if (!real) {
+				ctl_s3_stop();
+				return 1;
+			}
+			if (!json)
+				printf("%s: %s\n", leaf, real);
+		}
+		ret = cmd_show(real ? real : arg, json, verbose);
+		free(real);
 	} else if (strcmp(cmd, "pin") == 0 || strcmp(cmd, "unpin") == 0) {
 		if (!arg || !arg2 || json || verbose) {
 			errmsg("%s takes ROOT and NAME", cmd);

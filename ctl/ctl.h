@@ -54,10 +54,16 @@ int ctl_verify(const char *path, bool json);
  * What list (and wait) make of a checkpoint directory's manifest.json: `r`
  * is fs_read_file_at's or store_s3_get's result and `text` its buffer (taken
  * over, may be NULL when r < 0).  Returns CTL_CKPT_COMMITTED with *m filled
- * (manifest_free it), CTL_CKPT_CORRUPT or CTL_CKPT_NEWER (a later format)
+ * (manifest_free it), CTL_CKPT_CORRUPT, CTL_CKPT_NEWER (a later format) or
+ * CTL_CKPT_REMOVING (a removal's tombstone)
  * with the reason in err, or -ENOMEM.
  */
-enum { CTL_CKPT_COMMITTED = 0, CTL_CKPT_CORRUPT = 1, CTL_CKPT_NEWER = 2 };
+enum {
+	CTL_CKPT_COMMITTED = 0,
+	CTL_CKPT_CORRUPT = 1,
+	CTL_CKPT_NEWER = 2,
+	CTL_CKPT_REMOVING = 3, /* a tombstone stands in for the manifest */
+};
 struct manifest;
 int ctl_manifest_judge(int r, char *text, size_t len, struct manifest *m, char *err,
 		       size_t errlen);

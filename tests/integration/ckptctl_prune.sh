@@ -154,6 +154,26 @@ done
 rc=0
 "$ctl" prune "$tmp/missing" --dry-run --keep-last 1 >/dev/null 2>"$tmp/err" || rc=$?
 [ "$rc" = 1 ] && grep -q "cannot open root" "$tmp/err" || fail "missing root: exit $rc"
+# ---- show ROOT/latest and ROOT/best; list with rules ----
+out=$("$ctl" show "$root/latest" 2>/dev/null) || fail "show latest: exit $?"
+grep -qx "latest: $root/step-000600" <<<"$out" || fail "show latest: $out"
+out=$("$ctl" show "$root/best" --metric loss 2>/dev/null) || fail "show best: exit $?"
+grep -qx "best: $root/step-000400" <<<"$out" || fail "show best (min): $out"
+out=$("$ctl" show "$root/best" --metric loss --max 2>/dev/null) || fail "show best --max: exit $?"
+grep -qx "best: $root/step-000100" <<<"$out" || fail "show best (max): $out"
+rc=0
+"$ctl" show "$root/best" >/dev/null 2>"$tmp/err" || rc=$?
+[ "$rc" = 1 ] && grep -q "needs --metric" "$tmp/err" || fail "show best without a metric: $rc"
+"$ctl" list "$root" --keep-last 2 --json 2>/dev/null >"$tmp/list.json" || fail "list with rules"
+"$py" - "$tmp/list.json" <<'PY' || fail "list with rules: $(cat "$tmp/list.json")"
+import json, sys
+got = {o["path"]: o.get("retention") for o in map(json.loads, open(sys.argv[1]))
+       if o["state"] == "committed"}
+assert got["step-000600"] == {"action": "keep", "reasons": ["newest", "last", "last-commit"]}, got
+assert got["step-000500"]["action"] == "keep", got
+assert got["step-000200"] == {"action": "remove", "reasons": []}, got
+PY
+echo "ok: show latest/best, list with rules"
 # ---- pin and unpin ----
 out=$("$ctl" pin "$root" step-000300) || fail "pin: exit $?"
 [ "$out" = "pinned step-000300" ] || fail "pin said: $out"

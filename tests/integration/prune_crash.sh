@@ -229,6 +229,12 @@ while :; do
 				fail "S3 step $k: victim shows as committed but is torn: $keys"
 		fi
 	fi
+	if [ $k = 2 ]; then
+		# (crashed after the tombstone: listed as a removal under way)
+		"$ctl" list "s3://$S3_BUCKET/$pre" --json >"$tmp/s3list.json" || fail "S3 list"
+		grep -q '"path":"victim","state":"removing"' "$tmp/s3list.json" ||
+			fail "S3 step 2: victim not listed as removing: $(cat "$tmp/s3list.json")"
+	fi
 	"$ctl" prune "s3://$S3_BUCKET/$pre" --keep-last 5 >"$tmp/prune.out" 2>&1 ||
 		fail "S3 step $k: prune after the crash: $(cat "$tmp/prune.out")"
 	after=$(s3keys $pre)
