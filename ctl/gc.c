@@ -17,7 +17,10 @@
  * is reported, never removed.  The walk goes 8 levels deep (the daemon's
  * per-job directories), never through symbolic links and never into a
  * checkpoint.  Only the caller's own directories are removed (any, for
- * root).
+ * root).  On S3 (no owners: the credentials decide) a work area's age is
+ * its attempt.json's "created" time; with it go the attempt's tagged
+ * shards and unfinished multipart uploads, unless a manifest names a
+ * checkpoint there (store_s3_gc_work).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +39,7 @@
 #include "store/remove.h"
 #include "store/s3_addr.h"
 #include "store/store.h"
+#include "store/store_s3.h"
 
 #define GC_DEPTH      8
 #define GC_AGE_DEPTH  4 /* levels inside a work area searched for its newest change */
@@ -237,6 +241,89 @@ static void walk(struct gc *g, int dfd, const char *rel, unsigned depth)
 	}
 }
 
+/* ---- S3 roots ---- */
+
+struct s3_level {
+	struct gc *g;
+	const char *root;
+	const char *rel;
+	unsigned depth;
+	char **sub;          /* names to search below (OTHER entries) */
+	size_t n_sub;
+	int res;
+};
+
+static int s3_entry(void *ud, const char *name, enum store_entry kind)
+{
+	struct s3_level *L = ud;
+	struct gc *g = L->g;
+	char child[PATH_MAX], dir[PATH_MAX + 1100], err[512], why[160];
+	int64_t age = -1;
+	int r;
+
+	snprintf(child, sizeof(child), "%s%s%s", L->rel, L->rel[0] ? "/" : "", name);
+	if (kind == STORE_ENTRY_WORK) {
+		if (!is_work(name) || !strncmp(name, ".partial-", 9))
+			return 0;
+		snprintf(dir, sizeof(dir), "%s%s%s", L->root, L->rel[0] ? "/" : "", L->rel);
+		r = store_s3_gc_work(dir, name + sizeof(STORE_WORK_PREFIX) - 1, g->grace_s,
+				     g->dry_run, &age, err, sizeof(err));
+		if (r == 0) {
+			snprintf(why, sizeof(why), "a save's work area, begun %llds ago: within "
+				 "the grace period", (long long)age);
+			say(g, child, "KEEP", why, age);
+			g->young++;
+		} else if (r == 1) {
+			say(g, child, g->dry_run ? "REMOVE" : "REMOVED",
+			    "a dead save's work area (its uploads and tagged shards too)", age);
+			if (g->dry_run)
+				g->would++;
+			else
+				g->removed++;
+		} else if (r == -EBADMSG) {
+			say(g, child, "UNKNOWN", err, -1);
+			g->unknown++;
+		} else {
+			say(g, child, "FAILED", err, -1);
+			g->failed++;
+		}
+		return 0;
+	}
+	if (kind == STORE_ENTRY_OTHER && L->depth && name[0] != '.') {
+		char **v = realloc(L->sub, (L->n_sub + 1) * sizeof(*v));
+
+		if (!v || !(v[L->n_sub] = strdup(name))) {
+			if (v)
+				L->sub = v;
+			return L->res = -ENOMEM;
+		}
+		L->sub = v;
+		L->n_sub++;
+	}
+	return 0; /* checkpoints are prune's; files are not looked into */
+}
+
+static void walk_s3(struct gc *g, const char *root, const char *rel, unsigned depth)
+{
+	struct s3_level L = { g, root, rel, depth, NULL, 0, 0 };
+	int r = store_s3.list(root, rel, s3_entry, &L);
+
+	if (r < 0 || L.res < 0) {
+		say(g, rel[0] ? rel : ".", "ERROR", strerror(-(r < 0 ? r : L.res)), -1);
+		g->failed++;
+	}
+	for (size_t i = 0; i < L.n_sub; i++) {
+		char child[PATH_MAX];
+
+		if (!g->failed || r >= 0) {
+			snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "", L.sub[i]);
+			walk_s3(g, root, child, depth - 1);
+		}
+		free(L.sub[i]);
+	}
+	free(L.sub);
+}
+
 int ctl_gc(const char *root, int64_t grace_s, bool dry_run, bool json)
 {
 	struct gc g = { .grace_s = grace_s, .dry_run = dry_run, .json = json,
@@ -244,8 +331,10 @@ int ctl_gc(const char *root, int64_t grace_s, bool dry_run, bool json)
 	int fd;
 
 	if (s3_is_url(root)) {
-		ctl_err("gc: S3 roots are not supported yet: '%s'", root);
-		return CTL_EXIT_ERROR;
+		if (ctl_s3_start(root) < 0)
+			return CTL_EXIT_ERROR;
+		walk_s3(&g, root, "", GC_DEPTH);
+		goto summary;
 	}
 	fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
@@ -254,6 +343,7 @@ int ctl_gc(const char *root, int64_t grace_s, bool dry_run, bool json)
 	}
 	walk(&g, fd, "", GC_DEPTH);
 	close(fd);
+summary:
 	if (json) {
 		json_t *o = json_pack("{s:{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}", "summary",
 				      "root", root, "dry_run", dry_run, "grace_s",

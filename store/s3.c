@@ -1777,6 +1777,83 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 	return r < 0 ? r : 1;
 }
 
+int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_run,
+		     int64_t *ret_age_s, char *err, size_t errlen)
+{
+	struct store_attempt a;
+	char key[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
+	const char *name, *aid;
+	json_t *j, *created;
+	int64_t age;
+	char *text;
+	size_t len;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	if (strlen(id) != STORE_ID_LEN) {
+		snprintf(err, errlen, "not a work area's id");
+		return -EINVAL;
+	}
+	memset(&a, 0, sizeof(a));
+	r = s3_url_parse(dir, &a.loc, err, errlen);
+	if (r < 0)
+		return r;
+	s3_url_format(&a.loc, a.root, sizeof(a.root));
+	snprintf(a.work, sizeof(a.work), "%s%s", STORE_WORK_PREFIX, id);
+	snprintf(a.id, sizeof(a.id), "%s", id);
+	snprintf(a.tag, sizeof(a.tag), "%.*s", TAG_DIGITS, id);
+	r = work_key(&a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = get_text(a.loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
+	if (r == -ENOENT) {
+		snprintf(err, errlen, "no %s: not ours to judge", STORE_ATTEMPT_FILE);
+		return -EBADMSG;
+	}
+	if (r < 0)
+		return r;
+	j = json_loadb(text, len, 0, NULL);
+	free(text);
+	name = json_string_value(json_object_get(j, "name"));
+	aid = json_string_value(json_object_get(j, "id"));
+	created = json_object_get(j, "created");
+	if (!aid || strcmp(aid, id) || !name || !name_checkpoint_ok(name, NULL, 0) ||
+	    !json_is_integer(created)) {
+		json_decref(j);
+		snprintf(err, errlen, "its %s is not one ckptd wrote for it: not ours to judge",
+			 STORE_ATTEMPT_FILE);
+		return -EBADMSG;
+	}
+	age = (int64_t)time(NULL) - (int64_t)json_integer_value(created);
+	snprintf(a.name, sizeof(a.name), "%s", name);
+	json_decref(j);
+	*ret_age_s = age;
+	if (age < grace_s)
+		return 0;
+	if (dry_run)
+		return 1;
+	/* The attempt's shards and uploads go only if no manifest names a
+	 * checkpoint there: a commit (ours or another's) owns them. */
+	r = manifest_owner(&a, err, errlen);
+	if (r == 0) {
+		struct tag_rm t = { &a, suffix };
+
+		abort_leftover_uploads(&a);
+		snprintf(suffix, sizeof(suffix), ".%s.safetensors", a.tag);
+		if (dir_key(&a, a.name, pre, sizeof(pre), err, errlen) == 0)
+			(void)s3_list(a.loc.bucket, pre, true, rm_tagged, &t, err, errlen);
+	} else if (r < 0 && r != -EEXIST) {
+		return r;
+	}
+	rm_work(&a);
+	r = work_key(&a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r == 0 && head_object(a.loc.bucket, key, NULL) == 0) {
+		snprintf(err, errlen, "its work area could not be removed whole");
+		return -EIO;
+	}
+	return 1;
+}
+
 const struct store_ops store_s3 = {
 	.name = "s3",
 	.arena_attach = s3a_attach,

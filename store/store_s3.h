@@ -55,6 +55,17 @@ int store_s3_exists(const char *root, const char *rel);
 int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
 		   size_t errlen);
 
+/*
+ * gc of the work area of attempt `id` in directory `dir` (an S3 URL): if
+ * its attempt.json (ours: the id, a name, a "created" time) is at least
+ * grace_s old (*ret_age_s), removes the work area and, unless a manifest
+ * names a checkpoint there, the attempt's tagged shards and unfinished
+ * multipart uploads.  Returns 1 removed (dry_run: would be), 0 younger,
+ * -EBADMSG not ours to judge (err), or -errno (err).
+ */
+int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_run,
+		     int64_t *ret_age_s, char *err, size_t errlen);
+
 /* The running client, or NULL. */
 struct s3_client *store_s3_client(void);
 

@@ -7,11 +7,18 @@
 # nothing; another uid's work area is skipped (as root, with setpriv).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=tests/lib/moto.sh
+. tests/lib/moto.sh
 
 ctl=${CKPT_BUILD_DIR:-$PWD/${BUILD:-build}}/ckptctl
 [ -x "$ctl" ] || { echo "FAIL: $ctl is not built"; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckptctl-gc.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+py=${CKPT_TEST_PYTHON:-}
+cleanup() {
+	[ -n "$py" ] && [ -d "$tmp/moto" ] && moto_stop "$py" "$tmp/moto"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
 fail() {
 	echo "FAIL: $*"
 	exit 1
@@ -76,5 +83,47 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 	[ -d "$root/.ckpt-work-$old" ] || fail "another uid's gc removed it"
 else
 	echo "SKIP: [other-uid] needs root and setpriv"
+fi
+# ---- S3 (moto): a dead attempt's work area, tagged shards and unfinished
+# upload go; a young one, a committed checkpoint and stray keys stay ----
+if [ -n "$py" ] && "$py" -c 'import moto, boto3' 2>/dev/null; then
+	moto_start "$py" "$tmp/moto" || fail "moto did not start"
+	"$py" - "$S3_BUCKET" "$old" "$new" <<'PY' || fail "S3 fixture"
+import boto3, json, sys, time
+b, old, new = sys.argv[1:4]
+s3 = boto3.client("s3")
+def put(k, body):
+    s3.put_object(Bucket=b, Key=k, Body=body)
+def attempt(id_, name, age):
+    return json.dumps({"format": "ckpt-attempt-1", "id": id_, "name": name,
+                       "created": int(time.time()) - age})
+put("g/job/.ckpt-work-%s/attempt.json" % old, attempt(old, "dead", 2 * 86400))
+put("g/job/.ckpt-work-%s/rank-00000.index.json" % old, "{}")
+put("g/job/dead/rank-00000.%s.safetensors" % old[:16], "x")
+put("g/job/dead/unrelated.bin", "keep")
+s3.create_multipart_upload(Bucket=b, Key="g/job/dead/rank-00001.%s.safetensors" % old[:16])
+put("g/.ckpt-work-%s/attempt.json" % new, attempt(new, "young", 10))
+put("g/ok/manifest.json", "{}")
+put("g/ok/rank-00000.safetensors", "x")
+PY
+	"$ctl" gc "s3://$S3_BUCKET/g" --dry-run >"$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
+	grep -Eq "^REMOVE +job/.ckpt-work-$old" "$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
+	"$ctl" gc "s3://$S3_BUCKET/g" --json >"$tmp/s3gc.json" || fail "S3 gc: $(cat "$tmp/s3gc.json")"
+	grep -q '"removed":1' "$tmp/s3gc.json" && grep -q '"kept_young":1' "$tmp/s3gc.json" ||
+		fail "S3 gc summary: $(cat "$tmp/s3gc.json")"
+	"$py" - "$S3_BUCKET" <<'PY' || fail "S3 gc left the wrong keys"
+import boto3, sys
+b = sys.argv[1]
+s3 = boto3.client("s3")
+keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=b, Prefix="g/").get("Contents", []))
+want = ["g/.ckpt-work-fedcba9876543210fedcba9876543210/attempt.json",
+        "g/job/dead/unrelated.bin", "g/ok/manifest.json", "g/ok/rank-00000.safetensors"]
+assert keys == want, keys
+ups = s3.list_multipart_uploads(Bucket=b, Prefix="g/").get("Uploads", [])
+assert not ups, ups
+PY
+	echo "ok: S3 gc removed the dead attempt (work area, tagged shard, upload) and nothing else"
+else
+	echo "SKIP: [s3] needs the test Python with moto and boto3"
 fi
 echo "ckptctl gc: all checks passed"
