@@ -415,6 +415,15 @@ static void begin_stop(struct server *srv)
 	sd_notify(0, "STOPPING=1");
 	log_info("stopping: finishing the saves already staged");
 	epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->lfd, NULL);
+	/* Our own socket goes now: a client (a trainer restarting, ckptctl
+	 * status) learns at once that no ckptd listens, instead of waiting in
+	 * the backlog of one that will never answer.  A socket systemd passed
+	 * stays: the next instance answers what queues there. */
+	if (srv->lfd >= 0 && sd_listen_fds(0) <= 0) {
+		unlink(srv->cfg.socket_path);
+		close(srv->lfd);
+		srv->lfd = -1;
+	}
 	saves_stop(srv, false);
 }
 
