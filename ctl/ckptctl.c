@@ -90,7 +90,7 @@ static void usage(FILE *f)
 		"       %s wait ROOT NAME [--timeout SECONDS] [--json]\n"
 		"       %s wait ROOT --step N [--timeout SECONDS] [--json]\n"
 		"       %s prune ROOT [--dry-run] [--force] [--json] RULE...\n"
-		"       %s pin|unpin ROOT NAME\n"
+		"       %s pin|unpin ROOT NAME [--json]\n"
 		"       %s verify ROOT/NAME [--json]\n"
 		"       %s gc ROOT [--dry-run] [--grace DURATION] [--json]\n"
 		"       %s --help | --version\n"
@@ -1775,11 +1775,11 @@ int main(int argc, char **argv)
 		ret = cmd_show(real ? real : arg, json, verbose);
 		free(real);
 	} else if (strcmp(cmd, "pin") == 0 || strcmp(cmd, "unpin") == 0) {
-		if (!arg || !arg2 || json || verbose) {
+		if (!arg || !arg2 || verbose) {
 			errmsg("%s takes ROOT and NAME", cmd);
 			die_usage();
 		}
-		ret = ctl_pin(arg, arg2, cmd[0] == 'p');
+		ret = ctl_pin(arg, arg2, cmd[0] == 'p', json);
 	} else if (strcmp(cmd, "prune") == 0) {
 		if (!arg || verbose) {
 			errmsg(arg ? "prune takes ROOT, --dry-run, --force, --json and rules" :

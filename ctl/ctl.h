@@ -37,7 +37,7 @@ int ctl_name_width(size_t longest, size_t header);
 char *ctl_display(const char *s);
 
 /* ckptctl pin|unpin ROOT NAME (prune.c): returns the exit status. */
-int ctl_pin(const char *root, const char *name, bool pin);
+int ctl_pin(const char *root, const char *name, bool pin, bool json);
 
 /* ckptctl prune ROOT [--dry-run] (prune.c): returns the exit status. */
 int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry_run, bool json);

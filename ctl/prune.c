@@ -53,7 +53,7 @@ static void warn_ctl(void *ud, const char *msg)
  * the new, never half of one.  Only a committed checkpoint directly in
  * ROOT can be pinned; unpinning what is not pinned is an error.
  */
-int ctl_pin(const char *root, const char *name, bool pin)
+int ctl_pin(const char *root, const char *name, bool pin, bool json)
 {
 	char err[512], **pins = NULL, *text = NULL;
 	struct prune_item c;
@@ -100,7 +100,11 @@ int ctl_pin(const char *root, const char *name, bool pin)
 		}
 		free(c.name);
 		if (have) {
-			printf("%s is pinned already\n", name);
+			if (json)
+				(void)emit(json_pack("{s:s, s:b, s:b}", "name", name, "pinned", true,
+						     "changed", false));
+			else
+				printf("%s is pinned already\n", name);
 			ret = 0;
 			goto out;
 		}
@@ -133,7 +137,10 @@ int ctl_pin(const char *root, const char *name, bool pin)
 			strerror(-r));
 		goto out;
 	}
-	printf("%s %s\n", pin ? "pinned" : "unpinned", name);
+	if (json)
+		(void)emit(json_pack("{s:s, s:b, s:b}", "name", name, "pinned", pin, "changed", true));
+	else
+		printf("%s %s\n", pin ? "pinned" : "unpinned", name);
 	ret = 0;
 out:
 	free(text);

@@ -179,6 +179,8 @@ out=$("$ctl" pin "$root" step-000300) || fail "pin: exit $?"
 [ "$out" = "pinned step-000300" ] || fail "pin said: $out"
 out=$("$ctl" pin "$root" step-000300) || fail "pin again: exit $?"
 grep -q "pinned already" <<<"$out" || fail "pin again said: $out"
+out=$("$ctl" pin "$root" step-000300 --json) || fail "pin --json: exit $?"
+[ "$out" = '{"name":"step-000300","pinned":true,"changed":false}' ] || fail "pin --json said: $out"
 rc=0
 out=$("$ctl" prune "$root" --dry-run --keep-last 1 2>/dev/null) || rc=$?
 [ "$rc" = 5 ] || fail "prune after pin: exit $rc"
