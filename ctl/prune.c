@@ -154,8 +154,9 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 	struct prune_run pr = { .root = root, .policy = p, .force = force, .dry_run = dry_run,
 				/* A user plans over their own checkpoints only;
 				 * root over everyone's, each owner's apart. */
-				.only_uid = geteuid() ? geteuid() : STORE_NO_OWNER,
-				.remover = geteuid(),
+				.only_uid = geteuid() && !s3_is_url(root) ? geteuid() :
+									   STORE_NO_OWNER,
+				.remover = s3_is_url(root) ? STORE_NO_OWNER : geteuid(),
 				.lock_root = !dry_run, .warn = warn_ctl };
 	char pol[512], *shown_root = ctl_display(root), err[512];
 	size_t width = 4;

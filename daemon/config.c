@@ -886,6 +886,11 @@ int config_validate(struct config *c, char *err, size_t errlen)
 		}
 	}
 
+	if (c->retention_sweep_ms && c->retention_sweep_ms < 1000) {
+		snprintf(err, errlen, "retention_sweep: %llums is not 0 (off) or at least 1s",
+			 (unsigned long long)c->retention_sweep_ms);
+		return -EINVAL;
+	}
 	/* A policy names a root or a directory below one: made canonical as
 	 * roots are, so that saves' directories match it. */
 	for (size_t i = 0; i < c->n_retention; i++) {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,15 @@
 #include "store/remove.h"
 #include "store/s3_addr.h"
 
-#define RET_DIRS_MAX   4096 /* directories remembered for the sweep */
-#define RET_OWNERS_MAX 64   /* owners a sweep of one directory covers */
-#define RET_DIR_LEN    1100 /* a local path or an S3 URL */
+#define RET_DIRS_MAX     4096        /* directories remembered for the sweep */
+#define RET_OWNERS_MAX   256         /* owners one sweep of a directory covers */
+#define RET_MANIFEST_MAX (64u << 20) /* a manifest the daemon reads (its own
+				      * are far smaller; a bigger one is a
+				      * user's, and not parsed in ckptd) */
 
 /* A directory a pass may cover. */
 struct ret_dir {
-	char dir[RET_DIR_LEN];
+	char *dir;              /* canonical: a save's root, or a policy's */
 	const struct config_retention *rule;
 	bool queued;            /* a pass of it waits */
 	bool any_owner;         /* the queued pass is a sweep (every owner) */
@@ -35,17 +38,21 @@ struct retention {
 	struct ret_dir *dirs;   /* known directories, in the order met */
 	size_t n, next;         /* next: where the queue scan resumes */
 	bool busy;              /* a pass is on the worker */
+	bool full_said;         /* the table's limit was logged */
+	volatile bool cancel;   /* stopping: the pass in flight ends soon */
 	int64_t last_sweep_ms;
 };
 
 struct pass {
 	struct work w;
 	struct server *srv;
-	char dir[RET_DIR_LEN];
+	char *dir;
 	const struct ret_policy *policy;
+	const volatile bool *cancel;
 	bool any_owner;
 	uid_t uid;
 	struct creds creds;     /* the committer's (a copy: the entry may change) */
+	bool gone;              /* the directory is no more: forget it */
 	size_t removed, failed, busy, skipped;
 	char msg[1024];
 };
@@ -60,6 +67,22 @@ static void io_idle(void)
 #endif
 }
 
+/* dir (canonical: a save's root was resolved when it began) opened without
+ * following any symbolic link: a directory a user swapped for a link since
+ * is refused (ELOOP), never followed with the daemon's rights. */
+static int open_canonical(const char *dir)
+{
+	struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	long fd = syscall(SYS_openat2, AT_FDCWD, dir, &how, sizeof(how));
+
+	if (fd < 0 && errno == ENOSYS) {
+		/* (kernels before 5.6: the last component at least) */
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	return fd < 0 ? -errno : (int)fd;
+}
+
 static void pass_warn(void *ud, const char *msg)
 {
 	struct pass *p = ud;
@@ -67,20 +90,22 @@ static void pass_warn(void *ud, const char *msg)
 	log_warn("retention of '%s': %s", p->dir, msg);
 }
 
-static void pass_one(struct pass *p, uid_t only)
+static void pass_one(struct pass *p, int dirfd, uid_t only)
 {
 	struct prune_run pr = { .root = p->dir, .policy = p->policy, .only_uid = only,
-				.remover = only, .lock_root = true, .warn = pass_warn,
-				.ud = p };
+				.remover = only, .warn = pass_warn, .ud = p,
+				.dirfd = dirfd, .dirfd_set = dirfd >= 0,
+				.manifest_max = RET_MANIFEST_MAX, .cancel = p->cancel };
 	int r = prune_run(&pr);
 
-	if (r == -EAGAIN) {
-		/* An operator's prune of it runs: it does the work. */
+	if (r == -ECANCELED) {
+		/* stopping */
 	} else if (r < 0) {
 		p->failed++;
 		snprintf(p->msg, sizeof(p->msg), "%s", pr.err);
 	} else if (pr.plan_res < 0) {
 		/* Refused by a safety rule: said, nothing removed. */
+		p->failed++;
 		snprintf(p->msg, sizeof(p->msg), "%s", pr.err);
 	} else {
 		p->removed += pr.removed;
@@ -88,13 +113,13 @@ static void pass_one(struct pass *p, uid_t only)
 		p->busy += pr.busy;
 		p->skipped += pr.skipped;
 		for (size_t i = 0; i < pr.n; i++) {
-			if (pr.v[i].keep || pr.dry_run)
+			if (pr.v[i].keep)
 				continue;
 			if (pr.v[i].res == 0)
 				log_info("retention: removed '%s/%s' (step %llu, uid %d)", p->dir,
 					 pr.v[i].name, (unsigned long long)pr.v[i].rc.step,
 					 only == STORE_NO_OWNER ? -1 : (int)only);
-			else
+			else if (pr.v[i].res != -ECANCELED)
 				log_warn("retention: '%s/%s' not removed: %s", p->dir, pr.v[i].name,
 					 pr.v[i].why ? pr.v[i].why : strerror(-pr.v[i].res));
 		}
@@ -102,28 +127,35 @@ static void pass_one(struct pass *p, uid_t only)
 	prune_run_free(&pr);
 }
 
-/* The owners of the checkpoint directories directly in dir (at most
- * RET_OWNERS_MAX). */
-static size_t owners(const char *dir, uid_t *v)
+/* The owners (and a group of each) of the directories directly in dirfd,
+ * at most RET_OWNERS_MAX. */
+static size_t owners(int dirfd, uid_t *uids, gid_t *gids)
 {
-	DIR *d = opendir(dir);
+	int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
 	struct dirent *de;
 	size_t n = 0;
+	DIR *d;
 
-	if (!d)
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
 		return 0;
+	}
+	rewinddir(d);
 	while ((de = readdir(d))) {
 		struct stat st;
 		bool seen = false;
 
 		if (de->d_name[0] == '.' ||
-		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISDIR(st.st_mode))
 			continue;
 		for (size_t i = 0; i < n && !seen; i++)
-			seen = v[i] == st.st_uid;
-		if (!seen && n < RET_OWNERS_MAX)
-			v[n++] = st.st_uid;
+			seen = uids[i] == st.st_uid;
+		if (!seen && n < RET_OWNERS_MAX) {
+			uids[n] = st.st_uid;
+			gids[n++] = st.st_gid;
+		}
 	}
 	closedir(d);
 	return n;
@@ -133,23 +165,73 @@ static size_t owners(const char *dir, uid_t *v)
 static void pass_run(struct work *w)
 {
 	struct pass *p = (struct pass *)w;
+	struct creds self;
+	int fd;
 
 	io_idle();
 	if (s3_is_url(p->dir)) {
-		pass_one(p, STORE_NO_OWNER);
-	} else if (!p->any_owner) {
-		pass_one(p, p->uid);
-	} else {
-		uid_t v[RET_OWNERS_MAX];
-		size_t n = owners(p->dir, v);
-
-		for (size_t i = 0; i < n; i++)
-			pass_one(p, v[i]);
+		/* S3 keeps no owner: the manifests record whose each is, and a
+		 * pass after a commit covers the committer's only. */
+		pass_one(p, -1, p->any_owner ? STORE_NO_OWNER : p->uid);
+		w->res = p->failed ? -EIO : 0;
+		return;
 	}
+	fd = open_canonical(p->dir);
+	if (fd < 0) {
+		if (fd == -ENOENT)
+			p->gone = true;
+		else
+			snprintf(p->msg, sizeof(p->msg), "%s", fd == -ELOOP ?
+				 "a symbolic link is in its path now: not pruned" : strerror(-fd));
+		if (fd != -ENOENT)
+			p->failed++;
+		w->res = fd == -ENOENT ? 0 : fd;
+		return;
+	}
+	if (!p->any_owner) {
+		/* (on this thread as the committer: worker.h) */
+		pass_one(p, fd, p->uid);
+	} else {
+		uid_t uids[RET_OWNERS_MAX];
+		gid_t gids[RET_OWNERS_MAX];
+		size_t n = owners(fd, uids, gids);
+
+		/* A sweep: each owner's checkpoints apart, with that owner's
+		 * rights, so the kernel checks every removal. */
+		creds_self(&self);
+		for (size_t i = 0; i < n && !*p->cancel; i++) {
+			struct creds c = { .uid = uids[i], .gid = gids[i], .umask = 022 };
+			char err[256];
+
+			if (creds_apply(&c, err, sizeof(err)) < 0) {
+				snprintf(p->msg, sizeof(p->msg), "cannot act as uid %u: %s",
+					 (unsigned)uids[i], err);
+				p->failed++;
+				continue;
+			}
+			pass_one(p, fd, uids[i]);
+		}
+		(void)creds_apply(&self, NULL, 0);
+	}
+	close(fd);
 	w->res = p->failed ? -EIO : 0;
 }
 
 static void kick(struct server *srv);
+static bool rule_is_root(const struct server *srv, const char *dir);
+
+static void forget(struct retention *rt, const char *dir)
+{
+	for (size_t i = 0; i < rt->n; i++) {
+		if (strcmp(rt->dirs[i].dir, dir) || rt->dirs[i].queued)
+			continue;
+		free(rt->dirs[i].dir);
+		rt->dirs[i] = rt->dirs[--rt->n];
+		if (rt->next >= rt->n)
+			rt->next = 0;
+		return;
+	}
+}
 
 /* [loop] */
 static void pass_done(struct work *w)
@@ -164,6 +246,10 @@ static void pass_done(struct work *w)
 	if (p->msg[0])
 		log_warn("retention of '%s': %s", p->dir, p->msg);
 	srv->retention->busy = false;
+	/* A directory that is gone is forgotten, unless a policy names it. */
+	if (p->gone && !(p->policy && srv->retention && rule_is_root(srv, p->dir)))
+		forget(srv->retention, p->dir);
+	free(p->dir);
 	free(p);
 	if (!srv->stopping)
 		kick(srv);
@@ -183,19 +269,23 @@ static void kick(struct server *srv)
 		if (!d->queued)
 			continue;
 		p = calloc(1, sizeof(*p));
-		if (!p)
+		if (p)
+			p->dir = strdup(d->dir);
+		if (!p || !p->dir) {
+			free(p);
 			return; /* tried again at the next commit or tick */
+		}
 		d->queued = false;
 		rt->next = (rt->next + k + 1) % rt->n;
 		p->w.run = pass_run;
 		p->w.done = pass_done;
 		p->srv = srv;
-		snprintf(p->dir, sizeof(p->dir), "%s", d->dir);
 		p->policy = &d->rule->policy;
+		p->cancel = &rt->cancel;
 		p->any_owner = d->any_owner;
 		p->uid = d->creds.uid;
-		/* After a commit: as the committer.  A sweep: as the daemon,
-		 * one owner at a time. */
+		/* After a commit: as the committer.  A sweep: as each owner
+		 * in turn (pass_run). */
 		if (!d->any_owner && !s3_is_url(d->dir)) {
 			p->creds = d->creds;
 			p->w.creds = &p->creds;
@@ -206,7 +296,7 @@ static void kick(struct server *srv)
 	}
 }
 
-/* The rule whose root is dir or holds it (the longest), or NULL. */
+/* The rule whose root is dir or holds it (the deepest), or NULL. */
 static const struct config_retention *rule_for(const struct server *srv, const char *dir)
 {
 	const struct config_retention *best = NULL;
@@ -233,6 +323,14 @@ static const struct config_retention *rule_for(const struct server *srv, const c
 	return best;
 }
 
+static bool rule_is_root(const struct server *srv, const char *dir)
+{
+	for (size_t i = 0; i < srv->cfg.n_retention; i++)
+		if (!strcmp(srv->cfg.retention[i].root, dir))
+			return true;
+	return false;
+}
+
 const char *retention_policy_for(const struct server *srv, const char *dir)
 {
 	const struct config_retention *c = rule_for(srv, dir);
@@ -246,15 +344,22 @@ static struct ret_dir *dir_entry(struct server *srv, const char *dir,
 {
 	struct retention *rt = srv->retention;
 
-	if (strlen(dir) >= RET_DIR_LEN)
-		return NULL;
 	for (size_t i = 0; i < rt->n; i++)
 		if (!strcmp(rt->dirs[i].dir, dir))
 			return &rt->dirs[i];
-	if (rt->n == RET_DIRS_MAX)
-		return NULL; /* (said once at start-up's size: plenty) */
+	if (rt->n == RET_DIRS_MAX) {
+		if (!rt->full_said)
+			log_warn("retention: %d directories known: '%s' and any further ones are "
+				 "pruned only by ckptctl prune until some are gone", RET_DIRS_MAX,
+				 dir);
+		rt->full_said = true;
+		srv->prune_errors++;
+		return NULL;
+	}
 	memset(&rt->dirs[rt->n], 0, sizeof(rt->dirs[0]));
-	snprintf(rt->dirs[rt->n].dir, RET_DIR_LEN, "%s", dir);
+	rt->dirs[rt->n].dir = strdup(dir);
+	if (!rt->dirs[rt->n].dir)
+		return NULL;
 	rt->dirs[rt->n].rule = rule;
 	return &rt->dirs[rt->n++];
 }
@@ -290,28 +395,22 @@ void retention_sweep_now(struct server *srv)
 
 	if (!rt || srv->stopping)
 		return;
-	/* The configured roots themselves, then every directory a commit
-	 * went to. */
-	for (size_t i = 0; i < srv->cfg.n_retention; i++)
-		(void)dir_entry(srv, srv->cfg.retention[i].root, &srv->cfg.retention[i]);
 	for (size_t i = 0; i < rt->n; i++) {
 		rt->dirs[i].queued = true;
 		rt->dirs[i].any_owner = true;
 	}
-	rt->last_sweep_ms = srv->start_ms;
+	rt->last_sweep_ms = now_ms();
 	kick(srv);
 }
 
-void retention_tick(struct server *srv, int64_t now_ms)
+void retention_tick(struct server *srv, int64_t now)
 {
 	struct retention *rt = srv->retention;
 
 	if (!rt || !srv->cfg.retention_sweep_ms)
 		return;
-	if (now_ms - rt->last_sweep_ms >= (int64_t)srv->cfg.retention_sweep_ms) {
+	if (now - rt->last_sweep_ms >= (int64_t)srv->cfg.retention_sweep_ms)
 		retention_sweep_now(srv);
-		rt->last_sweep_ms = now_ms;
-	}
 }
 
 int retention_start(struct server *srv)
@@ -338,9 +437,13 @@ int retention_start(struct server *srv)
 	}
 	rt->last_sweep_ms = srv->start_ms;
 	srv->retention = rt;
-	for (size_t i = 0; i < srv->cfg.n_retention; i++)
+	/* The directories the policies name come first: no number of other
+	 * directories can push them out. */
+	for (size_t i = 0; i < srv->cfg.n_retention; i++) {
+		(void)dir_entry(srv, srv->cfg.retention[i].root, &srv->cfg.retention[i]);
 		log_info("retention of '%s' and below: %s", srv->cfg.retention[i].root,
 			 srv->cfg.retention[i].text);
+	}
 	return 0;
 }
 
@@ -352,7 +455,10 @@ void retention_stop(struct server *srv)
 		return;
 	for (size_t i = 0; i < rt->n; i++)
 		rt->dirs[i].queued = false;
-	workers_stop(&srv->prunes); /* the pass in flight ends first */
+	rt->cancel = true;          /* the pass in flight stops between checkpoints */
+	workers_stop(&srv->prunes);
+	for (size_t i = 0; i < rt->n; i++)
+		free(rt->dirs[i].dir);
 	free(rt->dirs);
 	free(rt);
 	srv->retention = NULL;

@@ -516,7 +516,7 @@ static void shard_submit(struct rank *r)
 static int publish(struct sjob *j, const struct rank *r, const char *to, char *err, size_t errlen)
 {
 	struct index_origin o = { j->id, j->self.id, j->self.instance, to,
-				  j->store->attempt_tag(j->att) };
+				  j->store->attempt_tag(j->att), false, 0 };
 	char *text = NULL;
 	int res;
 

@@ -767,6 +767,10 @@ static int emit(const struct merge *m, int64_t time_utc, char **ret_text, char *
 	if (m->origin) {
 		jbuf_lit(&b, ",\"attempt\":");
 		jbuf_str(&b, m->origin->attempt);
+		if (m->origin->has_uid) {
+			jbuf_lit(&b, ",\"uid\":");
+			jbuf_u64(&b, m->origin->uid);
+		}
 	}
 	jbuf_lit(&b, ",\"world_size\":");
 	jbuf_u64(&b, m->world);

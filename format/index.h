@@ -66,6 +66,8 @@ struct index_origin {
 	                        * names (index_shard_name_tag): a backend that
 	                        * writes shards in place (S3) names them per
 	                        * attempt, so that no two attempts share one */
+	bool has_uid;          /* the manifest records "uid": the committing */
+	uint32_t uid;          /* user's, where the store keeps no owner (S3) */
 };
 
 /*
@@ -154,6 +156,8 @@ struct manifest {
 	char name[CKPT_MAX_NAME_LEN + 1];
 	char job[CKPT_MAX_JOB_LEN + 1];
 	char attempt[33];     /* the attempt id that committed it, or "" */
+	bool has_uid;         /* "uid": the committing user (S3 manifests) */
+	uint32_t uid;
 	uint64_t step;
 	uint32_t world;
 	char time[40];

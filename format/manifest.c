@@ -572,6 +572,15 @@ int manifest_parse(const char *text, size_t len, struct manifest *m, char *err, 
 	s = json_string_value(json_object_get(root, "attempt"));
 	if (s && strlen(s) < sizeof(m->attempt))
 		strcpy(m->attempt, s);
+	/* Optional: the committing user, where the store keeps no owner. */
+	if (json_object_get(root, "uid")) {
+		if (!jread_u64(json_object_get(root, "uid"), &v) || v >= UINT32_MAX) {
+			ret = bad("manifest uid is not a user id");
+			goto fail;
+		}
+		m->has_uid = true;
+		m->uid = (uint32_t)v;
+	}
 	if (!jread_u64(json_object_get(root, "step"), &m->step)) {
 		ret = bad("manifest step is not a non-negative integer");
 		goto fail;

@@ -781,7 +781,8 @@ static int local_attempt_commit(struct store_attempt *a, const struct store_merg
 	char *manifest = NULL;
 	int r;
 
-	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance, m->nonce, NULL };
+	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance, m->nonce, NULL,
+				  false, 0 };
 
 	r = index_merge_origin(a->workfd, m->key->job, m->key->name, m->key->world, m->time_utc,
 			       &o, m->local, m->n_local, &manifest, err, errlen);

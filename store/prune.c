@@ -191,6 +191,8 @@ static int cand_from_text(const char *name, char *text, size_t len, const struct
 		    !strftime(c->time, sizeof(c->time), "%Y-%m-%dT%H:%M:%SZ", &tm))
 			snprintf(c->time, sizeof(c->time), "?");
 	}
+	if (m.has_uid)
+		c->uid = (uid_t)m.uid; /* (S3: whose; local: the directory's owner wins) */
 	metrics = json_object_get(m.json, "metrics");
 	v = p->keep_best ? json_object_get(metrics, p->best_metric) : NULL;
 	if (json_is_number(v)) {
@@ -204,8 +206,17 @@ static int cand_from_text(const char *name, char *text, size_t len, const struct
 /* Reads checkpoint `name` of the directory rootfd: 1 a candidate (filled
  * in), 0 not a checkpoint (no manifest), < 0 unreadable or corrupt (reason
  * in err). */
+static int read_local_max(int rootfd, const char *name, const struct ret_policy *p,
+			  struct prune_item *c, size_t max, char *err, size_t errlen);
+
 int prune_read_local(int rootfd, const char *name, const struct ret_policy *p,
 		     struct prune_item *c, char *err, size_t errlen)
+{
+	return read_local_max(rootfd, name, p, c, PRUNE_MANIFEST_MAX, err, errlen);
+}
+
+static int read_local_max(int rootfd, const char *name, const struct ret_policy *p,
+			  struct prune_item *c, size_t max, char *err, size_t errlen)
 {
 	char rel[NAME_MAX + sizeof(MANIFEST_FILE) + 2], *text = NULL;
 	struct stat st;
@@ -221,7 +232,7 @@ int prune_read_local(int rootfd, const char *name, const struct ret_policy *p,
 	if (!S_ISDIR(st.st_mode))
 		return 0;
 	snprintf(rel, sizeof(rel), "%s/%s", name, MANIFEST_FILE);
-	r = fs_read_file_at(rootfd, rel, PRUNE_MANIFEST_MAX, &text, &len);
+	r = fs_read_file_at(rootfd, rel, max, &text, &len);
 	if (r == -ENOENT || r == -ENOTDIR)
 		return 0;
 	if (r < 0) {
@@ -366,7 +377,25 @@ static int scan_local(struct scan *S)
 		 * never candidates. */
 		if (de->d_name[0] == '.')
 			continue;
-		r = prune_read_local(S->rootfd, de->d_name, pr->policy, &c, err, sizeof(err));
+		if (pr->cancel && *pr->cancel) {
+			snprintf(pr->err, sizeof(pr->err), "cancelled");
+			r = -ECANCELED;
+			break;
+		}
+		if (pr->only_uid != STORE_NO_OWNER) {
+			struct stat st;
+
+			/* Another user's entry is not read at all (its manifest
+			 * could be made huge to cost this pass). */
+			if (fstatat(S->rootfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISDIR(st.st_mode) && st.st_uid != pr->only_uid) {
+				pr->others++;
+				continue;
+			}
+		}
+		r = read_local_max(S->rootfd, de->d_name, pr->policy, &c,
+				   pr->manifest_max ? pr->manifest_max : PRUNE_MANIFEST_MAX, err,
+				   sizeof(err));
 		if (r == -ENOMEM)
 			break;
 		if (r < 0) {
@@ -388,6 +417,8 @@ static int scan_local(struct scan *S)
 	if (r == 0 && errno) {
 		r = -errno;
 		snprintf(pr->err, sizeof(pr->err), "reading root '%s': %s", pr->root, strerror(-r));
+	} else if (r == -ECANCELED) {
+		/* (said) */
 	} else if (r == -ENOMEM) {
 		snprintf(pr->err, sizeof(pr->err), "out of memory");
 	}
@@ -406,8 +437,14 @@ static int s3_child(void *ud, const char *name, enum store_entry kind)
 
 	if (kind != STORE_ENTRY_CHECKPOINT || name[0] == '.')
 		return 0;
+	if (pr->cancel && *pr->cancel) {
+		snprintf(pr->err, sizeof(pr->err), "cancelled");
+		return S->res = -ECANCELED;
+	}
 	join(url, sizeof(url), pr->root, name);
-	r = store_s3_get(url, MANIFEST_FILE, PRUNE_MANIFEST_MAX, &text, &len, err, sizeof(err));
+	r = store_s3_get(url, MANIFEST_FILE,
+			 pr->manifest_max ? pr->manifest_max : PRUNE_MANIFEST_MAX, &text, &len,
+			 err, sizeof(err));
 	if (r == -ENOENT)
 		return 0; /* gone since the listing */
 	if (r < 0) {
@@ -435,7 +472,6 @@ static int s3_child(void *ud, const char *name, enum store_entry kind)
 		pr->skipped++;
 		return 0;
 	}
-	c.uid = STORE_NO_OWNER;
 	r = scan_add(S, &c);
 	return r < 0 ? (S->res = r) : 0;
 }
@@ -475,6 +511,8 @@ static void remove_planned(struct scan *S)
 		}
 		goto out;
 	}
+	for (size_t i = 0; i < pr->n; i++)
+		res[i].res = -ECANCELED; /* until a removal says otherwise */
 	for (size_t i = 0; i < pr->n; i++) {
 		if (pr->v[i].keep)
 			continue;
@@ -484,9 +522,21 @@ static void remove_planned(struct scan *S)
 		at[k++] = i;
 	}
 	if (S->rootfd >= 0) {
-		(void)store_local_remove(S->rootfd, t, k, pr->remover, res);
+		/* In batches, so that a cancel is heard between them. */
+		for (size_t at0 = 0; at0 < k; at0 += 64) {
+			size_t m = k - at0 < 64 ? k - at0 : 64;
+
+			if (pr->cancel && *pr->cancel)
+				break; /* the rest stay "not reached" */
+			(void)store_local_remove(S->rootfd, t + at0, m, pr->remover, res + at0);
+		}
 	} else {
 		for (size_t i = 0; i < k; i++) {
+			if (pr->cancel && *pr->cancel) {
+				res[i].res = -ECANCELED;
+				snprintf(res[i].err, sizeof(res[i].err), "cancelled");
+				continue;
+			}
 			char url[PRUNE_URL_MAX];
 
 			join(url, sizeof(url), pr->root, t[i].name);
@@ -502,7 +552,7 @@ static void remove_planned(struct scan *S)
 			continue;
 		}
 		c->why = strdup(res[i].err);
-		if (res[i].in_use || c->res == -ESTALE)
+		if (res[i].in_use || c->res == -ESTALE || c->res == -ECANCELED)
 			pr->busy++; /* kept, and rightly so */
 		else
 			pr->failed++;
@@ -539,7 +589,8 @@ int prune_run(struct prune_run *pr)
 	pr->plan_res = 0;
 	pr->err[0] = '\0';
 	if (!s3) {
-		S.rootfd = open(pr->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		S.rootfd = pr->dirfd_set ? fcntl(pr->dirfd, F_DUPFD_CLOEXEC, 0) :
+					   open(pr->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (S.rootfd < 0) {
 			r = -errno;
 			snprintf(pr->err, sizeof(pr->err), "cannot open root '%s': %s", pr->root,

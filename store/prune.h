@@ -29,7 +29,8 @@ struct prune_item {
 	char *name;
 	char time[40];        /* its commit time, as parsed */
 	struct ret_ckpt rc;
-	uid_t uid;            /* the directory's owner (STORE_NO_OWNER on S3) */
+	uid_t uid;            /* the directory's owner; on S3 the uid its manifest
+			       * records, or STORE_NO_OWNER */
 	uint64_t dev, ino;    /* the directory as scanned (local) */
 	uint32_t keep;        /* the plan's reasons; 0: removed */
 	int res;              /* the removal: 0 removed, -EBUSY in use, ... */
@@ -51,6 +52,15 @@ struct prune_run {
 					* whole (STORE_NO_OWNER or 0: any) */
 	bool lock_root;                /* hold ROOT's lock (one prune or pin
 					* at a time); -EAGAIN if held */
+	int dirfd;                     /* >= 0: ROOT opened by the caller
+					* (safely: ckptd opens it without
+					* following links), used instead of
+					* opening root; 0 is taken as unset
+					* unless dirfd_set */
+	bool dirfd_set;
+	size_t manifest_max;           /* bytes of a manifest read (0: 1 GiB) */
+	const volatile bool *cancel;   /* if it turns true, the pass stops
+					* between checkpoints (-ECANCELED) */
 	void (*warn)(void *ud, const char *msg);
 	void *ud;
 	/* out (prune_run_free releases) */

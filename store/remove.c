@@ -233,7 +233,11 @@ static int write_marker(int fd, const char *trash, uid_t uid)
 	int mfd, n, r = 0;
 
 	n = snprintf(text, sizeof(text), "trash=%s\nuid=%u\n", trash, (unsigned)uid);
-	mfd = openat(fd, STORE_RM_MARKER, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+	/* A fresh file (one left by a crash goes first): never through a
+	 * link someone planted there. */
+	if (unlinkat(fd, STORE_RM_MARKER, 0) < 0 && errno != ENOENT)
+		return -errno;
+	mfd = openat(fd, STORE_RM_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 		     0600);
 	if (mfd < 0)
 		return -errno;

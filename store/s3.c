@@ -1196,8 +1196,10 @@ static void rm_work(struct store_attempt *a)
 static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *m, char *err,
 			     size_t errlen)
 {
+	/* S3 keeps no owner: the manifest says whose it is (retention plans
+	 * each user's checkpoints apart by it). */
 	struct index_origin o = { m->attempt_id, m->self->id, m->self->instance, m->nonce,
-				  a->tag };
+				  a->tag, true, (uint32_t)a->uid };
 	char key[S3_KEY_MAX + 1];
 	char *manifest = NULL;
 	int r;
