@@ -47,6 +47,7 @@
 #include "ckpt.h"
 #include "ctl/ctl.h"
 #include "format/crc32c.h"
+#include "format/errmsg.h"
 #include "format/index.h"
 #include "format/layout.h"
 #include "store/fsutil.h"
@@ -423,20 +424,6 @@ static const char *item_kind_name(const struct manifest_tensor *t)
 	return t->kind == ITEM_BLOB ? "blob" : "tensor";
 }
 
-/* "[2, 3]" into buf. */
-static const char *dims_str(const uint64_t *d, unsigned n, char *buf, size_t len)
-{
-	size_t at = 0;
-
-	at += (size_t)snprintf(buf, len, "[");
-	for (unsigned i = 0; i < n && at < len; i++)
-		at += (size_t)snprintf(buf + at, len - at, "%s%llu", i ? ", " : "",
-				       (unsigned long long)d[i]);
-	if (at < len)
-		snprintf(buf + at, len - at, "]");
-	return buf;
-}
-
 /* True if j is an array of exactly the n values of d. */
 static bool dims_equal(const json_t *j, const uint64_t *d, size_t n)
 {
@@ -546,12 +533,12 @@ static void check_header(struct verify *v, struct vfile *f, const struct cref *r
 		if (!dims_equal(json_object_get(e, "shape"), c->shape, t->ndim))
 			finding(v, SEV_ERROR, "header", name, json_pack("{ss}", "item", t->name),
 				"safetensors header gives '%s' another shape than the manifest's %s",
-				t->name, dims_str(c->shape, t->ndim, b1, sizeof(b1)));
+				t->name, errmsg_dims(c->shape, t->ndim, b1, sizeof(b1)));
 		if (!dims_equal(json_object_get(e, "data_offsets"), offs, 2))
 			finding(v, SEV_ERROR, "header", name, json_pack("{ss}", "item", t->name),
 				"safetensors header gives '%s' other data_offsets than the manifest's "
 				"%s (bytes [%llu, %llu) of the file; data starts at %llu)", t->name,
-				dims_str(offs, 2, b2, sizeof(b2)), (unsigned long long)c->begin,
+				errmsg_dims(offs, 2, b2, sizeof(b2)), (unsigned long long)c->begin,
 				(unsigned long long)c->end, (unsigned long long)ds);
 	}
 	entries = json_object_size(h) - (json_object_get(h, "__metadata__") ? 1 : 0);
