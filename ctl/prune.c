@@ -254,11 +254,11 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 			if (emit(o) < 0)
 				goto out;
 		} else {
-			char up[8];
+			char up[8] = "";
 
-			for (size_t k = 0; k < sizeof(up) - 1; k++)
+			/* ("in_use" -> "IN USE"; no action is longer than 7) */
+			for (size_t k = 0; k < sizeof(up) - 1 && act[k]; k++)
 				up[k] = (char)(act[k] == '_' ? ' ' : toupper((unsigned char)act[k]));
-			up[sizeof(up) - 1] = '\0';
 			printf("%-7s  %-*s  %10llu  %-20s  %s\n", up, (int)width, shown,
 			       (unsigned long long)c->rc.step, c->time, c->keep ? why :
 			       cwhy ? cwhy : "-");
