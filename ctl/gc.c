@@ -20,7 +20,9 @@
  * root).  On S3 (no owners: the credentials decide) a work area's age is
  * its attempt.json's "created" time; with it go the attempt's tagged
  * shards and unfinished multipart uploads, unless a manifest names a
- * checkpoint there (store_s3_gc_work).
+ * checkpoint there (store_s3_gc_work); then unfinished multipart uploads
+ * of our shards whose work area is gone, older than the grace period
+ * (store_s3_gc_uploads); other uploads are reported.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -324,6 +326,24 @@ static void walk_s3(struct gc *g, const char *root, const char *rel, unsigned de
 	free(L.sub);
 }
 
+static void upload_seen(void *ud, const char *rel, const char *action, const char *why,
+			int64_t age_s)
+{
+	struct gc *g = ud;
+
+	say(g, rel, action, why, age_s);
+	if (!strcmp(action, "REMOVE"))
+		g->would++;
+	else if (!strcmp(action, "REMOVED"))
+		g->removed++;
+	else if (!strcmp(action, "KEEP"))
+		g->young++;
+	else if (!strcmp(action, "UNKNOWN"))
+		g->unknown++;
+	else
+		g->failed++;
+}
+
 int ctl_gc(const char *root, int64_t grace_s, bool dry_run, bool json)
 {
 	struct gc g = { .grace_s = grace_s, .dry_run = dry_run, .json = json,
@@ -331,9 +351,18 @@ int ctl_gc(const char *root, int64_t grace_s, bool dry_run, bool json)
 	int fd;
 
 	if (s3_is_url(root)) {
+		char err[512];
+
 		if (ctl_s3_start(root) < 0)
 			return CTL_EXIT_ERROR;
 		walk_s3(&g, root, "", GC_DEPTH);
+		/* Then uploads whose work area is gone (a crash after it went,
+		 * or an abort that failed). */
+		if (store_s3_gc_uploads(root, grace_s, dry_run, upload_seen, &g, err,
+					sizeof(err)) < 0) {
+			say(&g, ".", "ERROR", err, -1);
+			g.failed++;
+		}
 		goto summary;
 	}
 	fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -357,7 +386,7 @@ summary:
 			(void)ctl_json_line(o);
 		json_decref(o);
 	} else {
-		printf("%s: %zu work area%s %s, %zu within the grace period, %zu unknown "
+		printf("%s: %zu leftover%s %s, %zu within the grace period, %zu unknown "
 		       "(reported only), %zu not yours, %zu failed\n", dry_run ? "dry run" : "gc",
 		       dry_run ? g.would : g.removed, (dry_run ? g.would : g.removed) == 1 ? "" : "s",
 		       dry_run ? "would be removed" : "removed", g.young, g.unknown, g.foreign,

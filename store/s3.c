@@ -1856,6 +1856,180 @@ int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_
 	return 1;
 }
 
+/* ---- gc of multipart uploads left without a work area ---- */
+
+struct up_gc {
+	const char *bucket;
+	size_t strip;              /* bytes of the root's prefix ("" or "p/") */
+	int64_t grace_s, now;
+	bool dry_run;
+	store_gc_report_fn report;
+	void *ud;
+	unsigned seen;
+};
+
+static int first_key(void *ud, const char *name, bool is_prefix)
+{
+	(void)name, (void)is_prefix;
+	*(bool *)ud = true;
+	return 1; /* one is enough */
+}
+
+/* "2026-11-26T03:11:34.000Z" -> seconds, or -1. */
+static int64_t iso_time(const char *s)
+{
+	struct tm tm;
+	int n = 0;
+
+	memset(&tm, 0, sizeof(tm));
+	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+		   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6 || n != 19)
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	return (int64_t)timegm(&tm);
+}
+
+/* The tag of a key ".../NAME/rank-NNNNN.<16 hex>.safetensors" (our
+ * marker: what the S3 backend names an attempt's shard), into tag. */
+static bool shard_tag_of(const char *key, char tag[TAG_DIGITS + 1])
+{
+	const char *base = strrchr(key, '/');
+	unsigned rank;
+	int n = 0;
+
+	base = base ? base + 1 : key;
+	if (sscanf(base, "rank-%5u.%n", &rank, &n) != 1 || n != 11 ||
+	    strlen(base) != 11 + TAG_DIGITS + strlen(".safetensors") ||
+	    strcmp(base + 11 + TAG_DIGITS, ".safetensors"))
+		return false;
+	for (int i = 0; i < TAG_DIGITS; i++) {
+		char c = base[11 + i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return false;
+		tag[i] = c;
+	}
+	tag[TAG_DIGITS] = '\0';
+	return true;
+}
+
+static int gc_upload(void *ud, const char *inner, size_t len)
+{
+	struct up_gc *g = ud;
+	char key[S3_KEY_MAX + 1], id[256], when[64], tag[TAG_DIGITS + 1], err[256];
+	char pre[S3_KEY_MAX + 64];
+	const char *name_sep, *dir_end;
+	int64_t t, age;
+	bool work = false;
+
+	if (s3_xml_text(inner, len, "Key", key, sizeof(key)) <= 0 ||
+	    s3_xml_text(inner, len, "UploadId", id, sizeof(id)) <= 0)
+		return 0;
+	g->seen++;
+	if (strlen(key) <= g->strip)
+		return 0;
+	if (s3_xml_text(inner, len, "Initiated", when, sizeof(when)) <= 0 ||
+	    (t = iso_time(when)) < 0) {
+		g->report(g->ud, key + g->strip, "UNKNOWN", "an upload without a start time", -1);
+		return 0;
+	}
+	age = g->now - t;
+	if (!shard_tag_of(key, tag) || !(name_sep = strrchr(key, '/')) || name_sep == key) {
+		g->report(g->ud, key + g->strip, "UNKNOWN",
+			  "an upload not of a ckptd shard: reported, never aborted", age);
+		return 0;
+	}
+	/* Its attempt's work area is in the directory above the checkpoint's
+	 * name: while it is there, the work area's gc decides (or the save
+	 * is alive). */
+	for (dir_end = name_sep - 1; dir_end > key && *dir_end != '/'; dir_end--)
+		;
+	snprintf(pre, sizeof(pre), "%.*s%s%s", (int)(dir_end > key ? dir_end - key + 1 : 0), key,
+		 STORE_WORK_PREFIX, tag);
+	if (s3_list(g->bucket, pre, false, first_key, &work, err, sizeof(err)) < 0 && !work) {
+		g->report(g->ud, key + g->strip, "FAILED", err, age);
+		return 0;
+	}
+	if (work)
+		return 0;
+	if (age < g->grace_s) {
+		g->report(g->ud, key + g->strip, "KEEP",
+			  "an unfinished upload of a shard, within the grace period", age);
+		return 0;
+	}
+	if (!g->dry_run)
+		abort_upload(g->bucket, key, id);
+	g->report(g->ud, key + g->strip, g->dry_run ? "REMOVE" : "REMOVED",
+		  "an unfinished upload of a shard whose save is gone (aborted)", age);
+	return 0;
+}
+
+int store_s3_gc_uploads(const char *root, int64_t grace_s, bool dry_run,
+			store_gc_report_fn report, void *ud, char *err, size_t errlen)
+{
+	char pre[S3_PREFIX_MAX + 2], enc_pre[3 * sizeof(pre)], km[S3_KEY_MAX + 1] = "";
+	char um[256] = "", enc_km[3 * sizeof(km)], enc_um[3 * sizeof(um)];
+	char q[sizeof(enc_pre) + sizeof(enc_km) + sizeof(enc_um) + 64];
+	struct up_gc g = { 0 };
+	struct s3_loc loc;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(root, &loc, err, errlen);
+	if (r < 0)
+		return r;
+	snprintf(pre, sizeof(pre), "%s%s", loc.prefix, loc.prefix[0] ? "/" : "");
+	if (s3_encode_query(pre, enc_pre, sizeof(enc_pre)) < 0)
+		return -ENAMETOOLONG;
+	g.bucket = loc.bucket;
+	g.strip = strlen(pre);
+	g.grace_s = grace_s;
+	g.now = (int64_t)time(NULL);
+	g.dry_run = dry_run;
+	g.report = report;
+	g.ud = ud;
+	for (unsigned page = 0; page < 100000; page++) {
+		struct s3_req rq = { .method = "GET", .bucket = loc.bucket, .key = "", .query = q,
+				     .max_resp = 8u << 20 };
+		char trunc[8] = "";
+
+		if (s3_encode_query(km, enc_km, sizeof(enc_km)) < 0 ||
+		    s3_encode_query(um, enc_um, sizeof(enc_um)) < 0)
+			return -ENAMETOOLONG;
+		/* Parameters in sorted order (s3_list says why). */
+		snprintf(q, sizeof(q), "%s%s%sprefix=%s%s%s%suploads=", km[0] ? "key-marker=" : "",
+			 km[0] ? enc_km : "", km[0] ? "&" : "", enc_pre,
+			 um[0] ? "&upload-id-marker=" : "", um[0] ? enc_um : "", "&");
+		r = s3_call(g_s3, &rq, err, errlen);
+		if (r == 0 && rq.resp &&
+		    s3_xml_each(rq.resp, rq.resp_len, "ListMultipartUploadsResult/Upload", gc_upload,
+				&g) < 0)
+			r = -EBADMSG;
+		if (r == 0 && rq.resp &&
+		    s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/IsTruncated", trunc,
+				sizeof(trunc)) < 0)
+			trunc[0] = '\0';
+		if (r == 0 && !strcmp(trunc, "true") &&
+		    (s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/NextKeyMarker", km,
+				 sizeof(km)) < 0 ||
+		     s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/NextUploadIdMarker",
+				 um, sizeof(um)) < 0))
+			r = -EBADMSG;
+		s3_req_free(&rq);
+		if (r == -EBADMSG)
+			snprintf(err, errlen, "S3 ListMultipartUploads of %s: an answer we cannot read",
+				 root);
+		if (r < 0)
+			return r;
+		if (strcmp(trunc, "true"))
+			return (int)(g.seen > INT32_MAX ? INT32_MAX : g.seen);
+	}
+	snprintf(err, errlen, "S3 ListMultipartUploads of %s does not end", root);
+	return -ELOOP;
+}
+
 const struct store_ops store_s3 = {
 	.name = "s3",
 	.arena_attach = s3a_attach,

@@ -66,6 +66,20 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_run,
 		     int64_t *ret_age_s, char *err, size_t errlen);
 
+/*
+ * gc of the unfinished multipart uploads under root (an S3 URL): an upload
+ * of a ckptd shard ("rank-NNNNN.<tag>.safetensors") whose attempt has no
+ * work area left is aborted once it is grace_s old (dry_run: only said);
+ * one whose work area is there is left to that work area's gc; any other
+ * upload is reported, never aborted.  report() gets each decision (key
+ * relative to root, action, why, age in seconds or -1).  Returns how many
+ * uploads were listed, or -errno (err).
+ */
+typedef void (*store_gc_report_fn)(void *ud, const char *rel, const char *action,
+				   const char *why, int64_t age_s);
+int store_s3_gc_uploads(const char *root, int64_t grace_s, bool dry_run,
+			store_gc_report_fn report, void *ud, char *err, size_t errlen);
+
 /* The running client, or NULL. */
 struct s3_client *store_s3_client(void);
 

@@ -105,12 +105,22 @@ s3.create_multipart_upload(Bucket=b, Key="g/job/dead/rank-00001.%s.safetensors" 
 put("g/.ckpt-work-%s/attempt.json" % new, attempt(new, "young", 10))
 put("g/ok/manifest.json", "{}")
 put("g/ok/rank-00000.safetensors", "x")
+# An upload of a shard whose work area is gone (a crash after it went), and
+# one that is not ckptd's (reported, never aborted).
+s3.create_multipart_upload(Bucket=b, Key="g/job/orphan/rank-00002.aaaaaaaaaaaaaaaa.safetensors")
+s3.create_multipart_upload(Bucket=b, Key="g/job/someone-elses.bin")
 PY
 	"$ctl" gc "s3://$S3_BUCKET/g" --dry-run >"$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
 	grep -Eq "^REMOVE +job/.ckpt-work-$old" "$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
+	# (moto gives every upload the start time 2010-11-10T20:48:33Z: all
+	# are past the grace period here)
+	grep -Eq "^REMOVE +job/orphan/rank-00002" "$tmp/s3dry.out" || fail "S3 dry run, orphan: $(cat "$tmp/s3dry.out")"
+	grep -Eq "^UNKNOWN +job/someone-elses.bin" "$tmp/s3dry.out" || fail "S3 dry run, foreign upload: $(cat "$tmp/s3dry.out")"
 	"$ctl" gc "s3://$S3_BUCKET/g" --json >"$tmp/s3gc.json" || fail "S3 gc: $(cat "$tmp/s3gc.json")"
-	grep -q '"removed":1' "$tmp/s3gc.json" && grep -q '"kept_young":1' "$tmp/s3gc.json" ||
+	grep -q '"removed":2' "$tmp/s3gc.json" && grep -q '"kept_young":1' "$tmp/s3gc.json" ||
 		fail "S3 gc summary: $(cat "$tmp/s3gc.json")"
+	grep -q '"path":"job/orphan/rank-00002.aaaaaaaaaaaaaaaa.safetensors","action":"REMOVED"' \
+		"$tmp/s3gc.json" || fail "S3 gc: the orphan upload: $(cat "$tmp/s3gc.json")"
 	"$py" - "$S3_BUCKET" <<'PY' || fail "S3 gc left the wrong keys"
 import boto3, sys
 b = sys.argv[1]
@@ -119,8 +129,8 @@ keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=b, Prefix="g/").get("C
 want = ["g/.ckpt-work-fedcba9876543210fedcba9876543210/attempt.json",
         "g/job/dead/unrelated.bin", "g/ok/manifest.json", "g/ok/rank-00000.safetensors"]
 assert keys == want, keys
-ups = s3.list_multipart_uploads(Bucket=b, Prefix="g/").get("Uploads", [])
-assert not ups, ups
+ups = [u["Key"] for u in s3.list_multipart_uploads(Bucket=b, Prefix="g/").get("Uploads", [])]
+assert ups == ["g/job/someone-elses.bin"], ups
 PY
 	echo "ok: S3 gc removed the dead attempt (work area, tagged shard, upload) and nothing else"
 else
