@@ -430,7 +430,7 @@ static int s3_child(void *ud, const char *name, enum store_entry kind)
 {
 	struct scan *S = ud;
 	struct prune_run *pr = S->pr;
-	char url[PRUNE_URL_MAX], err[512], *text = NULL;
+	char url[PRUNE_URL_MAX], err[512], *text = NULL, etag[STORE_ETAG_LEN];
 	size_t len = 0;
 	struct prune_item c;
 	int r;
@@ -442,9 +442,9 @@ static int s3_child(void *ud, const char *name, enum store_entry kind)
 		return S->res = -ECANCELED;
 	}
 	join(url, sizeof(url), pr->root, name);
-	r = store_s3_get(url, MANIFEST_FILE,
-			 pr->manifest_max ? pr->manifest_max : PRUNE_MANIFEST_MAX, &text, &len,
-			 err, sizeof(err));
+	r = store_s3_get_etag(url, MANIFEST_FILE,
+			      pr->manifest_max ? pr->manifest_max : PRUNE_MANIFEST_MAX, &text, &len,
+			      etag, err, sizeof(err));
 	if (r == -ENOENT)
 		return 0; /* gone since the listing */
 	if (r < 0) {
@@ -472,6 +472,7 @@ static int s3_child(void *ud, const char *name, enum store_entry kind)
 		pr->skipped++;
 		return 0;
 	}
+	snprintf(c.etag, sizeof(c.etag), "%s", etag);
 	r = scan_add(S, &c);
 	return r < 0 ? (S->res = r) : 0;
 }
@@ -540,7 +541,8 @@ static void remove_planned(struct scan *S)
 			char url[PRUNE_URL_MAX];
 
 			join(url, sizeof(url), pr->root, t[i].name);
-			res[i].res = store_s3_remove(url, "prune", res[i].err, sizeof(res[i].err));
+			res[i].res = store_s3_remove(url, "prune", pr->v[at[i]].etag, res[i].err,
+						     sizeof(res[i].err));
 		}
 	}
 	for (size_t i = 0; i < k; i++) {
@@ -635,7 +637,7 @@ int prune_run(struct prune_run *pr)
 		char url[PRUNE_URL_MAX];
 
 		join(url, sizeof(url), pr->root, S.tomb[i]);
-		r = store_s3_remove(url, "prune", err, sizeof(err));
+		r = store_s3_remove(url, "prune", NULL, err, sizeof(err));
 		if (r < 0 && r != -ENOENT) {
 			snprintf(pr->err, sizeof(pr->err), "finishing the removal of '%.400s': %s", url,
 				 err);

@@ -32,6 +32,7 @@ struct prune_item {
 	uid_t uid;            /* the directory's owner; on S3 the uid its manifest
 			       * records, or STORE_NO_OWNER */
 	uint64_t dev, ino;    /* the directory as scanned (local) */
+	char etag[132];       /* its manifest's ETag as scanned (S3) */
 	uint32_t keep;        /* the plan's reasons; 0: removed */
 	int res;              /* the removal: 0 removed, -EBUSY in use, ... */
 	char *why;            /* the removal's error, or NULL */

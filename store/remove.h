@@ -117,10 +117,14 @@ long store_local_trash_sweep(int rootfd, uid_t owner, void (*warn)(void *ud, con
 
 /*
  * S3 (store_s3 must be started): removes checkpoint `ckpt`
- * (s3://bucket/prefix/name) as described above.  Returns 0, -ENOENT if
+ * (s3://bucket/prefix/name) as described above.  With expect_etag (the
+ * manifest's ETag when the caller planned; NULL or "": not checked), a
+ * checkpoint committed again under that name since is kept (-ESTALE), and
+ * the tombstone is written only over the manifest just read (If-Match).  Returns 0, -ENOENT if
  * there was nothing, or -errno with the reason in err (a tombstone may
  * then be left: a later call finishes the job).
  */
-int store_s3_remove(const char *ckpt, const char *by, char *err, size_t errlen);
+int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, char *err,
+		    size_t errlen);
 
 #endif

@@ -162,9 +162,41 @@ static int put_text(const char *bucket, const char *key, const char *text, bool 
 	return r;
 }
 
+/* PUTs text over key only if the object's ETag is still `match` (NULL:
+ * unconditionally): -ESTALE if it changed. */
+static int put_text_if(const char *bucket, const char *key, const char *text, const char *match,
+		       char *err, size_t errlen)
+{
+	struct s3_req q = { .method = "PUT", .bucket = bucket, .key = key, .body = text,
+			    .body_len = strlen(text) };
+	char hdr[160];
+	int r;
+
+	q.headers[0] = "Content-Type: application/json";
+	if (match) {
+		snprintf(hdr, sizeof(hdr), "If-Match: %s", match);
+		q.headers[1] = hdr;
+	}
+	r = s3_call(g_s3, &q, err, errlen);
+	if (match && (r == -EEXIST || (r < 0 && q.status == 412)))
+		r = -ESTALE;
+	s3_req_free(&q);
+	return r;
+}
+
 /* GETs a small object whole: -ENOENT if there is none (err untouched). */
+static int get_text_etag(const char *bucket, const char *key, size_t max, char **ret,
+			 size_t *ret_len, char *etag, size_t etaglen, char *err, size_t errlen);
+
 static int get_text(const char *bucket, const char *key, size_t max, char **ret, size_t *ret_len,
 		    char *err, size_t errlen)
+{
+	return get_text_etag(bucket, key, max, ret, ret_len, NULL, 0, err, errlen);
+}
+
+/* get_text, and the object's ETag into etag (if not NULL; "" if none). */
+static int get_text_etag(const char *bucket, const char *key, size_t max, char **ret,
+			 size_t *ret_len, char *etag, size_t etaglen, char *err, size_t errlen)
 {
 	struct s3_req q = { .method = "GET", .bucket = bucket, .key = key, .max_resp = max,
 			    .fail_404_quietly = true };
@@ -172,6 +204,8 @@ static int get_text(const char *bucket, const char *key, size_t max, char **ret,
 	int r;
 
 	r = s3_call(g_s3, &q, e, sizeof(e));
+	if (etag)
+		snprintf(etag, etaglen, "%s", r == 0 ? q.etag : "");
 	if (r == -ENOENT) {
 		s3_req_free(&q);
 		return r;
@@ -1531,8 +1565,10 @@ static void rm_step(const char *what)
 		store_remove_hook(what);
 }
 
-int store_s3_remove(const char *ckpt, const char *by, char *err, size_t errlen)
+int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, char *err,
+		    size_t errlen)
 {
+	char etag[STORE_ETAG_LEN];
 	char man[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 2], *text = NULL;
 	struct keyset ks = { .skip = MANIFEST_FILE };
 	const char **batch = NULL;
@@ -1553,7 +1589,8 @@ int store_s3_remove(const char *ckpt, const char *by, char *err, size_t errlen)
 	if (r < 0)
 		return r;
 	snprintf(pre, sizeof(pre), "%s/", loc.prefix);
-	r = get_text(loc.bucket, man, 64u << 20, &text, &len, err, errlen);
+	r = get_text_etag(loc.bucket, man, 64u << 20, &text, &len, etag, sizeof(etag), err,
+			  errlen);
 	if (r == -ENOENT) {
 		snprintf(err, errlen, "%s has no %s: not a committed checkpoint", ckpt,
 			 MANIFEST_FILE);
@@ -1561,6 +1598,15 @@ int store_s3_remove(const char *ckpt, const char *by, char *err, size_t errlen)
 	}
 	if (r < 0)
 		return r;
+	if (!store_is_tombstone(text, len) && expect_etag && expect_etag[0] &&
+	    strcmp(etag, expect_etag)) {
+		/* Not the checkpoint planned: committed again under its name
+		 * since.  Kept. */
+		free(text);
+		snprintf(err, errlen, "not the checkpoint planned: its manifest changed since "
+			 "(kept)");
+		return -ESTALE;
+	}
 	if (!store_is_tombstone(text, len)) {
 		json_t *t = json_pack("{s:{s:s, s:s, s:I}}", STORE_TOMBSTONE_KEY, "checkpoint",
 				      ckpt, "by", by ? by : "ckptd", "time", (json_int_t)time(NULL));
@@ -1571,10 +1617,28 @@ int store_s3_remove(const char *ckpt, const char *by, char *err, size_t errlen)
 			free(text);
 			return -ENOMEM;
 		}
-		/* From here no reader takes it for a checkpoint. */
+		/* From here no reader takes it for a checkpoint.  Only over the
+		 * manifest just read (If-Match): one written meanwhile stays. */
 		rm_step("tombstone");
-		r = put_text(loc.bucket, man, js, false, err, errlen);
+		r = put_text_if(loc.bucket, man, js, etag[0] ? etag : NULL, err, errlen);
 		free(js);
+		if (r == -ESTALE) {
+			/* A retry after a lost answer finds our own tombstone
+			 * (a new ETag): that is the removal going on. */
+			char *now = NULL;
+			size_t nlen = 0;
+
+			if (get_text(loc.bucket, man, 64u << 20, &now, &nlen, NULL, 0) == 0 &&
+			    store_is_tombstone(now, nlen))
+				r = 0;
+			free(now);
+		}
+		if (r == -ESTALE) {
+			free(text);
+			snprintf(err, errlen, "not the checkpoint planned: its manifest changed "
+				 "under the removal (kept)");
+			return -ESTALE;
+		}
 		if (r < 0) {
 			free(text);
 			return r;
@@ -1684,6 +1748,22 @@ int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, siz
 	if (r == 0)
 		r = key_of(&loc, file, key, sizeof(key), err, errlen);
 	return r < 0 ? r : get_text(loc.bucket, key, max, ret, ret_len, err, errlen);
+}
+
+int store_s3_get_etag(const char *ckpt, const char *file, size_t max, char **ret,
+		      size_t *ret_len, char etag[STORE_ETAG_LEN], char *err, size_t errlen)
+{
+	struct s3_loc loc;
+	char key[S3_KEY_MAX + 1];
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(ckpt, &loc, err, errlen);
+	if (r == 0)
+		r = key_of(&loc, file, key, sizeof(key), err, errlen);
+	return r < 0 ? r : get_text_etag(loc.bucket, key, max, ret, ret_len, etag,
+					 STORE_ETAG_LEN, err, errlen);
 }
 
 int store_s3_exists(const char *root, const char *rel)

@@ -44,6 +44,12 @@ int store_s3_start_settings(const struct store_s3_settings *set, char *err, size
 int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, size_t *ret_len,
 		 char *err, size_t errlen);
 
+/* store_s3_get, and the object's ETag (as S3 gives it, quotes included;
+ * "" if none) into etag. */
+#define STORE_ETAG_LEN 132
+int store_s3_get_etag(const char *ckpt, const char *file, size_t max, char **ret,
+		      size_t *ret_len, char etag[STORE_ETAG_LEN], char *err, size_t errlen);
+
 /* 1 if the object `rel` under root (s3://bucket/prefix) exists, 0 if not,
  * or -errno. */
 int store_s3_exists(const char *root, const char *rel);

@@ -254,6 +254,30 @@ done
 [ $k -ge 3 ] || fail "S3 removal took only $k steps"
 echo "s3: a crash before each of the $((k - 1)) steps of a removal left nothing torn"
 
+# A checkpoint committed again under its name after the plan (its manifest's
+# ETag changed) is kept; the one planned (same ETag) goes.
+s3fix reuse
+etag=$("$py" - "$S3_BUCKET" <<'PY'
+import boto3, sys
+s3 = boto3.client("s3")
+b = sys.argv[1]
+old = s3.head_object(Bucket=b, Key="reuse/victim/manifest.json")["ETag"]
+body = s3.get_object(Bucket=b, Key="reuse/victim/manifest.json")["Body"].read()
+s3.put_object(Bucket=b, Key="reuse/victim/manifest.json", Body=body + b" ")
+print(old)
+PY
+)
+set +e
+out=$("$rmc" remove "s3://$S3_BUCKET/reuse" victim 0 "$etag" 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "not the checkpoint planned" <<<"$out" || fail "S3 name reuse: exit $rc: $out"
+[ "$(s3keys reuse | grep -c '^reuse/victim/')" = 5 ] || fail "S3 name reuse: victim lost keys"
+etag=$("$py" -c 'import boto3, sys; print(boto3.client("s3").head_object(Bucket=sys.argv[1], Key="reuse/victim/manifest.json")["ETag"])' "$S3_BUCKET")
+"$rmc" remove "s3://$S3_BUCKET/reuse" victim 0 "$etag" >/dev/null || fail "S3 removal with the current ETag"
+[ "$(s3keys reuse | grep -c '^reuse/victim/')" = 0 ] || fail "S3 removal with the current ETag left keys"
+echo "s3: a checkpoint re-committed after the plan (another ETag) is kept"
+
 # A real prune of an S3 root: dry run first changes nothing.
 s3fix real
 "$ctl" prune "s3://$S3_BUCKET/real" --keep-last 1 --dry-run >/dev/null || fail "S3 dry run"

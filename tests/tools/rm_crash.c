@@ -4,12 +4,14 @@
  * prune_crash.sh).  Unlike the other tools it calls libckpt's internals
  * (store/remove.h), as ckptctl prune does.
  *
- *   rm_crash remove ROOT NAME K   removes checkpoint NAME of ROOT (a
+ *   rm_crash remove ROOT NAME K [ETAG]
+ *                                 removes checkpoint NAME of ROOT (a
  *                                 directory or s3://...; S3 from the AWS_*
  *                                 variables) and dies (_exit 86, as a
  *                                 crash: nothing flushed, no clean-up)
  *                                 just before the K-th step of the
- *                                 removal; K = 0 never dies
+ *                                 removal; K = 0 never dies; on S3, ETAG
+ *                                 is the manifest's as planned
  *   rm_crash hold PATH            opens checkpoint PATH with ckpt_reader
  *                                 (taking its lease), prints "held", and
  *                                 keeps it until stdin ends
@@ -39,7 +41,7 @@ static void hook(const char *step)
 	}
 }
 
-static int cmd_remove(const char *root, const char *name, const char *k)
+static int cmd_remove(const char *root, const char *name, const char *k, const char *etag)
 {
 	char err[512] = "", *end;
 	int r;
@@ -57,7 +59,7 @@ static int cmd_remove(const char *root, const char *name, const char *k)
 		r = store_s3_start_settings(&set, err, sizeof(err));
 		if (r == 0) {
 			snprintf(url, sizeof(url), "%s/%s", root, name);
-			r = store_s3_remove(url, "rm_crash", err, sizeof(err));
+			r = store_s3_remove(url, "rm_crash", etag, err, sizeof(err));
 		}
 		store_s3_stop();
 	} else {
@@ -100,10 +102,10 @@ static int cmd_hold(const char *path)
 
 int main(int argc, char **argv)
 {
-	if (argc == 5 && !strcmp(argv[1], "remove"))
-		return cmd_remove(argv[2], argv[3], argv[4]);
+	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "remove"))
+		return cmd_remove(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : NULL);
 	if (argc == 3 && !strcmp(argv[1], "hold"))
 		return cmd_hold(argv[2]);
-	fprintf(stderr, "usage: rm_crash remove ROOT NAME K | rm_crash hold PATH\n");
+	fprintf(stderr, "usage: rm_crash remove ROOT NAME K [ETAG] | rm_crash hold PATH\n");
 	return 2;
 }
