@@ -1738,16 +1738,7 @@ static int s3_read_range(const char *ckpt, const char *file, uint64_t off, uint6
 int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, size_t *ret_len,
 		 char *err, size_t errlen)
 {
-	struct s3_loc loc;
-	char key[S3_KEY_MAX + 1];
-	int r;
-
-	if (!g_s3)
-		return no_client(err, errlen);
-	r = s3_url_parse(ckpt, &loc, err, errlen);
-	if (r == 0)
-		r = key_of(&loc, file, key, sizeof(key), err, errlen);
-	return r < 0 ? r : get_text(loc.bucket, key, max, ret, ret_len, err, errlen);
+	return store_s3_get_etag(ckpt, file, max, ret, ret_len, NULL, err, errlen);
 }
 
 int store_s3_get_etag(const char *ckpt, const char *file, size_t max, char **ret,
@@ -1763,7 +1754,7 @@ int store_s3_get_etag(const char *ckpt, const char *file, size_t max, char **ret
 	if (r == 0)
 		r = key_of(&loc, file, key, sizeof(key), err, errlen);
 	return r < 0 ? r : get_text_etag(loc.bucket, key, max, ret, ret_len, etag,
-					 STORE_ETAG_LEN, err, errlen);
+					 etag ? STORE_ETAG_LEN : 0, err, errlen);
 }
 
 int store_s3_exists(const char *root, const char *rel)
@@ -1812,12 +1803,18 @@ static void abort_leftover_uploads(struct store_attempt *a)
 		abort_uploads_under(a->loc.bucket, pre, suffix, NULL);
 }
 
-int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
-		   size_t errlen)
+/*
+ * The attempt `id` (32 hex digits) whose work area is in dir, for a sweep
+ * or gc: *a set up, and its attempt.json into *ret (json_decref it) when
+ * that is ckptd's for this id (its id, a checkpoint name, which goes into
+ * a->name).  Returns 0, -ENOENT (no attempt.json), -EBADMSG (not one ckptd
+ * wrote for it: err), or -errno (err).
+ */
+static int leftover_open(const char *dir, const char *id, struct store_attempt *a,
+			 json_t **ret, char *err, size_t errlen)
 {
-	struct store_attempt a;
-	char key[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 1];
-	const char *name, *inst;
+	char key[S3_KEY_MAX + 1];
+	const char *name, *aid;
 	char *text;
 	size_t len;
 	json_t *j;
@@ -1825,33 +1822,60 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 
 	if (!g_s3)
 		return no_client(err, errlen);
-	memset(&a, 0, sizeof(a));
-	r = s3_url_parse(root, &a.loc, err, errlen);
+	if (strlen(id) != STORE_ID_LEN) {
+		snprintf(err, errlen, "not a work area's id");
+		return -EINVAL;
+	}
+	memset(a, 0, sizeof(*a));
+	r = s3_url_parse(dir, &a->loc, err, errlen);
 	if (r < 0)
 		return r;
-	s3_url_format(&a.loc, a.root, sizeof(a.root));
-	snprintf(a.work, sizeof(a.work), "%s%.*s", STORE_WORK_PREFIX, STORE_ID_LEN, id);
-	snprintf(a.id, sizeof(a.id), "%.*s", STORE_ID_LEN, id);
-	snprintf(a.tag, sizeof(a.tag), "%.*s", TAG_DIGITS, id);
-	r = work_key(&a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	s3_url_format(&a->loc, a->root, sizeof(a->root));
+	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
+	snprintf(a->id, sizeof(a->id), "%s", id);
+	snprintf(a->tag, sizeof(a->tag), "%.*s", TAG_DIGITS, id);
+	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
 	if (r == 0)
-		r = get_text(a.loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
-	if (r == -ENOENT)
-		return 0;
+		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
 	if (r < 0)
 		return r;
 	j = json_loadb(text, len, 0, NULL);
 	free(text);
 	name = json_string_value(json_object_get(j, "name"));
-	inst = json_string_value(json_object_get(json_object_get(j, "daemon"), "instance"));
-	const char *aid = json_string_value(json_object_get(j, "id"));
-	if (!aid || strcmp(aid, id) || !inst || strcmp(inst, instance) || !name ||
-	    !name_checkpoint_ok(name, NULL, 0)) {
+	aid = json_string_value(json_object_get(j, "id"));
+	if (!aid || strcmp(aid, id) || !name || !name_checkpoint_ok(name, NULL, 0)) {
 		json_decref(j);
-		return 0;
+		snprintf(err, errlen, "its %s is not one ckptd wrote for it: not ours to judge",
+			 STORE_ATTEMPT_FILE);
+		return -EBADMSG;
 	}
-	snprintf(a.name, sizeof(a.name), "%s", name);
+	snprintf(a->name, sizeof(a->name), "%s", name);
+	*ret = j;
+	return 0;
+}
+
+int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
+		   size_t errlen)
+{
+	struct store_attempt a;
+	char pre[S3_KEY_MAX + 1], e[512];
+	const char *inst;
+	json_t *j;
+	bool ours;
+	int r;
+
+	r = leftover_open(root, id, &a, &j, e, sizeof(e));
+	if (r == -ENOENT || r == -EBADMSG || r == -EINVAL)
+		return 0;
+	if (r < 0) {
+		snprintf(err, errlen, "%s", e);
+		return r;
+	}
+	inst = json_string_value(json_object_get(json_object_get(j, "daemon"), "instance"));
+	ours = inst && !strcmp(inst, instance);
 	json_decref(j);
+	if (!ours)
+		return 0;
 	abort_leftover_uploads(&a);
 	r = dir_key(&a, a.work, pre, sizeof(pre), err, errlen);
 	if (r == 0)
@@ -1864,50 +1888,25 @@ int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_
 {
 	struct store_attempt a;
 	char key[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
-	const char *name, *aid;
 	json_t *j, *created;
 	int64_t age;
-	char *text;
-	size_t len;
 	int r;
 
-	if (!g_s3)
-		return no_client(err, errlen);
-	if (strlen(id) != STORE_ID_LEN) {
-		snprintf(err, errlen, "not a work area's id");
-		return -EINVAL;
-	}
-	memset(&a, 0, sizeof(a));
-	r = s3_url_parse(dir, &a.loc, err, errlen);
-	if (r < 0)
-		return r;
-	s3_url_format(&a.loc, a.root, sizeof(a.root));
-	snprintf(a.work, sizeof(a.work), "%s%s", STORE_WORK_PREFIX, id);
-	snprintf(a.id, sizeof(a.id), "%s", id);
-	snprintf(a.tag, sizeof(a.tag), "%.*s", TAG_DIGITS, id);
-	r = work_key(&a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
-	if (r == 0)
-		r = get_text(a.loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
+	r = leftover_open(dir, id, &a, &j, err, errlen);
 	if (r == -ENOENT) {
 		snprintf(err, errlen, "no %s: not ours to judge", STORE_ATTEMPT_FILE);
 		return -EBADMSG;
 	}
 	if (r < 0)
 		return r;
-	j = json_loadb(text, len, 0, NULL);
-	free(text);
-	name = json_string_value(json_object_get(j, "name"));
-	aid = json_string_value(json_object_get(j, "id"));
 	created = json_object_get(j, "created");
-	if (!aid || strcmp(aid, id) || !name || !name_checkpoint_ok(name, NULL, 0) ||
-	    !json_is_integer(created)) {
+	if (!json_is_integer(created)) {
 		json_decref(j);
-		snprintf(err, errlen, "its %s is not one ckptd wrote for it: not ours to judge",
+		snprintf(err, errlen, "its %s has no creation time: not ours to judge",
 			 STORE_ATTEMPT_FILE);
 		return -EBADMSG;
 	}
 	age = (int64_t)time(NULL) - (int64_t)json_integer_value(created);
-	snprintf(a.name, sizeof(a.name), "%s", name);
 	json_decref(j);
 	*ret_age_s = age;
 	if (age < grace_s)

@@ -45,7 +45,7 @@ int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, siz
 		 char *err, size_t errlen);
 
 /* store_s3_get, and the object's ETag (as S3 gives it, quotes included;
- * "" if none) into etag. */
+ * "" if none) into etag (NULL: not wanted). */
 #define STORE_ETAG_LEN 132
 int store_s3_get_etag(const char *ckpt, const char *file, size_t max, char **ret,
 		      size_t *ret_len, char etag[STORE_ETAG_LEN], char *err, size_t errlen);
