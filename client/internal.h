@@ -594,7 +594,11 @@ struct ckpt_reader {
 	int *fds;   /* per manifest file, -1 until first used */
 	bool s3;    /* path is s3://...: ranged GETs instead of files */
 	void *plan_ix; /* struct plan_index, made by the first load */
+	struct store_s3_lease *lease; /* S3: the reader's lease, if it holds one */
 };
+
+/* Renews the reader's S3 lease when due (before each read; any thread). */
+void cli_reader_touch(struct ckpt_reader *rd);
 
 /* Copies a box of extents ext (n dimensions, elements of esize bytes) from
  * src, with byte strides ss, to dst, with byte strides ds; the innermost

@@ -716,7 +716,10 @@ static int read_bytes(struct ckpt_load *ld, const struct plan_read *rd, uint64_t
 	uint64_t got = 0;
 
 	if (ld->rd->s3) {
-		int r = store_s3.read_range(ld->rd->path, file, off, len, buf);
+		int r;
+
+		cli_reader_touch(ld->rd);
+		r = store_s3.read_range(ld->rd->path, file, off, len, buf);
 		if (r < 0)
 			fail(ld, r, "reading %s/%s [%llu, %llu) from S3: %s", ld->rd->path, file,
 			     (unsigned long long)off, (unsigned long long)(off + len),

@@ -27,9 +27,19 @@
 
 #define READER_MAX_MANIFEST (1ull << 30)
 #define READER_LEASE_WAIT_MS 30000u /* for a removal holding the lock */
+/* S3: how long a reader that found a tombstone waits for the manifest to
+ * come back (a removal that saw its lease puts it back at once). */
+#define READER_TOMB_WAIT_MS 3000u
+#define READER_TOMB_POLL_MS 250u
 
 
 /* ---- open / close ---- */
+
+void cli_reader_touch(struct ckpt_reader *rd)
+{
+	if (rd && rd->lease)
+		store_s3_lease_renew(rd->lease);
+}
 
 void ckpt_reader_close(struct ckpt_reader *reader)
 {
@@ -41,6 +51,9 @@ void ckpt_reader_close(struct ckpt_reader *reader)
 				close(reader->fds[i]);
 	free(reader->fds);
 	plan_index_free(reader->plan_ix);
+	if (reader->lease)
+		store_s3_lease_drop(reader->lease);
+	free(reader->lease);
 	manifest_free(&reader->m);
 	if (reader->dirfd >= 0)
 		close(reader->dirfd);
@@ -81,8 +94,34 @@ int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
 			cli_set_error("ckpt_reader_open: '%s': %s", path, err);
 			goto out_free;
 		}
-		r = store_s3_get(path, MANIFEST_FILE, READER_MAX_MANIFEST, &text, &text_len, err,
-				 sizeof(err));
+		/* The lease first, then the manifest (store/remove.h). */
+		rd->lease = calloc(1, sizeof(*rd->lease));
+		if (!rd->lease) {
+			r = -ENOMEM;
+			cli_set_error("ckpt_reader_open: out of memory");
+			goto out_free;
+		}
+		r = store_s3_lease_take(path, rd->lease, err, sizeof(err));
+		if (r == -EACCES || r == -EPERM) {
+			/* Credentials that may only read: read without a lease. */
+			free(rd->lease);
+			rd->lease = NULL;
+		} else if (r < 0) {
+			cli_set_error("ckpt_reader_open: '%s': taking a lease: %s", path, err);
+			goto out_free;
+		}
+		for (unsigned waited = 0;; waited += READER_TOMB_POLL_MS) {
+			r = store_s3_get(path, MANIFEST_FILE, READER_MAX_MANIFEST, &text, &text_len,
+					 err, sizeof(err));
+			/* A tombstone, with our lease put: a removal that saw
+			 * the lease puts the manifest back at once. */
+			if (r < 0 || !rd->lease || !store_is_tombstone(text, text_len) ||
+			    waited >= READER_TOMB_WAIT_MS)
+				break;
+			free(text);
+			text = NULL;
+			usleep(READER_TOMB_POLL_MS * 1000);
+		}
 		if (r < 0 && r != -ENOENT) {
 			cli_set_error("ckpt_reader_open: %s", err);
 			goto out_free;
@@ -284,7 +323,10 @@ static int read_chunk(struct ckpt_reader *rd, const struct manifest_chunk *ch, c
 	if (rd->s3) {
 		/* One ranged GET for the whole chunk; the pieces are checked
 		 * below as they are for a file. */
-		int r = store_s3.read_range(rd->path, file, ch->begin, ch->end - ch->begin, dst);
+		int r;
+
+		cli_reader_touch(rd);
+		r = store_s3.read_range(rd->path, file, ch->begin, ch->end - ch->begin, dst);
 		if (r < 0) {
 			cli_set_error("%s: '%s': reading %s/%s [%llu, %llu) from S3: %s", fn, name,
 				      rd->path, file, (unsigned long long)ch->begin,

@@ -543,6 +543,7 @@ static void remove_planned(struct scan *S)
 			join(url, sizeof(url), pr->root, t[i].name);
 			res[i].res = store_s3_remove(url, "prune", pr->v[at[i]].etag, res[i].err,
 						     sizeof(res[i].err));
+			res[i].in_use = res[i].res == -EBUSY; /* a reader's lease */
 		}
 	}
 	for (size_t i = 0; i < k; i++) {
@@ -638,6 +639,12 @@ int prune_run(struct prune_run *pr)
 
 		join(url, sizeof(url), pr->root, S.tomb[i]);
 		r = store_s3_remove(url, "prune", NULL, err, sizeof(err));
+		if (r == -EBUSY) {
+			/* A reader that got the manifest before the crash still
+			 * holds a lease: finished by a later prune. */
+			warn(pr, "'%s' stays half removed: %s", url, err);
+			continue;
+		}
 		if (r < 0 && r != -ENOENT) {
 			snprintf(pr->err, sizeof(pr->err), "finishing the removal of '%.400s': %s", url,
 				 err);

@@ -18,17 +18,29 @@
  *          delete the tombstone last.  A prune that finds a tombstone
  *          finishes the removal.
  *
- * Leases (local only): a reader holds a shared flock on the checkpoint's
- * directory while it reads (client/reader.c); the removal's exclusive lock
- * cannot be had meanwhile.  A reader that opened the directory just before
- * the rename waits for the lock, then finds no manifest: the load fails
- * with "not a committed checkpoint", never with torn data.  S3 has no such
- * lock: a load racing a removal there fails on a missing object.
+ * Leases keep a checkpoint that is being read (client/reader.c):
+ *
+ *   local  the reader holds a shared flock on the checkpoint's directory;
+ *          the removal's exclusive lock cannot be had meanwhile.  A reader
+ *          that opened the directory just before the rename waits for the
+ *          lock, then finds no manifest: the load fails with "not a
+ *          committed checkpoint", never with torn data.
+ *   S3     the reader PUTs a lease object, <checkpoint>/.ckpt-lease-<random>
+ *          (who, when, until when), and only then GETs the manifest; it
+ *          renews the lease while it reads and deletes it at close.  The
+ *          removal lists the leases after its tombstone and before any
+ *          data goes: with a live one it puts the manifest back and keeps
+ *          the checkpoint (-EBUSY).  S3 being strongly consistent, a
+ *          reader either got the manifest (and its lease is listed) or
+ *          finds the tombstone; it waits a moment for the manifest to come
+ *          back, then fails cleanly.  Clocks of readers and removers may
+ *          differ by STORE_S3_LEASE_SKEW_S.
  */
 #ifndef CKPT_STORE_REMOVE_H
 #define CKPT_STORE_REMOVE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -115,14 +127,37 @@ int store_local_trash(int rootfd, const char *name, uid_t uid, char *err, size_t
 long store_local_trash_sweep(int rootfd, uid_t owner, void (*warn)(void *ud, const char *msg),
 			     void *ud, size_t *ret_problems);
 
+/* S3 leases (store_s3 must be started). */
+#define STORE_S3_LEASE_PREFIX ".ckpt-lease-"
+#define STORE_S3_LEASE_KEY "ckpt_lease"
+#define STORE_S3_LEASE_TTL_S 900     /* a lease's life, renewed every third of it */
+#define STORE_S3_LEASE_MAX_S 3600    /* a longer one is not ours: ignored */
+#define STORE_S3_LEASE_SKEW_S 300    /* the clocks' disagreement allowed for */
+#define STORE_S3_LEASE_SCAN_MAX 256  /* more leases than this: taken as held */
+struct store_s3_lease {
+	char bucket[64];
+	char key[1025];
+	_Atomic int64_t renew_at;    /* 0: none held */
+};
+
+/* PUTs a new lease on checkpoint `ckpt` (s3://bucket/prefix/name) into
+ * *l.  0 or -errno (err): -EACCES when the credentials may not write. */
+int store_s3_lease_take(const char *ckpt, struct store_s3_lease *l, char *err, size_t errlen);
+/* Renews *l if a third of its life has gone (thread-safe; cheap when not
+ * due; a failure is tried again later). */
+void store_s3_lease_renew(struct store_s3_lease *l);
+/* Deletes *l's lease object (if it holds one). */
+void store_s3_lease_drop(struct store_s3_lease *l);
+
 /*
  * S3 (store_s3 must be started): removes checkpoint `ckpt`
  * (s3://bucket/prefix/name) as described above.  With expect_etag (the
  * manifest's ETag when the caller planned; NULL or "": not checked), a
  * checkpoint committed again under that name since is kept (-ESTALE), and
- * the tombstone is written only over the manifest just read (If-Match).  Returns 0, -ENOENT if
- * there was nothing, or -errno with the reason in err (a tombstone may
- * then be left: a later call finishes the job).
+ * the tombstone is written only over the manifest just read (If-Match).
+ * Returns 0, -ENOENT if there was nothing, -EBUSY if a reader's lease kept
+ * it, or -errno with the reason in err (a tombstone may then be left: a
+ * later call finishes the job).
  */
 int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, char *err,
 		    size_t errlen);

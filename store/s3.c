@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,9 +164,10 @@ static int put_text(const char *bucket, const char *key, const char *text, bool 
 }
 
 /* PUTs text over key only if the object's ETag is still `match` (NULL:
- * unconditionally): -ESTALE if it changed. */
+ * unconditionally): -ESTALE if it changed.  The new object's ETag into
+ * ret_etag (STORE_ETAG_LEN bytes; "" if none) if not NULL. */
 static int put_text_if(const char *bucket, const char *key, const char *text, const char *match,
-		       char *err, size_t errlen)
+		       char *ret_etag, char *err, size_t errlen)
 {
 	struct s3_req q = { .method = "PUT", .bucket = bucket, .key = key, .body = text,
 			    .body_len = strlen(text) };
@@ -180,6 +182,8 @@ static int put_text_if(const char *bucket, const char *key, const char *text, co
 	r = s3_call(g_s3, &q, err, errlen);
 	if (match && (r == -EEXIST || (r < 0 && q.status == 412)))
 		r = -ESTALE;
+	if (ret_etag)
+		snprintf(ret_etag, STORE_ETAG_LEN, "%s", r == 0 ? q.etag : "");
 	s3_req_free(&q);
 	return r;
 }
@@ -1565,10 +1569,201 @@ static void rm_step(const char *what)
 		store_remove_hook(what);
 }
 
+/* ---- leases (remove.h) -------------------------------------------------------------- */
+
+_Static_assert(sizeof(((struct store_s3_lease *)0)->bucket) == S3_BUCKET_MAX + 1, "bucket");
+_Static_assert(sizeof(((struct store_s3_lease *)0)->key) == S3_KEY_MAX + 1, "key");
+
+/* The body of a lease taken at `now`: {"ckpt_lease":{...}}. */
+static char *lease_body(int64_t now)
+{
+	char host[65] = "";
+	json_t *j;
+	char *text;
+
+	/* The host only helps an operator find the reader: kept if plain. */
+	if (gethostname(host, sizeof(host) - 1) < 0)
+		host[0] = '\0';
+	for (char *c = host; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
+			*c = '_';
+	j = json_pack("{s:{s:I, s:I, s:i, s:s}}", STORE_S3_LEASE_KEY, "taken", (json_int_t)now,
+		      "expires", (json_int_t)(now + STORE_S3_LEASE_TTL_S), "pid", (int)getpid(),
+		      "host", host);
+	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	return text;
+}
+
+static int lease_put(struct store_s3_lease *l, int64_t now, char *err, size_t errlen)
+{
+	char *text = lease_body(now);
+	int r;
+
+	if (!text) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	r = put_text(l->bucket, l->key, text, false, err, errlen);
+	free(text);
+	return r;
+}
+
+int store_s3_lease_take(const char *ckpt, struct store_s3_lease *l, char *err, size_t errlen)
+{
+	unsigned char rnd[16];
+	char rel[sizeof(STORE_S3_LEASE_PREFIX) + 32];
+	struct s3_loc loc;
+	int64_t now = (int64_t)time(NULL);
+	int r, n;
+
+	atomic_store(&l->renew_at, 0);
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(ckpt, &loc, err, errlen);
+	if (r < 0)
+		return r;
+	if (!loc.prefix[0]) {
+		snprintf(err, errlen, "'%s' names a bucket, not a checkpoint", ckpt);
+		return -EINVAL;
+	}
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		snprintf(err, errlen, "no random bytes for the lease's name");
+		return -EIO;
+	}
+	n = snprintf(rel, sizeof(rel), "%s", STORE_S3_LEASE_PREFIX);
+	for (int i = 0; i < 16; i++)
+		n += snprintf(rel + n, sizeof(rel) - (size_t)n, "%02x", rnd[i]);
+	r = key_of(&loc, rel, l->key, sizeof(l->key), err, errlen);
+	if (r < 0)
+		return r;
+	snprintf(l->bucket, sizeof(l->bucket), "%s", loc.bucket);
+	r = lease_put(l, now, err, errlen);
+	if (r == 0)
+		atomic_store(&l->renew_at, now + STORE_S3_LEASE_TTL_S / 3);
+	return r;
+}
+
+void store_s3_lease_renew(struct store_s3_lease *l)
+{
+	int64_t due = atomic_load(&l->renew_at), now = (int64_t)time(NULL);
+	char e[256];
+
+	if (!due || now < due || !g_s3)
+		return;
+	/* One thread renews; a failed PUT is tried again a minute later. */
+	if (!atomic_compare_exchange_strong(&l->renew_at, &due, now + 60))
+		return;
+	if (lease_put(l, now, e, sizeof(e)) == 0) {
+		due = now + 60;
+		(void)atomic_compare_exchange_strong(&l->renew_at, &due,
+						     now + STORE_S3_LEASE_TTL_S / 3);
+	}
+}
+
+void store_s3_lease_drop(struct store_s3_lease *l)
+{
+	char e[256];
+
+	if (atomic_exchange(&l->renew_at, 0) && g_s3)
+		(void)del_key(l->bucket, l->key, e, sizeof(e));
+}
+
+/* Whether a lease's body (len bytes) is one that holds at `now`: ours in
+ * form, taken no later than now (give or take the clocks' skew), for at
+ * most STORE_S3_LEASE_MAX_S, and not ended more than the skew ago.  A
+ * body that is none of these holds nothing (and goes with the rest). */
+static bool lease_live(const char *text, size_t len, int64_t now, char *who, size_t wholen)
+{
+	json_t *j = json_loadb(text, len, 0, NULL), *o;
+	json_int_t taken, expires;
+	bool live = false;
+
+	o = j ? json_object_get(j, STORE_S3_LEASE_KEY) : NULL;
+	if (o && json_is_integer(json_object_get(o, "taken")) &&
+	    json_is_integer(json_object_get(o, "expires"))) {
+		const char *host = json_string_value(json_object_get(o, "host"));
+		json_t *pid = json_object_get(o, "pid");
+
+		taken = json_integer_value(json_object_get(o, "taken"));
+		expires = json_integer_value(json_object_get(o, "expires"));
+		live = taken <= now + STORE_S3_LEASE_SKEW_S && expires >= taken &&
+		       expires - taken <= STORE_S3_LEASE_MAX_S &&
+		       expires >= now - STORE_S3_LEASE_SKEW_S;
+		if (live)
+			snprintf(who, wholen, "pid %lld on %.64s, until %lld",
+				 json_is_integer(pid) ? (long long)json_integer_value(pid) : -1LL,
+				 host && host[0] ? host : "?", (long long)expires);
+	}
+	json_decref(j);
+	return live;
+}
+
+struct lease_scan {
+	const char *bucket, *under; /* the leases' key prefix */
+	int64_t now;
+	unsigned seen;
+	int res;                    /* an error reading one */
+	char who[160], err[256];
+};
+
+static int lease_one(void *ud, const char *name, bool is_prefix)
+{
+	struct lease_scan *s = ud;
+	char key[S3_KEY_MAX + 1], *text = NULL;
+	size_t len = 0;
+	int r;
+
+	(void)is_prefix;
+	if (++s->seen > STORE_S3_LEASE_SCAN_MAX) {
+		snprintf(s->who, sizeof(s->who), "more than %u leases: not read", STORE_S3_LEASE_SCAN_MAX);
+		return 1;
+	}
+	if ((size_t)snprintf(key, sizeof(key), "%s%s", s->under, name) >= sizeof(key))
+		return 0;
+	r = get_text(s->bucket, key, 4096, &text, &len, s->err, sizeof(s->err));
+	if (r == -ENOENT)
+		return 0; /* its reader let go meanwhile */
+	if (r == -EFBIG) {
+		return 0; /* not a lease of ours: goes with the rest */
+	}
+	if (r < 0) {
+		s->res = r;
+		return 1;
+	}
+	r = lease_live(text, len, s->now, s->who, sizeof(s->who)) ? 1 : 0;
+	free(text);
+	return r;
+}
+
+/* 1 if a reader holds a lease on the checkpoint whose keys start with
+ * `pre` (who says which), 0 if none does, -errno (err) if that cannot be
+ * known. */
+static int leases_held(const char *bucket, const char *pre, char *who, size_t wholen, char *err,
+		       size_t errlen)
+{
+	char under[S3_KEY_MAX + 2 + sizeof(STORE_S3_LEASE_PREFIX)];
+	struct lease_scan s = { .bucket = bucket, .under = under, .now = (int64_t)time(NULL) };
+	int r;
+
+	snprintf(under, sizeof(under), "%s%s", pre, STORE_S3_LEASE_PREFIX);
+	r = s3_list(bucket, under, false, lease_one, &s, err, errlen);
+	if (r == 1 && s.res) {
+		snprintf(err, errlen, "reading a lease: %s", s.err);
+		return s.res;
+	}
+	if (r == 1)
+		snprintf(who, wholen, "%s", s.who);
+	return r;
+}
+
+/* ---- removal (remove.h) ------------------------------------------------------------- */
+
 int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, char *err,
 		    size_t errlen)
 {
-	char etag[STORE_ETAG_LEN];
+	char etag[STORE_ETAG_LEN], tomb_etag[STORE_ETAG_LEN] = "", who[160] = "";
 	char man[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 2], *text = NULL;
 	struct keyset ks = { .skip = MANIFEST_FILE };
 	const char **batch = NULL;
@@ -1620,7 +1815,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, c
 		/* From here no reader takes it for a checkpoint.  Only over the
 		 * manifest just read (If-Match): one written meanwhile stays. */
 		rm_step("tombstone");
-		r = put_text_if(loc.bucket, man, js, etag[0] ? etag : NULL, err, errlen);
+		r = put_text_if(loc.bucket, man, js, etag[0] ? etag : NULL, tomb_etag, err, errlen);
 		free(js);
 		if (r == -ESTALE) {
 			/* A retry after a lost answer finds our own tombstone
@@ -1643,8 +1838,37 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, c
 			free(text);
 			return r;
 		}
+	} else {
+		free(text); /* a removal cut short: nothing to put back */
+		text = NULL;
+	}
+	/*
+	 * Leases: a reader puts its lease, then reads the manifest; we put the
+	 * tombstone, then list the leases.  So a reader that got the manifest
+	 * has a lease this listing shows, and the manifest goes back; any
+	 * later reader finds the tombstone (S3 is strongly consistent).
+	 */
+	rm_step("leases");
+	r = leases_held(loc.bucket, pre, who, sizeof(who), err, errlen);
+	if (r == 1) {
+		char e[256] = "";
+		int put = -ENOENT;
+
+		if (text && tomb_etag[0])
+			put = put_text_if(loc.bucket, man, text, tomb_etag, NULL, e, sizeof(e));
+		free(text);
+		if (put == 0)
+			snprintf(err, errlen, "in use (a reader holds a lease: %s): kept", who);
+		else
+			snprintf(err, errlen, "in use (a reader holds a lease: %s): its data are kept, "
+				 "but its manifest stays a tombstone (%.200s); a later prune finishes "
+				 "the removal once the lease ends", who,
+				 put == -ENOENT ? "a removal cut short wrote it" : e);
+		return -EBUSY;
 	}
 	free(text);
+	if (r < 0)
+		return r; /* the tombstone stays: a later removal finishes */
 	r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
 	if (r == -ENOMEM)
 		snprintf(err, errlen, "out of memory");
@@ -1674,17 +1898,30 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, c
 		return r; /* the tombstone stays: a later removal finishes */
 	/* Only the tombstone may be left: keys that came meanwhile, or that
 	 * we cannot name, keep it (and the removal is reported unfinished)
-	 * rather than orphaned. */
+	 * rather than orphaned.  A lease put meanwhile is a reader's that
+	 * found the tombstone and lets go: it is not waited for. */
 	{
 		struct keyset left = { .skip = MANIFEST_FILE };
 		unsigned odd = 0;
+		size_t leases = 0;
 
 		r = s3_list_n(loc.bucket, pre, false, keyset_add, &left, &odd, err, errlen);
-		if (r == 0 && (left.n || odd)) {
+		for (size_t i = 0; r == 0 && i < left.n; i++)
+			if (!strncmp(left.v[i], STORE_S3_LEASE_PREFIX,
+				     strlen(STORE_S3_LEASE_PREFIX)))
+				leases++;
+		if (r == 0 && (left.n > leases || odd)) {
+			const char *eg = "";
+
+			for (size_t i = 0; i < left.n && !eg[0]; i++)
+				if (strncmp(left.v[i], STORE_S3_LEASE_PREFIX,
+					    strlen(STORE_S3_LEASE_PREFIX)))
+					eg = left.v[i];
 			snprintf(err, errlen, "%zu key%s under %s could not be deleted%s%.200s%s: its "
-				 "tombstone stays", left.n + odd, left.n + odd == 1 ? "" : "s", ckpt,
-				 left.n ? " (e.g. '" : " (names we cannot handle)",
-				 left.n ? left.v[0] : "", left.n ? "')" : "");
+				 "tombstone stays", left.n - leases + odd,
+				 left.n - leases + odd == 1 ? "" : "s", ckpt,
+				 eg[0] ? " (e.g. '" : " (names we cannot handle)", eg,
+				 eg[0] ? "')" : "");
 			r = -EIO;
 		}
 		keyset_free(&left);

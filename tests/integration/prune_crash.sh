@@ -7,8 +7,10 @@
 # and leaves the other checkpoints byte for byte.  Then, locally: a reader's
 # lease keeps a checkpoint from removal ("in use"), another uid's prune is
 # refused (exit 6, nothing removed) when run as root; on S3 (moto, when the
-# test Python has it): the same crash loop over tombstone, DeleteObjects
-# batches and the tombstone's deletion, and a real prune of an S3 root.
+# test Python has it): the same crash loop over tombstone, lease check,
+# DeleteObjects batches and the tombstone's deletion; readers' leases (kept
+# in use, manifest put back; a reader after the tombstone fails cleanly;
+# dead leases ignored); and a real prune of an S3 root.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=tests/lib/moto.sh
@@ -277,6 +279,96 @@ etag=$("$py" -c 'import boto3, sys; print(boto3.client("s3").head_object(Bucket=
 "$rmc" remove "s3://$S3_BUCKET/reuse" victim 0 "$etag" >/dev/null || fail "S3 removal with the current ETag"
 [ "$(s3keys reuse | grep -c '^reuse/victim/')" = 0 ] || fail "S3 removal with the current ETag left keys"
 echo "s3: a checkpoint re-committed after the plan (another ETag) is kept"
+
+# ---- S3: a reader's lease keeps a checkpoint ----
+leases() { # PREFIX NAME: how many lease objects the checkpoint has
+	s3keys "$1" | grep -c "^$1/$2/\.ckpt-lease-" || true
+}
+s3fix slease
+coproc HOLD { exec "$rmc" hold "s3://$S3_BUCKET/slease/a"; }
+holder=$HOLD_PID
+read -r -t 20 line <&"${HOLD[0]}" || fail "the S3 reader did not open a"
+[ "$line" = held ] || fail "S3 hold said: $line"
+[ "$(leases slease a)" = 1 ] || fail "the S3 reader put no lease: $(s3keys slease)"
+man_before=$("$py" -c 'import boto3, sys; print(boto3.client("s3").get_object(Bucket=sys.argv[1], Key="slease/a/manifest.json")["Body"].read().decode())' "$S3_BUCKET")
+set +e
+out=$("$rmc" remove "s3://$S3_BUCKET/slease" a 0 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "in use (a reader holds a lease" <<<"$out" ||
+	fail "S3 removal under a lease: exit $rc: $out"
+man_after=$("$py" -c 'import boto3, sys; print(boto3.client("s3").get_object(Bucket=sys.argv[1], Key="slease/a/manifest.json")["Body"].read().decode())' "$S3_BUCKET")
+[ "$man_before" = "$man_after" ] || fail "S3 lease: a's manifest not put back: $man_after"
+[ "$(s3keys slease | grep -c '^slease/a/')" = 6 ] || fail "S3 lease: a lost keys: $(s3keys slease)"
+"$ctl" prune "s3://$S3_BUCKET/slease" --keep-last 1 --json >"$tmp/slease.json" ||
+	fail "S3 prune with a lease held: $(cat "$tmp/slease.json")"
+grep -q '"name":"a".*"action":"in_use"' "$tmp/slease.json" ||
+	fail "S3: a not kept in use: $(cat "$tmp/slease.json")"
+grep -q '"name":"b".*"action":"removed"' "$tmp/slease.json" ||
+	fail "S3: b not removed: $(cat "$tmp/slease.json")"
+"$ctl" show "s3://$S3_BUCKET/slease/a" >/dev/null || fail "S3: a not committed after the kept removal"
+exec {HOLD[1]}>&-
+wait "$holder" || fail "the S3 reader failed"
+holder=
+[ "$(leases slease a)" = 0 ] || fail "the S3 reader left its lease: $(s3keys slease)"
+"$ctl" prune "s3://$S3_BUCKET/slease" --keep-last 1 >/dev/null || fail "S3 prune after the lease ended"
+[ "$(s3keys slease | grep -c '^slease/a/')" = 0 ] || fail "S3: a still there after its lease ended"
+echo "s3: a reader's lease kept its checkpoint (manifest put back); removed once it ended"
+
+# A reader that comes after the tombstone fails cleanly and lets go of its
+# lease; a reader that had the manifest before a crashed removal keeps the
+# data until it ends.
+s3fix stomb
+set +e
+out=$("$rmc" remove "s3://$S3_BUCKET/stomb" victim 2 2>&1)
+rc=$?
+set -e
+[ $rc = 86 ] && grep -q "crash before leases" <<<"$out" || fail "S3 crash after the tombstone: $rc: $out"
+set +e
+out=$(timeout 30 "$rmc" hold "s3://$S3_BUCKET/stomb/victim" </dev/null 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "being removed" <<<"$out" || fail "S3 reader after a tombstone: exit $rc: $out"
+[ "$(leases stomb victim)" = 0 ] || fail "a failed S3 reader left its lease: $(s3keys stomb)"
+s3fix stomb2
+coproc HOLD { exec "$rmc" hold "s3://$S3_BUCKET/stomb2/victim"; }
+holder=$HOLD_PID
+read -r -t 20 line <&"${HOLD[0]}" || fail "the S3 reader did not open stomb2/victim"
+set +e
+out=$("$rmc" remove "s3://$S3_BUCKET/stomb2" victim 2 2>&1)
+rc=$?
+set -e
+[ $rc = 86 ] || fail "S3 crash after the tombstone (held): $rc: $out"
+"$ctl" prune "s3://$S3_BUCKET/stomb2" --keep-last 5 >"$tmp/stomb2.out" 2>&1 ||
+	fail "S3 prune over a leased tombstone: $(cat "$tmp/stomb2.out")"
+grep -q "stays half removed" "$tmp/stomb2.out" || fail "S3 leased tombstone not reported: $(cat "$tmp/stomb2.out")"
+[ "$(s3keys stomb2 | grep -c '^stomb2/victim/')" = 6 ] ||
+	fail "S3: data of a leased, tombstoned checkpoint went: $(s3keys stomb2)"
+exec {HOLD[1]}>&-
+wait "$holder" || fail "the S3 reader of stomb2/victim failed"
+holder=
+"$ctl" prune "s3://$S3_BUCKET/stomb2" --keep-last 5 >/dev/null || fail "S3 prune after the lease"
+[ "$(s3keys stomb2 | grep -c '^stomb2/victim/')" = 0 ] || fail "S3: stomb2/victim not finished: $(s3keys stomb2)"
+echo "s3: a reader after the tombstone failed cleanly; a lease from before a crash kept the data"
+
+# Leases that hold nothing: ended long ago, too long, from the future, not
+# ours.  The removal goes on and takes them too.
+s3fix sstale
+"$py" - "$S3_BUCKET" <<'PY'
+import boto3, json, sys, time
+s3 = boto3.client("s3")
+now = int(time.time())
+bodies = {"old": {"taken": now - 5000, "expires": now - 4100},
+          "long": {"taken": now - 10, "expires": now + 86400},
+          "future": {"taken": now + 7200, "expires": now + 8000},
+          "junk": None}
+for name, b in bodies.items():
+    body = b"not json" if b is None else json.dumps({"ckpt_lease": b}).encode()
+    s3.put_object(Bucket=sys.argv[1], Key="sstale/victim/.ckpt-lease-" + name, Body=body)
+PY
+out=$("$rmc" remove "s3://$S3_BUCKET/sstale" victim 0 2>&1) || fail "S3 removal past dead leases: $out"
+[ "$(s3keys sstale | grep -c '^sstale/victim/')" = 0 ] || fail "S3: dead leases left: $(s3keys sstale)"
+echo "s3: leases that hold nothing (ended, too long, future, not ours) did not keep a checkpoint"
 
 # A real prune of an S3 root: dry run first changes nothing.
 s3fix real
