@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ctl/ctl.h"
+#include "format/index.h"
 #include "format/names.h"
 #include "format/retention.h"
 #include "store/fsutil.h"
@@ -53,6 +54,175 @@ static void warn_ctl(void *ud, const char *msg)
  * the new, never half of one.  Only a committed checkpoint directly in
  * ROOT can be pinned; unpinning what is not pinned is an error.
  */
+/* Whether checkpoint `name` of S3 root `root` (url: the two joined) is
+ * committed: 1, 0 not (why in err), or -errno (err). */
+static int s3_committed(const char *url, const char *name, char *err, size_t errlen)
+{
+	char *text = NULL, e[512];
+	struct manifest m;
+	size_t len = 0;
+	int r, k;
+
+	r = store_s3_get(url, MANIFEST_FILE, CTL_MANIFEST_MAX, &text, &len, err, errlen);
+	if (r == -ENOENT) {
+		snprintf(err, errlen, "it has no %s", MANIFEST_FILE);
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	k = ctl_manifest_judge(0, text, len, &m, e, sizeof(e));
+	if (k < 0) {
+		snprintf(err, errlen, "out of memory");
+		return k;
+	}
+	if (k != CTL_CKPT_COMMITTED) {
+		snprintf(err, errlen, "%s", k == CTL_CKPT_REMOVING ? "it is being removed" : e);
+		return 0;
+	}
+	r = strcmp(m.name, name) ? 0 : 1;
+	if (!r)
+		snprintf(err, errlen, "its manifest names another checkpoint");
+	manifest_free(&m);
+	return r;
+}
+
+#define PIN_S3_TRIES 8        /* writers racing on the list */
+#define PIN_S3_WAIT_MS 3000u  /* for a manifest a removal puts back */
+
+/*
+ * pin|unpin on an S3 root: the list object is read with its ETag, changed,
+ * and written back only over that ETag (or only if there is none yet), so
+ * concurrent pins all land.  A pin is then checked against the
+ * checkpoint's manifest: a prune tombstones first and looks at the pins
+ * again before any data goes (store/remove.h), so a pin that finds the
+ * manifest still there afterwards holds, and one that finds a tombstone
+ * lost the race (said, exit 1).
+ */
+static int pin_s3(const char *root, const char *name, bool pin, bool json)
+{
+	const char *cmd = pin ? "pin" : "unpin";
+	char url[2200], err[768], etag[STORE_ETAG_LEN], **pins = NULL, *text = NULL;
+	size_t len = 0;
+	bool have = false, changed = false;
+	int r, tries;
+
+	if (ctl_s3_start(root) < 0)
+		return CTL_EXIT_ERROR;
+	if ((size_t)snprintf(url, sizeof(url), "%s%s%s", root,
+			     root[strlen(root) - 1] == '/' ? "" : "/", name) >= sizeof(url)) {
+		ctl_err("%s: '%s/%s': too long", cmd, root, name);
+		return CTL_EXIT_USAGE;
+	}
+	if (pin) {
+		r = s3_committed(url, name, err, sizeof(err));
+		if (r == -EACCES)
+			ctl_s3_denied(url, err);
+		else if (r <= 0)
+			ctl_err("pin: '%s' in '%s' is not a committed checkpoint: %s", name, root,
+				err);
+		if (r <= 0)
+			return CTL_EXIT_ERROR;
+	}
+	for (tries = 0; tries < PIN_S3_TRIES; tries++) {
+		FILE *f;
+
+		prune_pins_free(pins);
+		pins = NULL;
+		text = NULL;
+		r = store_s3_get_etag(root, PRUNE_PINS_FILE, PRUNE_PINS_MAX, &text, &len, etag, err,
+				      sizeof(err));
+		if (r == -ENOENT) {
+			text = NULL;
+			etag[0] = '\0';
+		} else if (r < 0) {
+			if (r == -EACCES)
+				ctl_s3_denied(root, err);
+			else
+				ctl_err("%s: reading %s/%s: %s", cmd, root, PRUNE_PINS_FILE, err);
+			return CTL_EXIT_ERROR;
+		}
+		pins = prune_parse_pins(text, len, &r);
+		text = NULL;
+		if (!pins) {
+			ctl_err("%s: reading %s/%s: %s", cmd, root, PRUNE_PINS_FILE,
+				r == -EBADMSG ? "it holds a NUL byte" : strerror(-r));
+			return CTL_EXIT_ERROR;
+		}
+		have = prune_pinned(pins, name);
+		if (have == pin)
+			break; /* nothing to write */
+		f = open_memstream(&text, &len);
+		if (!f) {
+			ctl_err("%s: out of memory", cmd);
+			goto fail;
+		}
+		fprintf(f, "# checkpoints kept whatever the retention policy (ckptctl pin/unpin)\n");
+		for (size_t i = 0; pins[i]; i++)
+			if (strcmp(pins[i], name))
+				fprintf(f, "%s\n", pins[i]);
+		if (pin)
+			fprintf(f, "%s\n", name);
+		if (fclose(f) != 0) {
+			ctl_err("%s: out of memory", cmd);
+			goto fail;
+		}
+		r = store_s3_put_if(root, PRUNE_PINS_FILE, text, etag, err, sizeof(err));
+		free(text);
+		text = NULL;
+		if (r == 0) {
+			changed = true;
+			break;
+		}
+		if (r != -ESTALE) {
+			if (r == -EACCES)
+				ctl_s3_denied(root, err);
+			else
+				ctl_err("%s: writing %s/%s: %s", cmd, root, PRUNE_PINS_FILE, err);
+			goto fail;
+		}
+		/* Another writer came first: read the list again. */
+	}
+	if (tries == PIN_S3_TRIES) {
+		ctl_err("%s: %s/%s kept changing under %d tries: try again", cmd, root,
+			PRUNE_PINS_FILE, PIN_S3_TRIES);
+		goto fail;
+	}
+	if (!pin && !changed) {
+		ctl_err("unpin: '%s' is not in %s/%s", name, root, PRUNE_PINS_FILE);
+		goto fail;
+	}
+	if (pin) {
+		/* Still committed now that the pin is in the list?  A
+		 * removal that saw the pin puts the manifest back at once. */
+		for (unsigned waited = 0;; waited += 250) {
+			r = s3_committed(url, name, err, sizeof(err));
+			if (r != 0 || waited >= PIN_S3_WAIT_MS)
+				break;
+			usleep(250 * 1000);
+		}
+		if (r <= 0) {
+			ctl_err("pin: '%s' in '%s' %s (%s): a prune removing it ran meanwhile; its "
+				"name stays in %s, where prune reports it", name, root,
+				r == 0 ? "is no longer a committed checkpoint" : "could not be checked",
+				err, PRUNE_PINS_FILE);
+			goto fail;
+		}
+	}
+	if (json)
+		(void)emit(json_pack("{s:s, s:b, s:b}", "name", name, "pinned", pin, "changed",
+				     changed));
+	else if (changed)
+		printf("%s %s\n", pin ? "pinned" : "unpinned", name);
+	else
+		printf("%s is pinned already\n", name);
+	prune_pins_free(pins);
+	return 0;
+fail:
+	free(text);
+	prune_pins_free(pins);
+	return CTL_EXIT_ERROR;
+}
+
 int ctl_pin(const char *root, const char *name, bool pin, bool json)
 {
 	char err[512], **pins = NULL, *text = NULL;
@@ -66,10 +236,8 @@ int ctl_pin(const char *root, const char *name, bool pin, bool json)
 		ctl_err("%s: %s", pin ? "pin" : "unpin", err);
 		return CTL_EXIT_USAGE;
 	}
-	if (s3_is_url(root)) {
-		ctl_err("%s: S3 roots are not supported yet: '%s'", pin ? "pin" : "unpin", root);
-		return CTL_EXIT_ERROR;
-	}
+	if (s3_is_url(root))
+		return pin_s3(root, name, pin, json);
 	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		ctl_err("%s: cannot open root '%s': %s", pin ? "pin" : "unpin", root,

@@ -23,7 +23,6 @@
 #include "store/store_s3.h"
 
 #define PRUNE_MANIFEST_MAX (1024ull << 20)
-#define PRUNE_PINS_MAX     (1u << 20)
 #define PRUNE_URL_MAX      (PATH_MAX + S3_KEY_MAX + 8) /* a root and a name */
 
 /* "2026-11-23T03:09:36Z" (exactly that form, a real date and time: the
@@ -58,9 +57,7 @@ static bool parse_time(const char *s, int64_t *ret)
 	return true;
 }
 
-/* The names of a pin list's text (consumed), as a NULL-terminated array
- * (empty if none); NULL with *ret_err on failure. */
-static char **parse_pins(char *text, size_t len, int *ret_err)
+char **prune_parse_pins(char *text, size_t len, int *ret_err)
 {
 	char **v = calloc(1, sizeof(*v)), *save = NULL;
 	size_t n = 0;
@@ -119,14 +116,14 @@ char **prune_read_pins(int rootfd, const char *s3_root, int *ret_err, char *err,
 	else
 		r = fs_read_file_at(rootfd, PRUNE_PINS_FILE, PRUNE_PINS_MAX, &text, &len);
 	if (r == -ENOENT)
-		return parse_pins(NULL, 0, ret_err);
+		return prune_parse_pins(NULL, 0, ret_err);
 	if (r < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "%s", strerror(-r));
 		*ret_err = r;
 		return NULL;
 	}
-	return parse_pins(text, len, ret_err);
+	return prune_parse_pins(text, len, ret_err);
 }
 
 void prune_pins_free(char **v)
@@ -495,6 +492,28 @@ static int scan_s3(struct scan *S)
 	return 0;
 }
 
+int prune_pin_recheck(void *ud, char *why, size_t whylen)
+{
+	struct prune_recheck *c = ud;
+	char err[256];
+	char **pins;
+	int r;
+
+	pins = prune_read_pins(-1, c->root, &r, err, sizeof(err));
+	if (!pins) {
+		/* Cannot tell: kept, the safe answer. */
+		c->failed = true;
+		snprintf(why, whylen, "the pin list could not be read again (%.100s)",
+			 r == -EBADMSG ? "it holds a NUL byte" : err);
+		return 1;
+	}
+	c->pinned = prune_pinned(pins, c->name);
+	prune_pins_free(pins);
+	if (c->pinned)
+		snprintf(why, whylen, "pinned since the plan was made");
+	return c->pinned;
+}
+
 /* Removes what the plan removes. */
 static void remove_planned(struct scan *S)
 {
@@ -539,11 +558,20 @@ static void remove_planned(struct scan *S)
 				continue;
 			}
 			char url[PRUNE_URL_MAX];
+			struct prune_recheck rc = { .root = pr->root, .name = t[i].name };
 
 			join(url, sizeof(url), pr->root, t[i].name);
-			res[i].res = store_s3_remove(url, "prune", pr->v[at[i]].etag, res[i].err,
+			/* Pins are looked at again once the checkpoint is
+			 * tombstoned: a pin written since the plan keeps it. */
+			res[i].res = store_s3_remove(url, "prune", pr->v[at[i]].etag,
+						     prune_pin_recheck, &rc, res[i].err,
 						     sizeof(res[i].err));
-			res[i].in_use = res[i].res == -EBUSY; /* a reader's lease */
+			if (res[i].res == -EBUSY && rc.pinned)
+				pr->v[at[i]].keep |= RET_PINNED;
+			else if (res[i].res == -EBUSY && rc.failed)
+				res[i].res = -EIO;
+			else
+				res[i].in_use = res[i].res == -EBUSY; /* a reader's lease */
 		}
 	}
 	for (size_t i = 0; i < k; i++) {
@@ -555,7 +583,7 @@ static void remove_planned(struct scan *S)
 			continue;
 		}
 		c->why = strdup(res[i].err);
-		if (res[i].in_use || c->res == -ESTALE || c->res == -ECANCELED)
+		if (res[i].in_use || c->keep || c->res == -ESTALE || c->res == -ECANCELED)
 			pr->busy++; /* kept, and rightly so */
 		else
 			pr->failed++;
@@ -638,7 +666,7 @@ int prune_run(struct prune_run *pr)
 		char url[PRUNE_URL_MAX];
 
 		join(url, sizeof(url), pr->root, S.tomb[i]);
-		r = store_s3_remove(url, "prune", NULL, err, sizeof(err));
+		r = store_s3_remove(url, "prune", NULL, NULL, NULL, err, sizeof(err));
 		if (r == -EBUSY) {
 			/* A reader that got the manifest before the crash still
 			 * holds a lease: finished by a later prune. */

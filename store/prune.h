@@ -23,6 +23,7 @@
 #include "format/retention.h"
 
 #define PRUNE_PINS_FILE ".ckpt-pins"
+#define PRUNE_PINS_MAX (1u << 20) /* bytes of a pin list read */
 
 /* One candidate and what became of it. */
 struct prune_item {
@@ -90,8 +91,20 @@ void prune_run_free(struct prune_run *pr);
  * root, else s3 root URL. */
 char **prune_read_pins(int rootfd, const char *s3_root, int *ret_err, char *err,
 		       size_t errlen);
+/* The names of a pin list's text (consumed; NULL: none), as a
+ * NULL-terminated array (empty if none); NULL with *ret_err on failure. */
+char **prune_parse_pins(char *text, size_t len, int *ret_err);
 void prune_pins_free(char **pins);
 bool prune_pinned(char **pins, const char *name);
+
+/* store_s3_remove()'s recheck for a prune of S3 root `root`: keeps
+ * checkpoint `name` if the pin list names it now (pinned), or cannot be
+ * read (failed). */
+struct prune_recheck {
+	const char *root, *name;
+	bool pinned, failed;
+};
+int prune_pin_recheck(void *ud, char *why, size_t whylen);
 
 /* Whether `name` directly in rootfd is a committed checkpoint: 1 (its
  * step and time into c, owner into *uid), 0 not one, < 0 unreadable or

@@ -155,11 +155,16 @@ void store_s3_lease_drop(struct store_s3_lease *l);
  * manifest's ETag when the caller planned; NULL or "": not checked), a
  * checkpoint committed again under that name since is kept (-ESTALE), and
  * the tombstone is written only over the manifest just read (If-Match).
- * Returns 0, -ENOENT if there was nothing, -EBUSY if a reader's lease kept
- * it, or -errno with the reason in err (a tombstone may then be left: a
- * later call finishes the job).
+ * recheck (if not NULL) is asked once the tombstone is written and no
+ * lease holds, before any data goes: non-zero keeps the checkpoint (its
+ * manifest put back, `why` in err), as a lease does; so a caller can see
+ * what changed since its plan (prune: a pin) with no window for a race.
+ * Returns 0, -ENOENT if there was nothing, -EBUSY if a reader's lease or
+ * recheck kept it, or -errno with the reason in err (a tombstone may then
+ * be left: a later call finishes the job).
  */
-int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, char *err,
+int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
+		    int (*recheck)(void *ud, char *why, size_t whylen), void *ud, char *err,
 		    size_t errlen);
 
 #endif

@@ -1688,13 +1688,29 @@ static bool lease_live(const char *text, size_t len, int64_t now, char *who, siz
 
 		taken = json_integer_value(json_object_get(o, "taken"));
 		expires = json_integer_value(json_object_get(o, "expires"));
-		live = taken <= now + STORE_S3_LEASE_SKEW_S && expires >= taken &&
+		/* (Bounded first, so that no difference below overflows.) */
+		live = taken >= 0 && taken < ((json_int_t)1 << 40) && expires >= 0 &&
+		       expires < ((json_int_t)1 << 40) &&
+		       taken <= now + STORE_S3_LEASE_SKEW_S && expires >= taken &&
 		       expires - taken <= STORE_S3_LEASE_MAX_S &&
 		       expires >= now - STORE_S3_LEASE_SKEW_S;
-		if (live)
-			snprintf(who, wholen, "pid %lld on %.64s, until %lld",
+		if (live) {
+			time_t until = (time_t)expires;
+			char when[32] = "?";
+			struct tm tm;
+
+			/* Shown to operators: a host that is not plain is not. */
+			for (const char *c = host; c && *c; c++)
+				if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+				      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' ||
+				      *c == '_'))
+					host = NULL;
+			if (gmtime_r(&until, &tm))
+				strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			snprintf(who, wholen, "pid %lld on %.64s, until %s",
 				 json_is_integer(pid) ? (long long)json_integer_value(pid) : -1LL,
-				 host && host[0] ? host : "?", (long long)expires);
+				 host && host[0] ? host : "?", when);
+		}
 	}
 	json_decref(j);
 	return live;
@@ -1760,7 +1776,8 @@ static int leases_held(const char *bucket, const char *pre, char *who, size_t wh
 
 /* ---- removal (remove.h) ------------------------------------------------------------- */
 
-int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, char *err,
+int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
+		    int (*recheck)(void *ud, char *why, size_t whylen), void *ud, char *err,
 		    size_t errlen)
 {
 	char etag[STORE_ETAG_LEN], tomb_etag[STORE_ETAG_LEN] = "", who[160] = "";
@@ -1850,14 +1867,31 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag, c
 	 */
 	rm_step("leases");
 	r = leases_held(loc.bucket, pre, who, sizeof(who), err, errlen);
-	if (r == 1) {
+	if (r == 0 && recheck) {
+		/* The caller's own second look (a pin written since its plan),
+		 * ordered after the tombstone as the leases are. */
+		char why[160] = "";
+		int k = recheck(ud, why, sizeof(why));
+
+		if (k != 0) {
+			snprintf(who, sizeof(who), "%s", why[0] ? why : "kept by the caller");
+			r = 2;
+		}
+	}
+	if (r >= 1) {
 		char e[256] = "";
 		int put = -ENOENT;
 
 		if (text && tomb_etag[0])
 			put = put_text_if(loc.bucket, man, text, tomb_etag, NULL, e, sizeof(e));
 		free(text);
-		if (put == 0)
+		if (r == 2 && put == 0)
+			snprintf(err, errlen, "%s: kept", who);
+		else if (r == 2)
+			snprintf(err, errlen, "%s: its data are kept, but its manifest stays a "
+				 "tombstone (%.200s); a later prune finishes the removal", who,
+				 put == -ENOENT ? "a removal cut short wrote it" : e);
+		else if (put == 0)
 			snprintf(err, errlen, "in use (a reader holds a lease: %s): kept", who);
 		else
 			snprintf(err, errlen, "in use (a reader holds a lease: %s): its data are kept, "
@@ -1970,6 +2004,26 @@ static int s3_read_range(const char *ckpt, const char *file, uint64_t off, uint6
 	if (!g_s3)
 		return -ENOTSUP;
 	return store_s3_read_range_err(ckpt, file, off, len, buf, err, sizeof(err));
+}
+
+int store_s3_put_if(const char *url, const char *file, const char *text, const char *match,
+		    char *err, size_t errlen)
+{
+	struct s3_loc loc;
+	char key[S3_KEY_MAX + 1];
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(url, &loc, err, errlen);
+	if (r == 0)
+		r = key_of(&loc, file, key, sizeof(key), err, errlen);
+	if (r < 0)
+		return r;
+	if (match && match[0])
+		return put_text_if(loc.bucket, key, text, match, NULL, err, errlen);
+	r = put_text(loc.bucket, key, text, true, err, errlen);
+	return r == -EEXIST ? -ESTALE : r;
 }
 
 int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, size_t *ret_len,

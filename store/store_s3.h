@@ -50,6 +50,12 @@ int store_s3_get(const char *ckpt, const char *file, size_t max, char **ret, siz
 int store_s3_get_etag(const char *ckpt, const char *file, size_t max, char **ret,
 		      size_t *ret_len, char etag[STORE_ETAG_LEN], char *err, size_t errlen);
 
+/* PUTs text as `file` under url (s3://bucket/prefix) only if the object's
+ * ETag is still `match`, or, with match NULL or "", only if there is none
+ * yet.  0, -ESTALE if that no longer holds, or -errno (err). */
+int store_s3_put_if(const char *url, const char *file, const char *text, const char *match,
+		    char *err, size_t errlen);
+
 /* 1 if the object `rel` under root (s3://bucket/prefix) exists, 0 if not,
  * or -errno. */
 int store_s3_exists(const char *root, const char *rel);

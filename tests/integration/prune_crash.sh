@@ -10,7 +10,8 @@
 # test Python has it): the same crash loop over tombstone, lease check,
 # DeleteObjects batches and the tombstone's deletion; readers' leases (kept
 # in use, manifest put back; a reader after the tombstone fails cleanly;
-# dead leases ignored); and a real prune of an S3 root.
+# dead leases ignored); pins (pin/unpin, concurrent pins, a pin racing a
+# removal); and a real prune of an S3 root.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=tests/lib/moto.sh
@@ -369,6 +370,59 @@ PY
 out=$("$rmc" remove "s3://$S3_BUCKET/sstale" victim 0 2>&1) || fail "S3 removal past dead leases: $out"
 [ "$(s3keys sstale | grep -c '^sstale/victim/')" = 0 ] || fail "S3: dead leases left: $(s3keys sstale)"
 echo "s3: leases that hold nothing (ended, too long, future, not ours) did not keep a checkpoint"
+
+# ---- S3: pins ----
+s3fix spin
+"$ctl" pin "s3://$S3_BUCKET/spin" a >"$tmp/pin.out" 2>&1 && grep -q "^pinned a$" "$tmp/pin.out" ||
+	fail "S3 pin: $(cat "$tmp/pin.out")"
+"$ctl" pin "s3://$S3_BUCKET/spin" a --json >"$tmp/pin.out" 2>&1 &&
+	grep -q '"changed":false' "$tmp/pin.out" || fail "S3 pin again: $(cat "$tmp/pin.out")"
+"$ctl" prune "s3://$S3_BUCKET/spin" --keep-last 1 --json >"$tmp/spin.json" ||
+	fail "S3 prune with a pin: $(cat "$tmp/spin.json")"
+grep -q '"name":"a".*"action":"keep","reasons":\["pinned"\]' "$tmp/spin.json" ||
+	fail "S3: pinned a not kept: $(cat "$tmp/spin.json")"
+set +e
+out=$("$ctl" pin "s3://$S3_BUCKET/spin" b 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "not a committed checkpoint" <<<"$out" || fail "S3 pin of a removed one: $rc: $out"
+"$ctl" unpin "s3://$S3_BUCKET/spin" a >/dev/null || fail "S3 unpin"
+set +e
+out=$("$ctl" unpin "s3://$S3_BUCKET/spin" a 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "is not in" <<<"$out" || fail "S3 unpin of what is not pinned: $rc: $out"
+"$ctl" prune "s3://$S3_BUCKET/spin" --keep-last 1 >/dev/null || fail "S3 prune after unpin"
+[ "$(s3keys spin | grep -c '^spin/a/')" = 0 ] || fail "S3: a kept after unpin"
+# Pins at once all land (each written only over the list it read).
+s3fix spin3
+pids=
+for n in a b victim; do
+	"$ctl" pin "s3://$S3_BUCKET/spin3" $n >"$tmp/pin3.$n" 2>&1 &
+	pids="$pids $!"
+done
+for p in $pids; do wait "$p" || fail "a concurrent S3 pin failed: $(cat "$tmp"/pin3.*)"; done
+pins=$("$py" -c 'import boto3, sys; print(boto3.client("s3").get_object(Bucket=sys.argv[1], Key="spin3/.ckpt-pins")["Body"].read().decode())' "$S3_BUCKET" | grep -v '^#' | grep . | sort | tr '\n' ' ')
+[ "$pins" = "a b victim " ] || fail "concurrent S3 pins lost some: '$pins'"
+# A pin that lands after the plan, before the data go, keeps it.
+s3fix spinrace
+set +e
+out=$(RM_CRASH_PIN=1 "$rmc" remove "s3://$S3_BUCKET/spinrace" victim 0 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "pinned since the plan was made: kept" <<<"$out" ||
+	fail "S3 pin racing a removal: $rc: $out"
+[ "$(s3keys spinrace | grep -c '^spinrace/victim/')" = 5 ] || fail "S3: late-pinned victim lost keys"
+"$ctl" show "s3://$S3_BUCKET/spinrace/victim" >/dev/null || fail "S3: late-pinned victim not committed"
+# A pin that comes after the tombstone is told so.
+s3fix spintomb
+set +e
+"$rmc" remove "s3://$S3_BUCKET/spintomb" victim 2 >/dev/null 2>&1
+out=$("$ctl" pin "s3://$S3_BUCKET/spintomb" victim 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "being removed" <<<"$out" || fail "S3 pin of a tombstoned one: $rc: $out"
+echo "s3: pin/unpin; concurrent pins all land; a pin racing a removal keeps it; a late one is refused"
 
 # A real prune of an S3 root: dry run first changes nothing.
 s3fix real

@@ -11,7 +11,12 @@
  *                                 crash: nothing flushed, no clean-up)
  *                                 just before the K-th step of the
  *                                 removal; K = 0 never dies; on S3, ETAG
- *                                 is the manifest's as planned
+ *                                 is the manifest's as planned, the pins
+ *                                 are checked again as prune does, and
+ *                                 with RM_CRASH_PIN set in the
+ *                                 environment NAME is pinned (the root's
+ *                                 .ckpt-pins written) just after the
+ *                                 tombstone, as a pin racing a prune
  *   rm_crash hold PATH            opens checkpoint PATH with ckpt_reader
  *                                 (taking its lease), prints "held", and
  *                                 keeps it until stdin ends
@@ -27,14 +32,27 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "store/prune.h"
 #include "store/remove.h"
 #include "store/s3_addr.h"
 #include "store/store_s3.h"
 
 static unsigned long crash_at, steps;
+static const char *pin_root, *pin_name; /* RM_CRASH_PIN: a pin lands late */
 
 static void hook(const char *step)
 {
+	if (pin_root && !strcmp(step, "leases")) {
+		/* As if `ckptctl pin` ran after the plan, before the recheck:
+		 * the pin list is written as that would. */
+		char text[600], err[512];
+		int r;
+
+		snprintf(text, sizeof(text), "%s\n", pin_name);
+		r = store_s3_put_if(pin_root, ".ckpt-pins", text, NULL, err, sizeof(err));
+		fprintf(stderr, "pinned %s late: %s\n", pin_name, r ? err : "ok");
+		pin_root = NULL;
+	}
 	if (++steps == crash_at) {
 		fprintf(stderr, "crash before %s (step %lu)\n", step, steps);
 		_exit(86);
@@ -58,8 +76,15 @@ static int cmd_remove(const char *root, const char *name, const char *k, const c
 
 		r = store_s3_start_settings(&set, err, sizeof(err));
 		if (r == 0) {
+			struct prune_recheck rc = { .root = root, .name = name };
+
+			if (getenv("RM_CRASH_PIN")) {
+				pin_root = root;
+				pin_name = name;
+			}
 			snprintf(url, sizeof(url), "%s/%s", root, name);
-			r = store_s3_remove(url, "rm_crash", etag, err, sizeof(err));
+			r = store_s3_remove(url, "rm_crash", etag, prune_pin_recheck, &rc, err,
+					    sizeof(err));
 		}
 		store_s3_stop();
 	} else {
