@@ -371,6 +371,40 @@ out=$("$rmc" remove "s3://$S3_BUCKET/sstale" victim 0 2>&1) || fail "S3 removal 
 [ "$(s3keys sstale | grep -c '^sstale/victim/')" = 0 ] || fail "S3: dead leases left: $(s3keys sstale)"
 echo "s3: leases that hold nothing (ended, too long, future, not ours) did not keep a checkpoint"
 
+# Renewal rewrites the lease: one made to look ended (as a reader idle
+# for long would leave) is live again after a renewal; the drop deletes it.
+s3fix srenew
+coproc HOLD { exec "$rmc" lease "s3://$S3_BUCKET/srenew/victim"; }
+holder=$HOLD_PID
+read -r -t 20 line <&"${HOLD[0]}" || fail "rm_crash lease did not start"
+lkey=${line#leased }
+[ "$lkey" != "$line" ] && [ "$(leases srenew victim)" = 1 ] || fail "S3 lease not taken: $line"
+"$py" - "$S3_BUCKET" "$lkey" <<'PY'
+import boto3, json, sys, time
+s3 = boto3.client("s3")
+now = int(time.time())
+s3.put_object(Bucket=sys.argv[1], Key=sys.argv[2],
+              Body=json.dumps({"ckpt_lease": {"taken": now - 4000, "expires": now - 3100}}).encode())
+PY
+echo renew >&"${HOLD[1]}"
+read -r -t 20 line <&"${HOLD[0]}" && [ "$line" = renewed ] || fail "S3 lease renewal: $line"
+"$py" - "$S3_BUCKET" "$lkey" <<'PY' || fail "the renewed S3 lease does not hold"
+import boto3, json, sys, time
+body = json.loads(boto3.client("s3").get_object(Bucket=sys.argv[1], Key=sys.argv[2])["Body"].read())
+l = body["ckpt_lease"]
+assert l["expires"] > time.time() + 60 and l["expires"] - l["taken"] <= 3600, l
+PY
+set +e
+out=$("$rmc" remove "s3://$S3_BUCKET/srenew" victim 0 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "in use" <<<"$out" || fail "S3 removal under a renewed lease: $rc: $out"
+exec {HOLD[1]}>&-
+wait "$holder" || fail "rm_crash lease failed"
+holder=
+[ "$(leases srenew victim)" = 0 ] || fail "the dropped S3 lease is still there"
+echo "s3: a renewal rewrites an ended lease as live; the drop deletes it"
+
 # ---- S3: pins ----
 s3fix spin
 "$ctl" pin "s3://$S3_BUCKET/spin" a >"$tmp/pin.out" 2>&1 && grep -q "^pinned a$" "$tmp/pin.out" ||

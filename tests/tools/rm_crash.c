@@ -20,12 +20,17 @@
  *   rm_crash hold PATH            opens checkpoint PATH with ckpt_reader
  *                                 (taking its lease), prints "held", and
  *                                 keeps it until stdin ends
+ *   rm_crash lease S3URL          takes an S3 lease on S3URL and prints
+ *                                 "leased KEY"; renews it, due or not, for
+ *                                 each "renew" line on stdin ("renewed");
+ *                                 drops it when stdin ends
  *
  * remove prints "crash before STEP (step K)" or "done in N steps" and
  * exits 86 or 0 (1 if the removal failed, 2 on bad usage).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,12 +130,48 @@ static int cmd_hold(const char *path)
 	return 0;
 }
 
+/* lease URL: takes an S3 lease on URL, prints "leased KEY"; for each
+ * "renew" line on stdin makes it due and renews it ("renewed"); at the
+ * end of stdin drops it. */
+static int cmd_lease(const char *url)
+{
+	struct store_s3_settings set = { .retries = 3 };
+	struct store_s3_lease l;
+	char err[512] = "", line[64];
+	int r;
+
+	r = store_s3_start_settings(&set, err, sizeof(err));
+	if (r == 0)
+		r = store_s3_lease_take(url, &l, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "rm_crash: lease on %s: %s\n", url, err);
+		store_s3_stop();
+		return 1;
+	}
+	printf("leased %s\n", l.key);
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin)) {
+		if (strcmp(line, "renew\n"))
+			continue;
+		atomic_store(&l.renew_at, 1); /* long due */
+		store_s3_lease_renew(&l);
+		printf("renewed\n");
+		fflush(stdout);
+	}
+	store_s3_lease_drop(&l);
+	store_s3_stop();
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "remove"))
 		return cmd_remove(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : NULL);
 	if (argc == 3 && !strcmp(argv[1], "hold"))
 		return cmd_hold(argv[2]);
-	fprintf(stderr, "usage: rm_crash remove ROOT NAME K [ETAG] | rm_crash hold PATH\n");
+	if (argc == 3 && !strcmp(argv[1], "lease"))
+		return cmd_lease(argv[2]);
+	fprintf(stderr, "usage: rm_crash remove ROOT NAME K [ETAG] | rm_crash hold PATH | "
+		"rm_crash lease S3URL\n");
 	return 2;
 }
