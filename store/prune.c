@@ -667,16 +667,18 @@ int prune_run(struct prune_run *pr)
 
 		join(url, sizeof(url), pr->root, S.tomb[i]);
 		r = store_s3_remove(url, "prune", NULL, NULL, NULL, err, sizeof(err));
-		if (r == -EBUSY) {
+		if (r == -EBUSY || r == -ESTALE) {
 			/* A reader that got the manifest before the crash still
-			 * holds a lease: finished by a later prune. */
+			 * holds a lease, or another removal has it: finished
+			 * later, or by that one. */
 			warn(pr, "'%s' stays half removed: %s", url, err);
 			continue;
 		}
 		if (r < 0 && r != -ENOENT) {
-			snprintf(pr->err, sizeof(pr->err), "finishing the removal of '%.400s': %s", url,
-				 err);
-			goto out;
+			/* Reported; the rest of the root is pruned all the same. */
+			warn(pr, "finishing the removal of '%s': %s", url, err);
+			pr->skipped++;
+			continue;
 		}
 		pr->finished++;
 	}

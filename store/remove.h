@@ -13,9 +13,12 @@
  *          trash directory for a checkpoint, and store_local_trash_sweep()
  *          (run by every prune) finishes what a crash cut short.
  *   S3     overwrite manifest.json with a tombstone (a small JSON object
- *          that no reader takes for a manifest), delete every other key of
- *          the checkpoint with DeleteObjects over paginated listings, and
- *          delete the tombstone last.  A prune that finds a tombstone
+ *          that no reader takes for a manifest, with a nonce of its own),
+ *          only over the ETag just read; delete every other key of the
+ *          checkpoint with DeleteObjects over paginated listings, and
+ *          delete the tombstone last (If-Match on its ETag).  A removal
+ *          that finds a tombstone takes it over the same way, so of two
+ *          at once only the later goes on; a prune that finds one
  *          finishes the removal.
  *
  * Leases keep a checkpoint that is being read (client/reader.c):
@@ -78,7 +81,7 @@ struct store_rm_result {
 			* -ENOENT gone; -EXDEV a mount point inside; other
 			* -errno */
 	bool in_use;   /* a reader's lease kept it */
-	char err[256];
+	char err[512];
 };
 
 /* One checkpoint to remove: its name directly in the root, and what the

@@ -1642,6 +1642,13 @@ int store_s3_lease_take(const char *ckpt, struct store_s3_lease *l, char *err, s
 	r = lease_put(l, now, err, errlen);
 	if (r == 0)
 		atomic_store(&l->renew_at, now + STORE_S3_LEASE_TTL_S / 3);
+	else if (r != -EACCES) {
+		/* It may have landed all the same (an answer lost after the
+		 * retries): not left to block a removal for its life. */
+		char e[128];
+
+		(void)del_key(l->bucket, l->key, e, sizeof(e));
+	}
 	return r;
 }
 
@@ -1741,9 +1748,9 @@ static int lease_one(void *ud, const char *name, bool is_prefix)
 	r = get_text(s->bucket, key, 4096, &text, &len, s->err, sizeof(s->err));
 	if (r == -ENOENT)
 		return 0; /* its reader let go meanwhile */
-	if (r == -EFBIG) {
-		return 0; /* not a lease of ours: goes with the rest */
-	}
+	if (r == -EFBIG || r == -EACCES)
+		return 0; /* not a lease of ours (too big; unreadable to us, e.g.
+			   * archived): holds nothing, goes with the rest */
 	if (r < 0) {
 		s->res = r;
 		return 1;
@@ -1776,15 +1783,79 @@ static int leases_held(const char *bucket, const char *pre, char *who, size_t wh
 
 /* ---- removal (remove.h) ------------------------------------------------------------- */
 
+/* A tombstone for ckpt with a fresh nonce (written to nonce[33]): each
+ * removal's is its own, so its ETag is too.  malloc'd, or NULL. */
+static char *tombstone_text(const char *ckpt, const char *by, char nonce[33])
+{
+	unsigned char rnd[16];
+	json_t *t;
+	char *js;
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		return NULL;
+	for (int i = 0; i < 16; i++)
+		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
+	t = json_pack("{s:{s:s, s:s, s:I, s:s}}", STORE_TOMBSTONE_KEY, "checkpoint", ckpt, "by",
+		      by ? by : "ckptd", "time", (json_int_t)time(NULL), "nonce", nonce);
+	js = t ? json_dumps(t, JSON_COMPACT) : NULL;
+	json_decref(t);
+	return js;
+}
+
+/* Whether the manifest key holds our tombstone (nonce) now; its ETag into
+ * etag if so. */
+static bool tombstone_ours(const char *bucket, const char *man, const char *nonce,
+			   char etag[STORE_ETAG_LEN])
+{
+	char *now = NULL;
+	size_t len = 0;
+	bool ours = false;
+
+	if (get_text_etag(bucket, man, 64u << 20, &now, &len, etag, STORE_ETAG_LEN, NULL, 0) ==
+	    0 && store_is_tombstone(now, len)) {
+		json_t *j = json_loadb(now, len, 0, NULL);
+		const char *n = json_string_value(json_object_get(
+			json_object_get(j, STORE_TOMBSTONE_KEY), "nonce"));
+
+		ours = n && !strcmp(n, nonce);
+		json_decref(j);
+	}
+	free(now);
+	return ours;
+}
+
+/* DELETE of key only while its ETag is `match` (S3's conditional delete;
+ * a server that ignores the header deletes as before).  0 also when it
+ * is gone or changed (then it is no longer ours to delete). */
+static int del_key_if(const char *bucket, const char *key, const char *match, char *err,
+		      size_t errlen)
+{
+	struct s3_req q = { .method = "DELETE", .bucket = bucket, .key = key,
+			    .fail_404_quietly = true };
+	char hdr[160];
+	int r;
+
+	if (match && match[0]) {
+		snprintf(hdr, sizeof(hdr), "If-Match: %s", match);
+		q.headers[0] = hdr;
+	}
+	r = s3_call(g_s3, &q, err, errlen);
+	if (r == -ENOENT || (r < 0 && q.status == 412))
+		r = 0;
+	s3_req_free(&q);
+	return r;
+}
+
 int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		    int (*recheck)(void *ud, char *why, size_t whylen), void *ud, char *err,
 		    size_t errlen)
 {
-	char etag[STORE_ETAG_LEN], tomb_etag[STORE_ETAG_LEN] = "", who[160] = "";
-	char man[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 2], *text = NULL;
+	char etag[STORE_ETAG_LEN], tomb_etag[STORE_ETAG_LEN] = "", who[160] = "", nonce[33];
+	char man[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 2], *text = NULL, *js;
 	struct keyset ks = { .skip = MANIFEST_FILE };
 	const char **batch = NULL;
 	struct s3_loc loc;
+	bool found_tomb;
 	size_t len = 0;
 	int r;
 
@@ -1810,8 +1881,8 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	}
 	if (r < 0)
 		return r;
-	if (!store_is_tombstone(text, len) && expect_etag && expect_etag[0] &&
-	    strcmp(etag, expect_etag)) {
+	found_tomb = store_is_tombstone(text, len);
+	if (!found_tomb && expect_etag && expect_etag[0] && strcmp(etag, expect_etag)) {
 		/* Not the checkpoint planned: committed again under its name
 		 * since.  Kept. */
 		free(text);
@@ -1819,90 +1890,80 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 			 "(kept)");
 		return -ESTALE;
 	}
-	if (!store_is_tombstone(text, len)) {
-		json_t *t = json_pack("{s:{s:s, s:s, s:I}}", STORE_TOMBSTONE_KEY, "checkpoint",
-				      ckpt, "by", by ? by : "ckptd", "time", (json_int_t)time(NULL));
-		char *js = t ? json_dumps(t, JSON_COMPACT) : NULL;
-
-		json_decref(t);
-		if (!js) {
-			free(text);
-			return -ENOMEM;
-		}
-		/* From here no reader takes it for a checkpoint.  Only over the
-		 * manifest just read (If-Match): one written meanwhile stays. */
-		rm_step("tombstone");
-		r = put_text_if(loc.bucket, man, js, etag[0] ? etag : NULL, tomb_etag, err, errlen);
-		free(js);
-		if (r == -ESTALE) {
-			/* A retry after a lost answer finds our own tombstone
-			 * (a new ETag): that is the removal going on. */
-			char *now = NULL;
-			size_t nlen = 0;
-
-			if (get_text(loc.bucket, man, 64u << 20, &now, &nlen, NULL, 0) == 0 &&
-			    store_is_tombstone(now, nlen))
-				r = 0;
-			free(now);
-		}
-		if (r == -ESTALE) {
-			free(text);
-			snprintf(err, errlen, "not the checkpoint planned: its manifest changed "
-				 "under the removal (kept)");
-			return -ESTALE;
-		}
-		if (r < 0) {
-			free(text);
-			return r;
-		}
-	} else {
-		free(text); /* a removal cut short: nothing to put back */
+	if (found_tomb) {
+		free(text); /* another removal's, or one cut short: nothing to put back */
 		text = NULL;
+	}
+	js = tombstone_text(ckpt, by, nonce);
+	if (!js) {
+		free(text);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	/*
+	 * From here no reader takes it for a checkpoint.  Written only over
+	 * what was just read (If-Match): a manifest written meanwhile stays,
+	 * and a tombstone found is taken over, so that of two removals at
+	 * once only the later tombstone's owner goes on; the other's putting
+	 * back the manifest (If-Match on its own tombstone) then fails, and
+	 * the data cannot come back as a checkpoint while they go.
+	 */
+	rm_step("tombstone");
+	r = put_text_if(loc.bucket, man, js, etag[0] ? etag : NULL, tomb_etag, err, errlen);
+	free(js);
+	if (r == -ESTALE && tombstone_ours(loc.bucket, man, nonce, tomb_etag))
+		r = 0; /* a retry after a lost answer: ours landed */
+	if (r == -ESTALE) {
+		free(text);
+		snprintf(err, errlen, "%s", found_tomb ?
+			 "another removal took it over meanwhile (left to it)" :
+			 "not the checkpoint planned: its manifest changed under the removal (kept)");
+		return -ESTALE;
+	}
+	if (r < 0) {
+		free(text);
+		return r;
 	}
 	/*
 	 * Leases: a reader puts its lease, then reads the manifest; we put the
 	 * tombstone, then list the leases.  So a reader that got the manifest
 	 * has a lease this listing shows, and the manifest goes back; any
-	 * later reader finds the tombstone (S3 is strongly consistent).
+	 * later reader finds the tombstone (S3 is strongly consistent).  The
+	 * caller's recheck comes in the same place, for the same reason.
 	 */
 	rm_step("leases");
 	r = leases_held(loc.bucket, pre, who, sizeof(who), err, errlen);
 	if (r == 0 && recheck) {
-		/* The caller's own second look (a pin written since its plan),
-		 * ordered after the tombstone as the leases are. */
 		char why[160] = "";
-		int k = recheck(ud, why, sizeof(why));
 
-		if (k != 0) {
+		if (recheck(ud, why, sizeof(why))) {
 			snprintf(who, sizeof(who), "%s", why[0] ? why : "kept by the caller");
 			r = 2;
 		}
 	}
-	if (r >= 1) {
-		char e[256] = "";
+	if (r != 0) {
+		char e[256] = "", back[320];
 		int put = -ENOENT;
 
+		if (r < 0)
+			snprintf(who, sizeof(who), "whether a reader holds a lease is not known: %.100s",
+				 err);
 		if (text && tomb_etag[0])
 			put = put_text_if(loc.bucket, man, text, tomb_etag, NULL, e, sizeof(e));
 		free(text);
-		if (r == 2 && put == 0)
-			snprintf(err, errlen, "%s: kept", who);
-		else if (r == 2)
-			snprintf(err, errlen, "%s: its data are kept, but its manifest stays a "
-				 "tombstone (%.200s); a later prune finishes the removal", who,
-				 put == -ENOENT ? "a removal cut short wrote it" : e);
-		else if (put == 0)
-			snprintf(err, errlen, "in use (a reader holds a lease: %s): kept", who);
+		if (put == 0)
+			back[0] = '\0';
 		else
-			snprintf(err, errlen, "in use (a reader holds a lease: %s): its data are kept, "
-				 "but its manifest stays a tombstone (%.200s); a later prune finishes "
-				 "the removal once the lease ends", who,
-				 put == -ENOENT ? "a removal cut short wrote it" : e);
-		return -EBUSY;
+			snprintf(back, sizeof(back), "; its data stay but its manifest is a tombstone "
+				 "(%.120s): a later prune finishes the removal",
+				 put == -ENOENT ? "a removal before this one wrote it" :
+				 put == -ESTALE ? "another removal took it over" : e);
+		snprintf(err, errlen, "%s%s%s: kept%s",
+			 r == 1 ? "in use (a reader holds a lease: " : "", who,
+			 r == 1 ? ")" : "", back);
+		return r < 0 ? r : -EBUSY;
 	}
 	free(text);
-	if (r < 0)
-		return r; /* the tombstone stays: a later removal finishes */
 	r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
 	if (r == -ENOMEM)
 		snprintf(err, errlen, "out of memory");
@@ -1962,8 +2023,10 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		if (r < 0)
 			return r;
 	}
+	/* Last, and only our own tombstone: not one another removal put
+	 * since, nor a manifest committed under the name after it. */
 	rm_step("delete-tombstone");
-	return del_key(loc.bucket, man, err, errlen);
+	return del_key_if(loc.bucket, man, tomb_etag, err, errlen);
 }
 
 int store_s3_read_range_err(const char *ckpt, const char *file, uint64_t off, uint64_t len,

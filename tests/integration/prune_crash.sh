@@ -29,11 +29,12 @@ py=${CKPT_TEST_PYTHON:-}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-prune-crash.XXXXXX")
 holder=
+bg=
 cleanup() {
-	if [ -n "$holder" ]; then
-		kill "$holder" 2>/dev/null || true
-		wait "$holder" 2>/dev/null || true
-	fi
+	for p in $holder $bg; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
 	[ -n "$py" ] && moto_stop "$py" "$tmp/moto"
 	rm -rf "$tmp"
 }
@@ -352,8 +353,8 @@ holder=
 [ "$(s3keys stomb2 | grep -c '^stomb2/victim/')" = 0 ] || fail "S3: stomb2/victim not finished: $(s3keys stomb2)"
 echo "s3: a reader after the tombstone failed cleanly; a lease from before a crash kept the data"
 
-# Leases that hold nothing: ended long ago, too long, from the future, not
-# ours.  The removal goes on and takes them too.
+# Leases that hold nothing: ended long ago, too long, from the future,
+# bounds that would overflow, not ours.  The removal goes on and takes them too.
 s3fix sstale
 "$py" - "$S3_BUCKET" <<'PY'
 import boto3, json, sys, time
@@ -362,6 +363,7 @@ now = int(time.time())
 bodies = {"old": {"taken": now - 5000, "expires": now - 4100},
           "long": {"taken": now - 10, "expires": now + 86400},
           "future": {"taken": now + 7200, "expires": now + 8000},
+          "wrap": {"taken": -9223372036854775808, "expires": 9223372036854775807},
           "junk": None}
 for name, b in bodies.items():
     body = b"not json" if b is None else json.dumps({"ckpt_lease": b}).encode()
@@ -404,6 +406,56 @@ wait "$holder" || fail "rm_crash lease failed"
 holder=
 [ "$(leases srenew victim)" = 0 ] || fail "the dropped S3 lease is still there"
 echo "s3: a renewal rewrites an ended lease as live; the drop deletes it"
+
+# Two removals at once, and a reader between them: the later tombstone
+# takes the earlier one over, so the first removal, seeing the reader's
+# lease, cannot put the manifest back over data the second one deletes;
+# the reader fails cleanly instead of opening a checkpoint going away.
+said() { # FILE TEXT: waits (bounded) until FILE holds TEXT
+	local i
+	for i in $(seq 1 300); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	fail "waited in vain for '$2' in $1: $(cat "$1" 2>/dev/null)"
+}
+s3fix stwo
+mkfifo "$tmp/a.in" "$tmp/b.in"
+RM_CRASH_PAUSE=leases "$rmc" remove "s3://$S3_BUCKET/stwo" victim 0 <"$tmp/a.in" >"$tmp/a.out" 2>&1 &
+apid=$!
+bg="$bg $apid"
+exec {afd}>"$tmp/a.in"
+said "$tmp/a.out" "paused leases"
+RM_CRASH_PAUSE=delete-batch "$rmc" remove "s3://$S3_BUCKET/stwo" victim 0 <"$tmp/b.in" >"$tmp/b.out" 2>&1 &
+bpid=$!
+bg="$bg $bpid"
+exec {bfd}>"$tmp/b.in"
+said "$tmp/b.out" "paused delete-batch"
+"$rmc" hold "s3://$S3_BUCKET/stwo/victim" </dev/null >"$tmp/r.out" 2>&1 &
+rpid=$!
+bg="$bg $rpid"
+for i in $(seq 1 100); do
+	[ "$(leases stwo victim)" = 1 ] && break
+	sleep 0.1
+done
+[ "$(leases stwo victim)" = 1 ] || fail "the reader between two removals put no lease"
+echo go >&$afd
+set +e
+wait $apid
+arc=$?
+wait $rpid
+rrc=$?
+set -e
+[ $arc = 1 ] && grep -q "another removal took it over" "$tmp/a.out" ||
+	fail "the first of two removals: exit $arc: $(cat "$tmp/a.out")"
+[ $rrc = 1 ] && grep -q "being removed" "$tmp/r.out" ||
+	fail "the reader between two removals: exit $rrc: $(cat "$tmp/r.out")"
+echo go >&$bfd
+wait $bpid || fail "the second of two removals: $(cat "$tmp/b.out")"
+exec {afd}>&- {bfd}>&-
+bg=
+[ "$(s3keys stwo | grep -c '^stwo/victim/')" = 0 ] || fail "two removals left: $(s3keys stwo)"
+echo "s3: of two removals at once the later took over; the reader between them failed cleanly"
 
 # ---- S3: pins ----
 s3fix spin

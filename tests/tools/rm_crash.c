@@ -16,7 +16,10 @@
  *                                 with RM_CRASH_PIN set in the
  *                                 environment NAME is pinned (the root's
  *                                 .ckpt-pins written) just after the
- *                                 tombstone, as a pin racing a prune
+ *                                 tombstone, as a pin racing a prune;
+ *                                 with RM_CRASH_PAUSE=STEP it prints
+ *                                 "paused STEP" before that step and
+ *                                 waits for a line on stdin
  *   rm_crash hold PATH            opens checkpoint PATH with ckpt_reader
  *                                 (taking its lease), prints "held", and
  *                                 keeps it until stdin ends
@@ -45,8 +48,18 @@
 static unsigned long crash_at, steps;
 static const char *pin_root, *pin_name; /* RM_CRASH_PIN: a pin lands late */
 
+static const char *pause_at; /* RM_CRASH_PAUSE: a step to wait before */
+
 static void hook(const char *step)
 {
+	if (pause_at && !strcmp(step, pause_at)) {
+		char line[64];
+
+		printf("paused %s\n", step);
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			_exit(87); /* the test went away */
+	}
 	if (pin_root && !strcmp(step, "leases")) {
 		/* As if `ckptctl pin` ran after the plan, before the recheck:
 		 * the pin list is written as that would. */
@@ -75,6 +88,7 @@ static int cmd_remove(const char *root, const char *name, const char *k, const c
 		return 2;
 	}
 	store_remove_hook = hook;
+	pause_at = getenv("RM_CRASH_PAUSE");
 	if (s3_is_url(root)) {
 		struct store_s3_settings set = { .retries = 3 };
 		char url[2048];
