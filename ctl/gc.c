@@ -22,7 +22,9 @@
  * shards and unfinished multipart uploads, unless a manifest names a
  * checkpoint there (store_s3_gc_work); then unfinished multipart uploads
  * of our shards whose work area is gone, older than the grace period
- * (store_s3_gc_uploads); other uploads are reported.
+ * (store_s3_gc_uploads); other uploads are reported; and readers'
+ * leases (remove.h) under a prefix that holds no checkpoint, ended more
+ * than the grace period ago (store_s3_gc_lease).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -278,6 +280,34 @@ static int s3_entry(void *ud, const char *name, enum store_entry kind)
 		} else if (r == 1) {
 			say(g, child, g->dry_run ? "REMOVE" : "REMOVED",
 			    "a dead save's work area (its uploads and tagged shards too)", age);
+			if (g->dry_run)
+				g->would++;
+			else
+				g->removed++;
+		} else if (r == -EBADMSG) {
+			say(g, child, "UNKNOWN", err, -1);
+			g->unknown++;
+		} else {
+			say(g, child, "FAILED", err, -1);
+			g->failed++;
+		}
+		return 0;
+	}
+	if (kind == STORE_ENTRY_FILE && L->rel[0] &&
+	    !strncmp(name, STORE_S3_LEASE_PREFIX, sizeof(STORE_S3_LEASE_PREFIX) - 1)) {
+		/* A reader's lease in a prefix that holds no checkpoint (a
+		 * checkpoint's own prefix is not walked into): left by a
+		 * reader that crashed. */
+		snprintf(dir, sizeof(dir), "%s/%s", L->root, L->rel);
+		r = store_s3_gc_lease(dir, name, g->grace_s, g->dry_run, &age, err, sizeof(err));
+		if (r == 0) {
+			say(g, child, "KEEP", age < 0 ? "a reader's lease, live" :
+			    "a reader's lease under no checkpoint, ended within the grace period",
+			    age);
+			g->young++;
+		} else if (r == 1) {
+			say(g, child, g->dry_run ? "REMOVE" : "REMOVED",
+			    "a dead reader's lease under no checkpoint", age);
 			if (g->dry_run)
 				g->would++;
 			else

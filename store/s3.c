@@ -1677,50 +1677,106 @@ void store_s3_lease_drop(struct store_s3_lease *l)
 		(void)del_key(l->bucket, l->key, e, sizeof(e));
 }
 
+/* A lease body's times if it is one of ours within bounds that no
+ * arithmetic below can overflow: true, or false (not ours). */
+static bool lease_times(const char *text, size_t len, int64_t *taken, int64_t *expires)
+{
+	json_t *j = json_loadb(text, len, 0, NULL);
+	json_t *o = j ? json_object_get(j, STORE_S3_LEASE_KEY) : NULL;
+	json_t *t = o ? json_object_get(o, "taken") : NULL, *e = o ? json_object_get(o, "expires") : NULL;
+	bool ok = json_is_integer(t) && json_is_integer(e);
+
+	if (ok) {
+		*taken = json_integer_value(t);
+		*expires = json_integer_value(e);
+		ok = *taken >= 0 && *taken < ((int64_t)1 << 40) && *expires >= 0 &&
+		     *expires < ((int64_t)1 << 40);
+	}
+	json_decref(j);
+	return ok;
+}
+
+int store_s3_gc_lease(const char *dir, const char *name, int64_t grace_s, bool dry_run,
+		      int64_t *ret_age_s, char *err, size_t errlen)
+{
+	char key[S3_KEY_MAX + 1], *text = NULL;
+	int64_t taken, expires, now = (int64_t)time(NULL);
+	struct s3_loc loc;
+	size_t len = 0;
+	bool ours;
+	int r;
+
+	*ret_age_s = -1;
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(dir, &loc, err, errlen);
+	if (r == 0)
+		r = key_of(&loc, name, key, sizeof(key), err, errlen);
+	if (r < 0)
+		return r;
+	r = get_text(loc.bucket, key, 4096, &text, &len, err, errlen);
+	if (r == -ENOENT)
+		return 0; /* its reader let go meanwhile */
+	if (r == -EFBIG) {
+		snprintf(err, errlen, "not a lease of ours (over 4 KiB)");
+		return -EBADMSG;
+	}
+	if (r < 0)
+		return r;
+	ours = lease_times(text, len, &taken, &expires);
+	free(text);
+	if (!ours || expires < taken || expires - taken > STORE_S3_LEASE_MAX_S ||
+	    taken > now + STORE_S3_LEASE_SKEW_S) {
+		snprintf(err, errlen, "not a lease of ours (its body is not one ckptd writes)");
+		return -EBADMSG;
+	}
+	/* Its age counts from its end (and the clocks' skew). */
+	*ret_age_s = now - expires - STORE_S3_LEASE_SKEW_S;
+	if (*ret_age_s < grace_s)
+		return 0;
+	if (!dry_run) {
+		r = del_key(loc.bucket, key, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	return 1;
+}
+
 /* Whether a lease's body (len bytes) is one that holds at `now`: ours in
  * form, taken no later than now (give or take the clocks' skew), for at
  * most STORE_S3_LEASE_MAX_S, and not ended more than the skew ago.  A
  * body that is none of these holds nothing (and goes with the rest). */
 static bool lease_live(const char *text, size_t len, int64_t now, char *who, size_t wholen)
 {
-	json_t *j = json_loadb(text, len, 0, NULL), *o;
-	json_int_t taken, expires;
-	bool live = false;
+	int64_t taken, expires;
+	json_t *j, *o;
+	const char *host;
+	time_t until;
+	char when[32] = "?";
+	struct tm tm;
 
-	o = j ? json_object_get(j, STORE_S3_LEASE_KEY) : NULL;
-	if (o && json_is_integer(json_object_get(o, "taken")) &&
-	    json_is_integer(json_object_get(o, "expires"))) {
-		const char *host = json_string_value(json_object_get(o, "host"));
-		json_t *pid = json_object_get(o, "pid");
-
-		taken = json_integer_value(json_object_get(o, "taken"));
-		expires = json_integer_value(json_object_get(o, "expires"));
-		/* (Bounded first, so that no difference below overflows.) */
-		live = taken >= 0 && taken < ((json_int_t)1 << 40) && expires >= 0 &&
-		       expires < ((json_int_t)1 << 40) &&
-		       taken <= now + STORE_S3_LEASE_SKEW_S && expires >= taken &&
-		       expires - taken <= STORE_S3_LEASE_MAX_S &&
-		       expires >= now - STORE_S3_LEASE_SKEW_S;
-		if (live) {
-			time_t until = (time_t)expires;
-			char when[32] = "?";
-			struct tm tm;
-
-			/* Shown to operators: a host that is not plain is not. */
-			for (const char *c = host; c && *c; c++)
-				if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-				      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' ||
-				      *c == '_'))
-					host = NULL;
-			if (gmtime_r(&until, &tm))
-				strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-			snprintf(who, wholen, "pid %lld on %.64s, until %s",
-				 json_is_integer(pid) ? (long long)json_integer_value(pid) : -1LL,
-				 host && host[0] ? host : "?", when);
-		}
-	}
+	if (!lease_times(text, len, &taken, &expires) || taken > now + STORE_S3_LEASE_SKEW_S ||
+	    expires < taken || expires - taken > STORE_S3_LEASE_MAX_S ||
+	    expires < now - STORE_S3_LEASE_SKEW_S)
+		return false;
+	/* Who holds it, for the operator: a host that is not plain is not
+	 * shown. */
+	j = json_loadb(text, len, 0, NULL);
+	o = json_object_get(j, STORE_S3_LEASE_KEY);
+	host = json_string_value(json_object_get(o, "host"));
+	for (const char *c = host; c && *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
+			host = NULL;
+	until = (time_t)expires;
+	if (gmtime_r(&until, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	snprintf(who, wholen, "pid %lld on %.64s, until %s",
+		 json_is_integer(json_object_get(o, "pid")) ?
+			 (long long)json_integer_value(json_object_get(o, "pid")) : -1LL,
+		 host && host[0] ? host : "?", when);
 	json_decref(j);
-	return live;
+	return true;
 }
 
 struct lease_scan {

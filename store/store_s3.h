@@ -68,6 +68,16 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 		   size_t errlen);
 
 /*
+ * gc of lease object `name` (remove.h) in directory `dir` (an S3 URL)
+ * whose prefix holds no checkpoint (a reader's, left by a crash): once it
+ * ended at least grace_s ago (*ret_age_s, counted from its end and the
+ * clocks' skew), deletes it.  Returns 1 removed (dry_run: would be), 0
+ * live or younger, -EBADMSG not a lease of ours (err), or -errno (err).
+ */
+int store_s3_gc_lease(const char *dir, const char *name, int64_t grace_s, bool dry_run,
+		      int64_t *ret_age_s, char *err, size_t errlen);
+
+/*
  * gc of the work area of attempt `id` in directory `dir` (an S3 URL): if
  * its attempt.json (ours: the id, a name, a "created" time) is at least
  * grace_s old (*ret_age_s), removes the work area and, unless a manifest

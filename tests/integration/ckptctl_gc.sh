@@ -109,6 +109,16 @@ put("g/ok/rank-00000.safetensors", "x")
 # one that is not ckptd's (reported, never aborted).
 s3.create_multipart_upload(Bucket=b, Key="g/job/orphan/rank-00002.aaaaaaaaaaaaaaaa.safetensors")
 s3.create_multipart_upload(Bucket=b, Key="g/job/someone-elses.bin")
+# Readers' leases: under a prefix with no checkpoint, one that ended two
+# days ago goes, a live one and one not ours stay; one under a
+# checkpoint is prune's business.
+now = int(time.time())
+def lease(k, taken, expires):
+    put(k, json.dumps({"ckpt_lease": {"taken": taken, "expires": expires}}))
+lease("g/ghost/.ckpt-lease-dead", now - 2 * 86400 - 900, now - 2 * 86400)
+lease("g/ghost/.ckpt-lease-live", now, now + 900)
+put("g/ghost/.ckpt-lease-junk", "junk")
+lease("g/ok/.ckpt-lease-x", now - 2 * 86400 - 900, now - 2 * 86400)
 PY
 	"$ctl" gc "s3://$S3_BUCKET/g" --dry-run >"$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
 	grep -Eq "^REMOVE +job/.ckpt-work-$old" "$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
@@ -116,8 +126,12 @@ PY
 	# are past the grace period here)
 	grep -Eq "^REMOVE +job/orphan/rank-00002" "$tmp/s3dry.out" || fail "S3 dry run, orphan: $(cat "$tmp/s3dry.out")"
 	grep -Eq "^UNKNOWN +job/someone-elses.bin" "$tmp/s3dry.out" || fail "S3 dry run, foreign upload: $(cat "$tmp/s3dry.out")"
+	grep -Eq "^REMOVE +ghost/.ckpt-lease-dead" "$tmp/s3dry.out" &&
+		grep -Eq "^KEEP +ghost/.ckpt-lease-live" "$tmp/s3dry.out" &&
+		grep -Eq "^UNKNOWN +ghost/.ckpt-lease-junk" "$tmp/s3dry.out" ||
+		fail "S3 dry run, leases: $(cat "$tmp/s3dry.out")"
 	"$ctl" gc "s3://$S3_BUCKET/g" --json >"$tmp/s3gc.json" || fail "S3 gc: $(cat "$tmp/s3gc.json")"
-	grep -q '"removed":2' "$tmp/s3gc.json" && grep -q '"kept_young":1' "$tmp/s3gc.json" ||
+	grep -q '"removed":3' "$tmp/s3gc.json" && grep -q '"kept_young":2' "$tmp/s3gc.json" ||
 		fail "S3 gc summary: $(cat "$tmp/s3gc.json")"
 	grep -q '"path":"job/orphan/rank-00002.aaaaaaaaaaaaaaaa.safetensors","action":"REMOVED"' \
 		"$tmp/s3gc.json" || fail "S3 gc: the orphan upload: $(cat "$tmp/s3gc.json")"
@@ -127,12 +141,14 @@ b = sys.argv[1]
 s3 = boto3.client("s3")
 keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=b, Prefix="g/").get("Contents", []))
 want = ["g/.ckpt-work-fedcba9876543210fedcba9876543210/attempt.json",
-        "g/job/dead/unrelated.bin", "g/ok/manifest.json", "g/ok/rank-00000.safetensors"]
+        "g/ghost/.ckpt-lease-junk", "g/ghost/.ckpt-lease-live",
+        "g/job/dead/unrelated.bin", "g/ok/.ckpt-lease-x", "g/ok/manifest.json",
+        "g/ok/rank-00000.safetensors"]
 assert keys == want, keys
 ups = [u["Key"] for u in s3.list_multipart_uploads(Bucket=b, Prefix="g/").get("Uploads", [])]
 assert ups == ["g/job/someone-elses.bin"], ups
 PY
-	echo "ok: S3 gc removed the dead attempt (work area, tagged shard, upload) and nothing else"
+	echo "ok: S3 gc removed the dead attempt (work area, tagged shard, upload), a dead reader's lease, and nothing else"
 else
 	echo "SKIP: [s3] needs the test Python with moto and boto3"
 fi
