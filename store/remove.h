@@ -140,7 +140,7 @@ long store_local_trash_sweep(int rootfd, uid_t owner, void (*warn)(void *ud, con
 struct store_s3_lease {
 	char bucket[64];
 	char key[1025];
-	_Atomic int64_t renew_at;    /* 0: none held */
+	_Atomic int64_t renew_at;    /* when to renew, CLOCK_MONOTONIC s; 0: none held */
 };
 
 /* PUTs a new lease on checkpoint `ckpt` (s3://bucket/prefix/name) into

@@ -1596,6 +1596,16 @@ static char *lease_body(int64_t now)
 	return text;
 }
 
+/* Seconds on CLOCK_MONOTONIC, for when to renew: a wall clock set back
+ * must not put renewals off.  Never 0 (0 means "none held"). */
+static int64_t lease_mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec + 1;
+}
+
 static int lease_put(struct store_s3_lease *l, int64_t now, char *err, size_t errlen)
 {
 	char *text = lease_body(now);
@@ -1641,7 +1651,7 @@ int store_s3_lease_take(const char *ckpt, struct store_s3_lease *l, char *err, s
 	snprintf(l->bucket, sizeof(l->bucket), "%s", loc.bucket);
 	r = lease_put(l, now, err, errlen);
 	if (r == 0)
-		atomic_store(&l->renew_at, now + STORE_S3_LEASE_TTL_S / 3);
+		atomic_store(&l->renew_at, lease_mono() + STORE_S3_LEASE_TTL_S / 3);
 	else if (r != -EACCES) {
 		/* It may have landed all the same (an answer lost after the
 		 * retries): not left to block a removal for its life. */
@@ -1654,18 +1664,18 @@ int store_s3_lease_take(const char *ckpt, struct store_s3_lease *l, char *err, s
 
 void store_s3_lease_renew(struct store_s3_lease *l)
 {
-	int64_t due = atomic_load(&l->renew_at), now = (int64_t)time(NULL);
+	int64_t due = atomic_load(&l->renew_at), mono = lease_mono();
 	char e[256];
 
-	if (!due || now < due || !g_s3)
+	if (!due || mono < due || !g_s3)
 		return;
 	/* One thread renews; a failed PUT is tried again a minute later. */
-	if (!atomic_compare_exchange_strong(&l->renew_at, &due, now + 60))
+	if (!atomic_compare_exchange_strong(&l->renew_at, &due, mono + 60))
 		return;
-	if (lease_put(l, now, e, sizeof(e)) == 0) {
-		due = now + 60;
+	if (lease_put(l, (int64_t)time(NULL), e, sizeof(e)) == 0) {
+		due = mono + 60;
 		(void)atomic_compare_exchange_strong(&l->renew_at, &due,
-						     now + STORE_S3_LEASE_TTL_S / 3);
+						     mono + STORE_S3_LEASE_TTL_S / 3);
 	}
 }
 
