@@ -1790,7 +1790,7 @@ static bool lease_live(const char *text, size_t len, int64_t now, char *who, siz
 }
 
 struct lease_scan {
-	const char *bucket, *under; /* the leases' key prefix */
+	const char *bucket, *under; /* the checkpoint's key prefix */
 	int64_t now;
 	unsigned seen;
 	int res;                    /* an error reading one */
@@ -1828,16 +1828,17 @@ static int lease_one(void *ud, const char *name, bool is_prefix)
 
 /* 1 if a reader holds a lease on the checkpoint whose keys start with
  * `pre` (who says which), 0 if none does, -errno (err) if that cannot be
- * known. */
-static int leases_held(const char *bucket, const char *pre, char *who, size_t wholen, char *err,
-		       size_t errlen)
+ * known.  ks: the checkpoint's keys (relative to pre), listed after its
+ * tombstone was written. */
+static int leases_held(const char *bucket, const char *pre, const struct keyset *ks, char *who,
+		       size_t wholen, char *err, size_t errlen)
 {
-	char under[S3_KEY_MAX + 2 + sizeof(STORE_S3_LEASE_PREFIX)];
-	struct lease_scan s = { .bucket = bucket, .under = under, .now = (int64_t)time(NULL) };
-	int r;
+	struct lease_scan s = { .bucket = bucket, .under = pre, .now = (int64_t)time(NULL) };
+	int r = 0;
 
-	snprintf(under, sizeof(under), "%s%s", pre, STORE_S3_LEASE_PREFIX);
-	r = s3_list(bucket, under, false, lease_one, &s, err, errlen);
+	for (size_t i = 0; r == 0 && i < ks->n; i++)
+		if (!strncmp(ks->v[i], STORE_S3_LEASE_PREFIX, sizeof(STORE_S3_LEASE_PREFIX) - 1))
+			r = lease_one(&s, ks->v[i], false);
 	if (r == 1 && s.res) {
 		snprintf(err, errlen, "reading a lease: %s", s.err);
 		return s.res;
@@ -1998,7 +1999,12 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	 * caller's recheck comes in the same place, for the same reason.
 	 */
 	rm_step("leases");
-	r = leases_held(loc.bucket, pre, who, sizeof(who), err, errlen);
+	/* One listing, after the tombstone: the leases, and what to delete. */
+	r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
+	if (r == -ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	if (r == 0)
+		r = leases_held(loc.bucket, pre, &ks, who, sizeof(who), err, errlen);
 	if (r == 0 && recheck) {
 		char why[160] = "";
 
@@ -2027,13 +2033,13 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		snprintf(err, errlen, "%s%s%s: kept%s",
 			 r == 1 ? "in use (a reader holds a lease: " : "", who,
 			 r == 1 ? ")" : "", back);
+		keyset_free(&ks);
 		return r < 0 ? r : -EBUSY;
 	}
 	free(text);
-	r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
-	if (r == -ENOMEM)
-		snprintf(err, errlen, "out of memory");
-	batch = r == 0 ? calloc(RM_DELETE_MAX, sizeof(*batch)) : NULL;
+	batch = calloc(RM_DELETE_MAX, sizeof(*batch));
+	if (!batch)
+		r = -ENOMEM;
 	if (r == 0 && !batch)
 		r = -ENOMEM;
 	for (size_t at = 0; r == 0 && at < ks.n; at += RM_DELETE_MAX) {
