@@ -1213,6 +1213,7 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	int64_t first, got = 0;
 	int r = 0;
 
+	cli_reader_touch(ld->rd); /* the daemon reads for us: our lease still counts */
 	/* Cells only once the daemon answers this client in a pool: without
 	 * one, a cell's bytes beyond the read would be read from the disk
 	 * for nothing (the pool is what dedups them). */

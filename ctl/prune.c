@@ -166,6 +166,13 @@ static int pin_s3(const char *root, const char *name, bool pin, bool json)
 			ctl_err("%s: out of memory", cmd);
 			goto fail;
 		}
+		if (len > PRUNE_PINS_MAX) {
+			/* Prune would not read it: every prune of the root would
+			 * fail. */
+			ctl_err("pin: %s/%s would be over %u bytes, more than prune reads: unpin "
+				"some first", root, PRUNE_PINS_FILE, PRUNE_PINS_MAX);
+			goto fail;
+		}
 		r = store_s3_put_if(root, PRUNE_PINS_FILE, text, etag, err, sizeof(err));
 		free(text);
 		text = NULL;
@@ -297,6 +304,11 @@ int ctl_pin(const char *root, const char *name, bool pin, bool json)
 		ctl_err("%s: out of memory", pin ? "pin" : "unpin");
 		goto out;
 	}
+	if (len > PRUNE_PINS_MAX) {
+		ctl_err("pin: %s/%s would be over %u bytes, more than prune reads: unpin some first",
+			root, PINS_FILE, PRUNE_PINS_MAX);
+		goto out;
+	}
 	r = fs_write_file_at(rootfd, PINS_FILE, text, len, FS_ATOMIC);
 	if (r == 0 && fsync(rootfd) < 0)
 		r = -errno;
@@ -403,6 +415,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 			act = "removed";
 		else if (c->res == -EBUSY)
 			act = "in_use";
+		else if (c->res == -ESTALE || c->res == -ECANCELED)
+			act = "changed"; /* since the plan: kept */
 		else
 			act = "failed";
 		if (json) {
@@ -446,6 +460,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 		if (sum && !dry_run) {
 			json_object_set_new(sum, "removed", json_integer((json_int_t)pr.removed));
 			json_object_set_new(sum, "in_use", json_integer((json_int_t)pr.busy));
+			json_object_set_new(sum, "kept_since_plan",
+					    json_integer((json_int_t)pr.kept_late));
 			json_object_set_new(sum, "failed", json_integer((json_int_t)pr.failed));
 			json_object_set_new(sum, "finished_earlier", json_integer(pr.finished));
 		}
@@ -458,6 +474,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 		printf("\n%zu of %zu checkpoint%s removed", pr.removed, pr.n, pr.n == 1 ? "" : "s");
 		if (pr.busy)
 			printf(", %zu kept because in use", pr.busy);
+		if (pr.kept_late)
+			printf(", %zu kept as pinned or changed since the plan", pr.kept_late);
 		if (pr.failed)
 			printf(", %zu failed", pr.failed);
 		if (pr.finished)
@@ -471,9 +489,9 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 		goto out;
 	}
 	if (pr.failed) {
-		ctl_err("prune: %zu removal%s failed (above); the checkpoints concerned no longer "
-			"look committed and the next prune finishes them", pr.failed,
-			pr.failed == 1 ? "" : "s");
+		ctl_err("prune: %zu removal%s failed (above, each with what became of the "
+			"checkpoint); one that no longer looks committed is finished or kept by the "
+			"next prune", pr.failed, pr.failed == 1 ? "" : "s");
 		goto out;
 	}
 	ret = pr.skipped ? CTL_EXIT_DEGRADED : 0;

@@ -51,6 +51,7 @@
 #include "format/index.h"
 #include "format/layout.h"
 #include "store/fsutil.h"
+#include "store/remove.h"
 #include "store/s3_addr.h"
 #include "store/s3_http.h"
 #include "store/store.h"
@@ -717,6 +718,9 @@ static void unlisted(struct lister *L, const char *name, bool dir)
 		return;
 	if (!dir && bookkeeping_name(name, L->v->m.world))
 		return;
+	if (!dir && L->v->s3 &&
+	    !strncmp(name, STORE_S3_LEASE_PREFIX, sizeof(STORE_S3_LEASE_PREFIX) - 1))
+		return; /* a reader's lease (store/remove.h) */
 	finding(L->v, SEV_WARNING, "unlisted", name, NULL, "%s that the manifest does not name",
 		dir ? "a directory" : "a file");
 }

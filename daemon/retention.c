@@ -113,6 +113,9 @@ static void pass_one(struct pass *p, int dirfd, uid_t only)
 		p->busy += pr.busy;
 		p->skipped += pr.skipped;
 		for (size_t i = 0; i < pr.n; i++) {
+			if (pr.v[i].keep && pr.v[i].why)
+				log_info("retention: kept '%s/%s' after all: %s", p->dir,
+					 pr.v[i].name, pr.v[i].why); /* pinned since the plan */
 			if (pr.v[i].keep)
 				continue;
 			if (pr.v[i].res == 0)

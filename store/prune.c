@@ -319,7 +319,10 @@ struct scan {
 	int rootfd;          /* local */
 	char **pins;
 	size_t cap;
-	char **tomb;         /* S3: checkpoints a removal left as a tombstone */
+	struct tomb {        /* S3: checkpoints a removal left as a tombstone */
+		char *name;
+		char etag[STORE_ETAG_LEN]; /* the tombstone's, as scanned */
+	} *tomb;
 	size_t n_tomb;
 	int res;
 };
@@ -450,13 +453,14 @@ static int s3_child(void *ud, const char *name, enum store_entry kind)
 		return S->res = r;
 	}
 	if (store_is_tombstone(text, len)) {
-		char **nv = realloc(S->tomb, (S->n_tomb + 1) * sizeof(*nv));
+		struct tomb *nv = realloc(S->tomb, (S->n_tomb + 1) * sizeof(*nv));
 
 		free(text);
 		if (nv)
 			S->tomb = nv;
-		if (!nv || !(nv[S->n_tomb] = strdup(name)))
+		if (!nv || !(nv[S->n_tomb].name = strdup(name)))
 			return S->res = -ENOMEM;
+		snprintf(nv[S->n_tomb].etag, sizeof(nv[S->n_tomb].etag), "%s", etag);
 		S->n_tomb++;
 		return 0;
 	}
@@ -583,8 +587,10 @@ static void remove_planned(struct scan *S)
 			continue;
 		}
 		c->why = strdup(res[i].err);
-		if (res[i].in_use || c->keep || c->res == -ESTALE || c->res == -ECANCELED)
+		if (res[i].in_use)
 			pr->busy++; /* kept, and rightly so */
+		else if (c->keep || c->res == -ESTALE || c->res == -ECANCELED)
+			pr->kept_late++; /* pinned or changed since the plan, or not reached */
 		else
 			pr->failed++;
 	}
@@ -616,6 +622,7 @@ int prune_run(struct prune_run *pr)
 
 	pr->v = NULL;
 	pr->n = pr->skipped = pr->others = pr->planned = pr->removed = pr->busy = pr->failed = 0;
+	pr->kept_late = 0;
 	pr->finished = 0;
 	pr->plan_res = 0;
 	pr->err[0] = '\0';
@@ -665,16 +672,22 @@ int prune_run(struct prune_run *pr)
 	for (size_t i = 0; !pr->dry_run && i < S.n_tomb; i++) {
 		char url[PRUNE_URL_MAX];
 
-		join(url, sizeof(url), pr->root, S.tomb[i]);
-		r = store_s3_remove(url, "prune", NULL, NULL, NULL, err, sizeof(err));
-		if (r == -EBUSY || r == -ESTALE) {
-			/* A reader that got the manifest before the crash still
-			 * holds a lease, or another removal has it: finished
-			 * later, or by that one. */
-			warn(pr, "'%s' stays half removed: %s", url, err);
+		struct prune_recheck again = { .root = pr->root, .name = S.tomb[i].name };
+
+		join(url, sizeof(url), pr->root, S.tomb[i].name);
+		/* Only the tombstone scanned (a manifest put back since, or
+		 * committed again, stays), and with the pins looked at again:
+		 * a removal finished is one decided again. */
+		r = store_s3_remove(url, "prune", S.tomb[i].etag, prune_pin_recheck, &again, err,
+				    sizeof(err));
+		if (r == -EBUSY) {
+			/* A reader's lease or a pin: its manifest is back. */
+			warn(pr, "'%s', whose removal was cut short, is kept: %s", url, err);
 			continue;
 		}
-		if (r < 0 && r != -ENOENT) {
+		if (r == -ESTALE || r == -ENOENT)
+			continue; /* changed or gone since the scan: not ours now */
+		if (r < 0) {
 			/* Reported; the rest of the root is pruned all the same. */
 			warn(pr, "finishing the removal of '%s': %s", url, err);
 			pr->skipped++;
@@ -758,7 +771,7 @@ out:
 	free(gkeep);
 	prune_pins_free(S.pins);
 	for (size_t i = 0; i < S.n_tomb; i++)
-		free(S.tomb[i]);
+		free(S.tomb[i].name);
 	free(S.tomb);
 	if (S.rootfd >= 0)
 		close(S.rootfd); /* (drops the lock) */

@@ -72,7 +72,9 @@ struct prune_run {
 	size_t others;                 /* other owners' (only_uid): left out */
 	long finished;                 /* earlier removals finished */
 	size_t planned;                /* the plan's removals */
-	size_t removed, busy, failed;
+	size_t removed, busy, failed;  /* busy: kept in use (a reader's lease) */
+	size_t kept_late;              /* kept though planned: pinned or changed
+					* since the plan, or not reached (cancel) */
 	int plan_res;                  /* 0, or -EPERM: refused (err) */
 	char err[1024];
 };

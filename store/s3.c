@@ -1851,11 +1851,15 @@ static int leases_held(const char *bucket, const char *pre, const struct keyset 
 /* ---- removal (remove.h) ------------------------------------------------------------- */
 
 /* A tombstone for ckpt with a fresh nonce (written to nonce[33]): each
- * removal's is its own, so its ETag is too.  malloc'd, or NULL. */
-static char *tombstone_text(const char *ckpt, const char *by, char nonce[33])
+ * removal's is its own, so its ETag is too.  It carries the manifest it
+ * stands in for (man, len bytes; NULL: none known), so that whichever
+ * removal ends up deciding to keep the checkpoint can put it back.
+ * malloc'd, or NULL. */
+static char *tombstone_text(const char *ckpt, const char *by, const char *man, size_t len,
+			    char nonce[33])
 {
 	unsigned char rnd[16];
-	json_t *t;
+	json_t *t, *o;
 	char *js;
 
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
@@ -1864,9 +1868,37 @@ static char *tombstone_text(const char *ckpt, const char *by, char nonce[33])
 		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
 	t = json_pack("{s:{s:s, s:s, s:I, s:s}}", STORE_TOMBSTONE_KEY, "checkpoint", ckpt, "by",
 		      by ? by : "ckptd", "time", (json_int_t)time(NULL), "nonce", nonce);
+	o = json_object_get(t, STORE_TOMBSTONE_KEY);
+	/* (A manifest that is not UTF-8 cannot be carried: then none is.) */
+	if (o && man)
+		json_object_set_new(o, "manifest", json_stringn(man, len));
 	js = t ? json_dumps(t, JSON_COMPACT) : NULL;
 	json_decref(t);
 	return js;
+}
+
+/* The manifest a tombstone (text, len bytes) carries, malloc'd into *ret
+ * (NULL if it carries none). */
+static int tombstone_manifest(const char *text, size_t len, char **ret, size_t *ret_len)
+{
+	json_t *j = json_loadb(text, len, 0, NULL);
+	json_t *m = json_object_get(json_object_get(j, STORE_TOMBSTONE_KEY), "manifest");
+	int r = 0;
+
+	*ret = NULL;
+	*ret_len = 0;
+	if (json_is_string(m) && json_string_length(m)) {
+		*ret_len = json_string_length(m);
+		*ret = malloc(*ret_len + 1);
+		if (*ret) {
+			memcpy(*ret, json_string_value(m), *ret_len);
+			(*ret)[*ret_len] = '\0';
+		} else {
+			r = -ENOMEM;
+		}
+	}
+	json_decref(j);
+	return r;
 }
 
 /* Whether the manifest key holds our tombstone (nonce) now; its ETag into
@@ -1949,19 +1981,31 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	if (r < 0)
 		return r;
 	found_tomb = store_is_tombstone(text, len);
-	if (!found_tomb && expect_etag && expect_etag[0] && strcmp(etag, expect_etag)) {
-		/* Not the checkpoint planned: committed again under its name
-		 * since.  Kept. */
+	if (expect_etag && expect_etag[0] && strcmp(etag, expect_etag)) {
+		/* Not what the caller saw: committed again under its name,
+		 * put back, or another removal's since.  Left alone. */
 		free(text);
-		snprintf(err, errlen, "not the checkpoint planned: its manifest changed since "
-			 "(kept)");
+		snprintf(err, errlen, "%s", found_tomb ?
+			 "another removal has it since the plan (left to it)" :
+			 "not the checkpoint planned: its manifest changed since (kept)");
 		return -ESTALE;
 	}
 	if (found_tomb) {
-		free(text); /* another removal's, or one cut short: nothing to put back */
-		text = NULL;
+		/* One cut short, or another removal's the caller saw: taken
+		 * over, with the manifest it carries. */
+		char *m;
+		size_t mlen;
+
+		r = tombstone_manifest(text, len, &m, &mlen);
+		free(text);
+		text = m;
+		len = mlen;
+		if (r < 0) {
+			snprintf(err, errlen, "out of memory");
+			return r;
+		}
 	}
-	js = tombstone_text(ckpt, by, nonce);
+	js = tombstone_text(ckpt, by, text, len, nonce);
 	if (!js) {
 		free(text);
 		snprintf(err, errlen, "out of memory");
@@ -1971,9 +2015,11 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	 * From here no reader takes it for a checkpoint.  Written only over
 	 * what was just read (If-Match): a manifest written meanwhile stays,
 	 * and a tombstone found is taken over, so that of two removals at
-	 * once only the later tombstone's owner goes on; the other's putting
+	 * once only the later tombstone's owner decides; the other's putting
 	 * back the manifest (If-Match on its own tombstone) then fails, and
-	 * the data cannot come back as a checkpoint while they go.
+	 * the data cannot come back as a checkpoint while they go.  Each
+	 * tombstone carries the manifest, so the one that decides can put it
+	 * back.
 	 */
 	rm_step("tombstone");
 	r = put_text_if(loc.bucket, man, js, etag[0] ? etag : NULL, tomb_etag, err, errlen);
@@ -2014,7 +2060,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		}
 	}
 	if (r != 0) {
-		char e[256] = "", back[320];
+		char e[256] = "";
 		int put = -ENOENT;
 
 		if (r < 0)
@@ -2023,18 +2069,19 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		if (text && tomb_etag[0])
 			put = put_text_if(loc.bucket, man, text, tomb_etag, NULL, e, sizeof(e));
 		free(text);
-		if (put == 0)
-			back[0] = '\0';
-		else
-			snprintf(back, sizeof(back), "; its data stay but its manifest is a tombstone "
-				 "(%.120s): a later prune finishes the removal",
-				 put == -ENOENT ? "a removal before this one wrote it" :
-				 put == -ESTALE ? "another removal took it over" : e);
-		snprintf(err, errlen, "%s%s%s: kept%s",
-			 r == 1 ? "in use (a reader holds a lease: " : "", who,
-			 r == 1 ? ")" : "", back);
 		keyset_free(&ks);
-		return r < 0 ? r : -EBUSY;
+		if (put == 0) {
+			snprintf(err, errlen, "%s%s%s: kept", r == 1 ? "in use (a reader holds a lease: " :
+				 "", who, r == 1 ? ")" : "");
+			return r < 0 ? r : -EBUSY;
+		}
+		/* Not put back: reported as a failure, never as kept. */
+		snprintf(err, errlen, "%s%s%s, but its manifest could not be put back (%.120s): "
+			 "while it looks removed, a later prune decides again",
+			 r == 1 ? "in use (a reader holds a lease: " : "", who, r == 1 ? ")" : "",
+			 put == -ENOENT ? "its tombstone carries no copy" :
+			 put == -ESTALE ? "another removal took it over" : e);
+		return r < 0 ? r : -EIO;
 	}
 	free(text);
 	batch = calloc(RM_DELETE_MAX, sizeof(*batch));

@@ -343,15 +343,48 @@ set -e
 [ $rc = 86 ] || fail "S3 crash after the tombstone (held): $rc: $out"
 "$ctl" prune "s3://$S3_BUCKET/stomb2" --keep-last 5 >"$tmp/stomb2.out" 2>&1 ||
 	fail "S3 prune over a leased tombstone: $(cat "$tmp/stomb2.out")"
-grep -q "stays half removed" "$tmp/stomb2.out" || fail "S3 leased tombstone not reported: $(cat "$tmp/stomb2.out")"
+grep -q "whose removal was cut short, is kept: in use" "$tmp/stomb2.out" ||
+	fail "S3 leased tombstone not reported: $(cat "$tmp/stomb2.out")"
 [ "$(s3keys stomb2 | grep -c '^stomb2/victim/')" = 6 ] ||
 	fail "S3: data of a leased, tombstoned checkpoint went: $(s3keys stomb2)"
+# (the manifest the tombstone carried is back: committed again)
+"$ctl" show "s3://$S3_BUCKET/stomb2/victim" >/dev/null ||
+	fail "S3: a leased, tombstoned checkpoint was not put back"
 exec {HOLD[1]}>&-
 wait "$holder" || fail "the S3 reader of stomb2/victim failed"
 holder=
-"$ctl" prune "s3://$S3_BUCKET/stomb2" --keep-last 5 >/dev/null || fail "S3 prune after the lease"
-[ "$(s3keys stomb2 | grep -c '^stomb2/victim/')" = 0 ] || fail "S3: stomb2/victim not finished: $(s3keys stomb2)"
-echo "s3: a reader after the tombstone failed cleanly; a lease from before a crash kept the data"
+"$rmc" remove "s3://$S3_BUCKET/stomb2" victim 0 >/dev/null 2>&1 || fail "S3 removal after the lease"
+[ "$(s3keys stomb2 | grep -c '^stomb2/victim/')" = 0 ] || fail "S3: stomb2/victim not removed: $(s3keys stomb2)"
+echo "s3: a reader after the tombstone failed cleanly; a lease from before a crash kept the checkpoint"
+
+# A crashed removal of a checkpoint pinned meanwhile: the prune that finds
+# its tombstone looks at the pins again and puts the manifest back.
+s3fix spinc
+"$ctl" pin "s3://$S3_BUCKET/spinc" victim >/dev/null || fail "S3 pin (crash case)"
+set +e
+"$rmc" remove "s3://$S3_BUCKET/spinc" victim 2 >/dev/null 2>&1
+set -e
+"$ctl" prune "s3://$S3_BUCKET/spinc" --keep-last 10 >"$tmp/spinc.out" 2>&1 ||
+	fail "S3 prune over a pinned tombstone: $(cat "$tmp/spinc.out")"
+grep -q "is kept: pinned since the plan was made" "$tmp/spinc.out" ||
+	fail "S3 pinned tombstone: $(cat "$tmp/spinc.out")"
+"$ctl" show "s3://$S3_BUCKET/spinc/victim" >/dev/null || fail "S3: the pinned checkpoint was not put back"
+[ "$(s3keys spinc | grep -c '^spinc/victim/')" = 5 ] || fail "S3: the pinned checkpoint lost keys"
+# A tombstone scanned, then replaced by a manifest (put back, or committed
+# again): finishing it with the scanned ETag leaves the checkpoint alone.
+s3fix sre
+set +e
+"$rmc" remove "s3://$S3_BUCKET/sre" victim 2 >/dev/null 2>&1
+set -e
+tetag=$("$py" -c 'import boto3, sys; print(boto3.client("s3").head_object(Bucket=sys.argv[1], Key="sre/victim/manifest.json")["ETag"])' "$S3_BUCKET")
+s3fix sre
+set +e
+out=$("$rmc" remove "s3://$S3_BUCKET/sre" victim 0 "$tetag" 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "not the checkpoint planned" <<<"$out" || fail "S3 finishing a replaced tombstone: $rc: $out"
+[ "$(s3keys sre | grep -c '^sre/victim/')" = 5 ] || fail "S3: a re-committed checkpoint lost keys"
+echo "s3: a crashed removal of a pinned checkpoint is undone; a re-committed one is left alone"
 
 # Leases that hold nothing: ended long ago, too long, from the future,
 # bounds that would overflow, not ours.  The removal goes on and takes them too.
