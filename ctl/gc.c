@@ -257,6 +257,30 @@ struct s3_level {
 	int res;
 };
 
+/* Says and counts what became of S3 entry `child` by a gc step's result
+ * r: 0 kept (young: keep_why), 1 removed (removed_why), -EBADMSG not ours
+ * (err), else failed (err). */
+static void s3_result(struct gc *g, const char *child, int r, int64_t age, const char *keep_why,
+		      const char *removed_why, const char *err)
+{
+	if (r == 0) {
+		say(g, child, "KEEP", keep_why, age);
+		g->young++;
+	} else if (r == 1) {
+		say(g, child, g->dry_run ? "REMOVE" : "REMOVED", removed_why, age);
+		if (g->dry_run)
+			g->would++;
+		else
+			g->removed++;
+	} else if (r == -EBADMSG) {
+		say(g, child, "UNKNOWN", err, -1);
+		g->unknown++;
+	} else {
+		say(g, child, "FAILED", err, -1);
+		g->failed++;
+	}
+}
+
 static int s3_entry(void *ud, const char *name, enum store_entry kind)
 {
 	struct s3_level *L = ud;
@@ -272,25 +296,10 @@ static int s3_entry(void *ud, const char *name, enum store_entry kind)
 		snprintf(dir, sizeof(dir), "%s%s%s", L->root, L->rel[0] ? "/" : "", L->rel);
 		r = store_s3_gc_work(dir, name + sizeof(STORE_WORK_PREFIX) - 1, g->grace_s,
 				     g->dry_run, &age, err, sizeof(err));
-		if (r == 0) {
-			snprintf(why, sizeof(why), "a save's work area, begun %llds ago: within "
-				 "the grace period", (long long)age);
-			say(g, child, "KEEP", why, age);
-			g->young++;
-		} else if (r == 1) {
-			say(g, child, g->dry_run ? "REMOVE" : "REMOVED",
-			    "a dead save's work area (its uploads and tagged shards too)", age);
-			if (g->dry_run)
-				g->would++;
-			else
-				g->removed++;
-		} else if (r == -EBADMSG) {
-			say(g, child, "UNKNOWN", err, -1);
-			g->unknown++;
-		} else {
-			say(g, child, "FAILED", err, -1);
-			g->failed++;
-		}
+		snprintf(why, sizeof(why), "a save's work area, begun %llds ago: within the grace "
+			 "period", (long long)age);
+		s3_result(g, child, r, age, why,
+			  "a dead save's work area (its uploads and tagged shards too)", err);
 		return 0;
 	}
 	if (kind == STORE_ENTRY_FILE && L->rel[0] &&
@@ -300,25 +309,9 @@ static int s3_entry(void *ud, const char *name, enum store_entry kind)
 		 * reader that crashed. */
 		snprintf(dir, sizeof(dir), "%s/%s", L->root, L->rel);
 		r = store_s3_gc_lease(dir, name, g->grace_s, g->dry_run, &age, err, sizeof(err));
-		if (r == 0) {
-			say(g, child, "KEEP", age < 0 ? "a reader's lease, live" :
-			    "a reader's lease under no checkpoint, ended within the grace period",
-			    age);
-			g->young++;
-		} else if (r == 1) {
-			say(g, child, g->dry_run ? "REMOVE" : "REMOVED",
-			    "a dead reader's lease under no checkpoint", age);
-			if (g->dry_run)
-				g->would++;
-			else
-				g->removed++;
-		} else if (r == -EBADMSG) {
-			say(g, child, "UNKNOWN", err, -1);
-			g->unknown++;
-		} else {
-			say(g, child, "FAILED", err, -1);
-			g->failed++;
-		}
+		s3_result(g, child, r, age, age < 0 ? "a reader's lease, live" :
+			  "a reader's lease under no checkpoint, ended within the grace period",
+			  "a dead reader's lease under no checkpoint", err);
 		return 0;
 	}
 	if (kind == STORE_ENTRY_OTHER && L->depth && name[0] != '.') {

@@ -54,6 +54,39 @@ static void warn_ctl(void *ud, const char *msg)
  * the new, never half of one.  Only a committed checkpoint directly in
  * ROOT can be pinned; unpinning what is not pinned is an error.
  */
+/* The pin list `pins` with `name` added (pin) or taken off, as text to
+ * write (malloc'd, *len bytes), or NULL with the reason said (out of
+ * memory, or a list longer than prune reads). */
+static char *pins_text(char **pins, const char *name, bool pin, const char *root,
+		       size_t *len)
+{
+	char *text = NULL;
+	FILE *f = open_memstream(&text, len);
+
+	if (!f) {
+		ctl_err("%s: out of memory", pin ? "pin" : "unpin");
+		return NULL;
+	}
+	fprintf(f, "# checkpoints kept whatever the retention policy (ckptctl pin/unpin)\n");
+	for (size_t i = 0; pins[i]; i++)
+		if (strcmp(pins[i], name))
+			fprintf(f, "%s\n", pins[i]);
+	if (pin)
+		fprintf(f, "%s\n", name);
+	if (fclose(f) != 0) {
+		ctl_err("%s: out of memory", pin ? "pin" : "unpin");
+		return NULL;
+	}
+	if (*len > PRUNE_PINS_MAX) {
+		/* Prune would not read it: every prune of the root would fail. */
+		ctl_err("pin: %s/%s would be over %u bytes, more than prune reads: unpin some first",
+			root, PRUNE_PINS_FILE, PRUNE_PINS_MAX);
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
 /* Whether checkpoint `name` of S3 root `root` (url: the two joined) is
  * committed: 1, 0 not (why in err), or -errno (err). */
 static int s3_committed(const char *url, const char *name, char *err, size_t errlen)
@@ -124,8 +157,6 @@ static int pin_s3(const char *root, const char *name, bool pin, bool json)
 			return CTL_EXIT_ERROR;
 	}
 	for (tries = 0; tries < PIN_S3_TRIES; tries++) {
-		FILE *f;
-
 		prune_pins_free(pins);
 		pins = NULL;
 		text = NULL;
@@ -151,28 +182,9 @@ static int pin_s3(const char *root, const char *name, bool pin, bool json)
 		have = prune_pinned(pins, name);
 		if (have == pin)
 			break; /* nothing to write */
-		f = open_memstream(&text, &len);
-		if (!f) {
-			ctl_err("%s: out of memory", cmd);
+		text = pins_text(pins, name, pin, root, &len);
+		if (!text)
 			goto fail;
-		}
-		fprintf(f, "# checkpoints kept whatever the retention policy (ckptctl pin/unpin)\n");
-		for (size_t i = 0; pins[i]; i++)
-			if (strcmp(pins[i], name))
-				fprintf(f, "%s\n", pins[i]);
-		if (pin)
-			fprintf(f, "%s\n", name);
-		if (fclose(f) != 0) {
-			ctl_err("%s: out of memory", cmd);
-			goto fail;
-		}
-		if (len > PRUNE_PINS_MAX) {
-			/* Prune would not read it: every prune of the root would
-			 * fail. */
-			ctl_err("pin: %s/%s would be over %u bytes, more than prune reads: unpin "
-				"some first", root, PRUNE_PINS_FILE, PRUNE_PINS_MAX);
-			goto fail;
-		}
 		r = store_s3_put_if(root, PRUNE_PINS_FILE, text, etag, err, sizeof(err));
 		free(text);
 		text = NULL;
@@ -237,7 +249,6 @@ int ctl_pin(const char *root, const char *name, bool pin, bool json)
 	bool have = false;
 	size_t len = 0;
 	int rootfd, r, ret = CTL_EXIT_ERROR;
-	FILE *f;
 
 	if (!name_checkpoint_ok(name, err, sizeof(err))) {
 		ctl_err("%s: %s", pin ? "pin" : "unpin", err);
@@ -289,26 +300,9 @@ int ctl_pin(const char *root, const char *name, bool pin, bool json)
 	}
 	/* The whole list, written through a temporary name and renamed over
 	 * the old (fs_write_file_at), then the root synced for the rename. */
-	f = open_memstream(&text, &len);
-	if (!f) {
-		ctl_err("%s: out of memory", pin ? "pin" : "unpin");
+	text = pins_text(pins, name, pin, root, &len);
+	if (!text)
 		goto out;
-	}
-	fprintf(f, "# checkpoints kept whatever the retention policy (ckptctl pin/unpin)\n");
-	for (size_t i = 0; pins[i]; i++)
-		if (strcmp(pins[i], name))
-			fprintf(f, "%s\n", pins[i]);
-	if (pin)
-		fprintf(f, "%s\n", name);
-	if (fclose(f) != 0) {
-		ctl_err("%s: out of memory", pin ? "pin" : "unpin");
-		goto out;
-	}
-	if (len > PRUNE_PINS_MAX) {
-		ctl_err("pin: %s/%s would be over %u bytes, more than prune reads: unpin some first",
-			root, PINS_FILE, PRUNE_PINS_MAX);
-		goto out;
-	}
 	r = fs_write_file_at(rootfd, PINS_FILE, text, len, FS_ATOMIC);
 	if (r == 0 && fsync(rootfd) < 0)
 		r = -errno;

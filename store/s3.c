@@ -149,6 +149,35 @@ static int key_of(const struct s3_loc *loc, const char *rel, char *buf, size_t l
 	return r;
 }
 
+/* The bucket and key of `file` under url (s3://bucket/prefix), with the
+ * client checked: 0 or -errno (err). */
+static int url_key(const char *url, const char *file, struct s3_loc *loc, char key[S3_KEY_MAX + 1],
+		   char *err, size_t errlen)
+{
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(url, loc, err, errlen);
+	return r < 0 ? r : key_of(loc, file, key, S3_KEY_MAX + 1, err, errlen);
+}
+
+/* A checkpoint's location (s3://bucket/prefix/name, never a bucket
+ * alone), with the client checked: 0 or -errno (err). */
+static int ckpt_loc(const char *ckpt, struct s3_loc *loc, char *err, size_t errlen)
+{
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(ckpt, loc, err, errlen);
+	if (r == 0 && !loc->prefix[0]) {
+		snprintf(err, errlen, "'%s' names a bucket, not a checkpoint", ckpt);
+		r = -EINVAL;
+	}
+	return r;
+}
+
 static int put_text(const char *bucket, const char *key, const char *text, bool exclusive,
 		    char *err, size_t errlen)
 {
@@ -1629,15 +1658,9 @@ int store_s3_lease_take(const char *ckpt, struct store_s3_lease *l, char *err, s
 	int r, n;
 
 	atomic_store(&l->renew_at, 0);
-	if (!g_s3)
-		return no_client(err, errlen);
-	r = s3_url_parse(ckpt, &loc, err, errlen);
+	r = ckpt_loc(ckpt, &loc, err, errlen);
 	if (r < 0)
 		return r;
-	if (!loc.prefix[0]) {
-		snprintf(err, errlen, "'%s' names a bucket, not a checkpoint", ckpt);
-		return -EINVAL;
-	}
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
 		snprintf(err, errlen, "no random bytes for the lease's name");
 		return -EIO;
@@ -1717,11 +1740,7 @@ int store_s3_gc_lease(const char *dir, const char *name, int64_t grace_s, bool d
 	int r;
 
 	*ret_age_s = -1;
-	if (!g_s3)
-		return no_client(err, errlen);
-	r = s3_url_parse(dir, &loc, err, errlen);
-	if (r == 0)
-		r = key_of(&loc, name, key, sizeof(key), err, errlen);
+	r = url_key(dir, name, &loc, key, err, errlen);
 	if (r < 0)
 		return r;
 	r = get_text(loc.bucket, key, 4096, &text, &len, err, errlen);
@@ -1958,15 +1977,9 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	size_t len = 0;
 	int r;
 
-	if (!g_s3)
-		return no_client(err, errlen);
-	r = s3_url_parse(ckpt, &loc, err, errlen);
+	r = ckpt_loc(ckpt, &loc, err, errlen);
 	if (r < 0)
 		return r;
-	if (!loc.prefix[0]) {
-		snprintf(err, errlen, "'%s' names a bucket, not a checkpoint", ckpt);
-		return -EINVAL;
-	}
 	r = key_of(&loc, MANIFEST_FILE, man, sizeof(man), err, errlen);
 	if (r < 0)
 		return r;
@@ -2155,11 +2168,7 @@ int store_s3_read_range_err(const char *ckpt, const char *file, uint64_t off, ui
 	char key[S3_KEY_MAX + 1];
 	int r;
 
-	if (!g_s3)
-		return no_client(err, errlen);
-	r = s3_url_parse(ckpt, &loc, err, errlen);
-	if (r == 0)
-		r = key_of(&loc, file, key, sizeof(key), err, errlen);
+	r = url_key(ckpt, file, &loc, key, err, errlen);
 	if (r < 0)
 		return r;
 	if (len == 0)
@@ -2195,11 +2204,7 @@ int store_s3_put_if(const char *url, const char *file, const char *text, const c
 	char key[S3_KEY_MAX + 1];
 	int r;
 
-	if (!g_s3)
-		return no_client(err, errlen);
-	r = s3_url_parse(url, &loc, err, errlen);
-	if (r == 0)
-		r = key_of(&loc, file, key, sizeof(key), err, errlen);
+	r = url_key(url, file, &loc, key, err, errlen);
 	if (r < 0)
 		return r;
 	if (match && match[0])
@@ -2221,11 +2226,7 @@ int store_s3_get_etag(const char *ckpt, const char *file, size_t max, char **ret
 	char key[S3_KEY_MAX + 1];
 	int r;
 
-	if (!g_s3)
-		return no_client(err, errlen);
-	r = s3_url_parse(ckpt, &loc, err, errlen);
-	if (r == 0)
-		r = key_of(&loc, file, key, sizeof(key), err, errlen);
+	r = url_key(ckpt, file, &loc, key, err, errlen);
 	return r < 0 ? r : get_text_etag(loc.bucket, key, max, ret, ret_len, etag,
 					 etag ? STORE_ETAG_LEN : 0, err, errlen);
 }
