@@ -116,6 +116,7 @@ int ckpt_reader_open(const char *path, struct ckpt_reader **ret_reader)
 			/* A tombstone, with our lease put: a removal that saw
 			 * the lease puts the manifest back at once. */
 			if (r < 0 || !rd->lease || !store_is_tombstone(text, text_len) ||
+			    store_tombstone_deleting(text, text_len) ||
 			    waited >= READER_TOMB_WAIT_MS)
 				break;
 			free(text);

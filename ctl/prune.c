@@ -411,6 +411,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 			act = "in_use";
 		else if (c->res == -ESTALE || c->res == -ECANCELED)
 			act = "changed"; /* since the plan: kept */
+		else if (c->res == -EINPROGRESS)
+			act = "taken"; /* by another removal */
 		else
 			act = "failed";
 		if (json) {
@@ -456,6 +458,7 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 			json_object_set_new(sum, "in_use", json_integer((json_int_t)pr.busy));
 			json_object_set_new(sum, "kept_since_plan",
 					    json_integer((json_int_t)pr.kept_late));
+			json_object_set_new(sum, "taken", json_integer((json_int_t)pr.taken));
 			json_object_set_new(sum, "failed", json_integer((json_int_t)pr.failed));
 			json_object_set_new(sum, "finished_earlier", json_integer(pr.finished));
 		}
@@ -470,6 +473,8 @@ int ctl_prune(const char *root, const struct ret_policy *p, bool force, bool dry
 			printf(", %zu kept because in use", pr.busy);
 		if (pr.kept_late)
 			printf(", %zu kept as pinned or changed since the plan", pr.kept_late);
+		if (pr.taken)
+			printf(", %zu left to another removal", pr.taken);
 		if (pr.failed)
 			printf(", %zu failed", pr.failed);
 		if (pr.finished)

@@ -587,7 +587,11 @@ static void remove_planned(struct scan *S)
 			continue;
 		}
 		c->why = strdup(res[i].err);
-		if (res[i].in_use)
+		if (S->rootfd < 0 && (c->res == -EINPROGRESS || c->res == -ENOENT)) {
+			/* Another removal has it, or is done with it. */
+			c->res = -EINPROGRESS;
+			pr->taken++;
+		} else if (res[i].in_use)
 			pr->busy++; /* kept, and rightly so */
 		else if (c->keep || c->res == -ESTALE || c->res == -ECANCELED)
 			pr->kept_late++; /* pinned or changed since the plan, or not reached */
@@ -622,7 +626,7 @@ int prune_run(struct prune_run *pr)
 
 	pr->v = NULL;
 	pr->n = pr->skipped = pr->others = pr->planned = pr->removed = pr->busy = pr->failed = 0;
-	pr->kept_late = 0;
+	pr->kept_late = pr->taken = 0;
 	pr->finished = 0;
 	pr->plan_res = 0;
 	pr->err[0] = '\0';
@@ -685,8 +689,8 @@ int prune_run(struct prune_run *pr)
 			warn(pr, "'%s', whose removal was cut short, is kept: %s", url, err);
 			continue;
 		}
-		if (r == -ESTALE || r == -ENOENT)
-			continue; /* changed or gone since the scan: not ours now */
+		if (r == -ESTALE || r == -ENOENT || r == -EINPROGRESS)
+			continue; /* changed, gone or taken since the scan: not ours now */
 		if (r < 0) {
 			/* Reported; the rest of the root is pruned all the same. */
 			warn(pr, "finishing the removal of '%s': %s", url, err);

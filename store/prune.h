@@ -35,7 +35,9 @@ struct prune_item {
 	uint64_t dev, ino;    /* the directory as scanned (local) */
 	char etag[132];       /* its manifest's ETag as scanned (S3) */
 	uint32_t keep;        /* the plan's reasons; 0: removed */
-	int res;              /* the removal: 0 removed, -EBUSY in use, ... */
+	int res;              /* the removal: 0 removed, -EBUSY in use, -ESTALE
+			       * changed since the plan, -EINPROGRESS another
+			       * removal's (S3), ... */
 	char *why;            /* the removal's error, or NULL */
 };
 
@@ -75,6 +77,8 @@ struct prune_run {
 	size_t removed, busy, failed;  /* busy: kept in use (a reader's lease) */
 	size_t kept_late;              /* kept though planned: pinned or changed
 					* since the plan, or not reached (cancel) */
+	size_t taken;                  /* S3: another removal has it, or has
+					* removed it (item res -EINPROGRESS) */
 	int plan_res;                  /* 0, or -EPERM: refused (err) */
 	char err[1024];
 };

@@ -49,6 +49,22 @@ bool store_is_tombstone(const char *text, size_t len)
 	return yes;
 }
 
+bool store_tombstone_deleting(const char *text, size_t len)
+{
+	json_t *j;
+	const char *phase;
+	bool yes;
+
+	if (!store_is_tombstone(text, len))
+		return false;
+	j = json_loadb(text, len, 0, NULL);
+	phase = json_string_value(json_object_get(json_object_get(j, STORE_TOMBSTONE_KEY),
+						  "phase"));
+	yes = phase && !strcmp(phase, STORE_TOMBSTONE_DELETING);
+	json_decref(j);
+	return yes;
+}
+
 static void sleep_ms(unsigned ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };

@@ -12,14 +12,17 @@
  *          then remove the rest and the directory.  Listings never take a
  *          trash directory for a checkpoint, and store_local_trash_sweep()
  *          (run by every prune) finishes what a crash cut short.
- *   S3     overwrite manifest.json with a tombstone (a small JSON object
- *          that no reader takes for a manifest, with a nonce of its own),
- *          only over the ETag just read; delete every other key of the
- *          checkpoint with DeleteObjects over paginated listings, and
+ *   S3     overwrite manifest.json with a tombstone (a JSON object that
+ *          no reader takes for a manifest, with a nonce of its own and a
+ *          copy of the manifest: phase "deciding"), only over the ETag
+ *          just read; look at leases (and the caller's recheck) and either
+ *          put the manifest back or, having decided, rewrite the tombstone
+ *          as phase "deleting" (no copy), again only over our own; delete
+ *          every other key with DeleteObjects over paginated listings; and
  *          delete the tombstone last (If-Match on its ETag).  A removal
- *          that finds a tombstone takes it over the same way, so of two
- *          at once only the later goes on; a prune that finds one
- *          finishes the removal.
+ *          that finds a deciding tombstone takes it over the same way and
+ *          decides again (so of two at once only the later decides); one
+ *          that finds a deleting tombstone only finishes the deletion.
  *
  * Leases keep a checkpoint that is being read (client/reader.c):
  *
@@ -63,6 +66,12 @@ bool store_is_trash_name(const char *name);
 
 /* True if text (len bytes) is a tombstone that stands in for a manifest. */
 bool store_is_tombstone(const char *text, size_t len);
+
+/* The phase of a tombstone whose removal has decided to delete: no
+ * manifest will come back. */
+#define STORE_TOMBSTONE_DELETING "deleting"
+/* True if text is a tombstone in that phase. */
+bool store_tombstone_deleting(const char *text, size_t len);
 
 /* A reader's lease on the checkpoint directory open at dirfd: a shared
  * lock, waited for up to timeout_ms (a removal holds it exclusively for a

@@ -1869,13 +1869,23 @@ static int leases_held(const char *bucket, const char *pre, const struct keyset 
 
 /* ---- removal (remove.h) ------------------------------------------------------------- */
 
-/* A tombstone for ckpt with a fresh nonce (written to nonce[33]): each
- * removal's is its own, so its ETag is too.  It carries the manifest it
- * stands in for (man, len bytes; NULL: none known), so that whichever
- * removal ends up deciding to keep the checkpoint can put it back.
- * malloc'd, or NULL. */
+/* How much of a manifest a tombstone carries a copy of, and how much of
+ * either a removal reads. */
+#define TOMB_COPY_MAX (16u << 20)
+#define RM_READ_MAX   (1u << 30)
+
+/*
+ * A tombstone for ckpt with a fresh nonce (written to nonce[33]): each
+ * removal's is its own, so its ETag is too.  Phase "deciding" carries the
+ * manifest it stands in for (man, len bytes; NULL or too big: none), so
+ * that whichever removal ends up deciding to keep the checkpoint can put
+ * it back; phase "deleting" (STORE_TOMBSTONE_DELETING) carries none:
+ * written once a removal has decided, before any data goes, so that no
+ * removal that comes later puts back a manifest over data being deleted.
+ * malloc'd, or NULL.
+ */
 static char *tombstone_text(const char *ckpt, const char *by, const char *man, size_t len,
-			    char nonce[33])
+			    bool deleting, char nonce[33])
 {
 	unsigned char rnd[16];
 	json_t *t, *o;
@@ -1885,11 +1895,12 @@ static char *tombstone_text(const char *ckpt, const char *by, const char *man, s
 		return NULL;
 	for (int i = 0; i < 16; i++)
 		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
-	t = json_pack("{s:{s:s, s:s, s:I, s:s}}", STORE_TOMBSTONE_KEY, "checkpoint", ckpt, "by",
-		      by ? by : "ckptd", "time", (json_int_t)time(NULL), "nonce", nonce);
+	t = json_pack("{s:{s:s, s:s, s:I, s:s, s:s}}", STORE_TOMBSTONE_KEY, "checkpoint", ckpt,
+		      "by", by ? by : "ckptd", "time", (json_int_t)time(NULL), "nonce", nonce,
+		      "phase", deleting ? STORE_TOMBSTONE_DELETING : "deciding");
 	o = json_object_get(t, STORE_TOMBSTONE_KEY);
 	/* (A manifest that is not UTF-8 cannot be carried: then none is.) */
-	if (o && man)
+	if (o && man && !deleting && len <= TOMB_COPY_MAX)
 		json_object_set_new(o, "manifest", json_stringn(man, len));
 	js = t ? json_dumps(t, JSON_COMPACT) : NULL;
 	json_decref(t);
@@ -1984,7 +1995,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	if (r < 0)
 		return r;
 	snprintf(pre, sizeof(pre), "%s/", loc.prefix);
-	r = get_text_etag(loc.bucket, man, 64u << 20, &text, &len, etag, sizeof(etag), err,
+	r = get_text_etag(loc.bucket, man, RM_READ_MAX, &text, &len, etag, sizeof(etag), err,
 			  errlen);
 	if (r == -ENOENT) {
 		snprintf(err, errlen, "%s has no %s: not a committed checkpoint", ckpt,
@@ -2001,11 +2012,24 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		snprintf(err, errlen, "%s", found_tomb ?
 			 "another removal has it since the plan (left to it)" :
 			 "not the checkpoint planned: its manifest changed since (kept)");
-		return -ESTALE;
+		return found_tomb ? -EINPROGRESS : -ESTALE;
+	}
+	if (found_tomb && store_tombstone_deleting(text, len)) {
+		/* Decided already: only the deleting is left to finish. */
+		free(text);
+		snprintf(tomb_etag, sizeof(tomb_etag), "%s", etag);
+		r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
+		if (r == -ENOMEM)
+			snprintf(err, errlen, "out of memory");
+		if (r < 0) {
+			keyset_free(&ks);
+			return r;
+		}
+		goto delete;
 	}
 	if (found_tomb) {
-		/* One cut short, or another removal's the caller saw: taken
-		 * over, with the manifest it carries. */
+		/* One cut short, or another removal's the caller saw, still
+		 * deciding: taken over, with the manifest it carries. */
 		char *m;
 		size_t mlen;
 
@@ -2018,7 +2042,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 			return r;
 		}
 	}
-	js = tombstone_text(ckpt, by, text, len, nonce);
+	js = tombstone_text(ckpt, by, text, len, false, nonce);
 	if (!js) {
 		free(text);
 		snprintf(err, errlen, "out of memory");
@@ -2029,10 +2053,8 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	 * what was just read (If-Match): a manifest written meanwhile stays,
 	 * and a tombstone found is taken over, so that of two removals at
 	 * once only the later tombstone's owner decides; the other's putting
-	 * back the manifest (If-Match on its own tombstone) then fails, and
-	 * the data cannot come back as a checkpoint while they go.  Each
-	 * tombstone carries the manifest, so the one that decides can put it
-	 * back.
+	 * back the manifest, or its deciding to delete, both only over its
+	 * own tombstone, then fail.
 	 */
 	rm_step("tombstone");
 	r = put_text_if(loc.bucket, man, js, etag[0] ? etag : NULL, tomb_etag, err, errlen);
@@ -2044,7 +2066,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		snprintf(err, errlen, "%s", found_tomb ?
 			 "another removal took it over meanwhile (left to it)" :
 			 "not the checkpoint planned: its manifest changed under the removal (kept)");
-		return -ESTALE;
+		return found_tomb ? -EINPROGRESS : -ESTALE;
 	}
 	if (r < 0) {
 		free(text);
@@ -2088,15 +2110,50 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 				 "", who, r == 1 ? ")" : "");
 			return r < 0 ? r : -EBUSY;
 		}
+		if (put == -ESTALE) {
+			/* The later removal decides, seeing the same lease or
+			 * pin, with the copy its tombstone carries. */
+			snprintf(err, errlen, "%s%s%s, but another removal took it over (left to it)",
+				 r == 1 ? "in use (a reader holds a lease: " : "", who,
+				 r == 1 ? ")" : "");
+			return -EINPROGRESS;
+		}
 		/* Not put back: reported as a failure, never as kept. */
 		snprintf(err, errlen, "%s%s%s, but its manifest could not be put back (%.120s): "
 			 "while it looks removed, a later prune decides again",
 			 r == 1 ? "in use (a reader holds a lease: " : "", who, r == 1 ? ")" : "",
-			 put == -ENOENT ? "its tombstone carries no copy" :
-			 put == -ESTALE ? "another removal took it over" : e);
+			 put == -ENOENT ? "its tombstone carries no copy" : e);
 		return r < 0 ? r : -EIO;
 	}
 	free(text);
+	/* Decided: said in the tombstone, only over our own, before anything
+	 * goes.  A removal that took it over since decides instead. */
+	js = tombstone_text(ckpt, by, NULL, 0, true, nonce);
+	if (!js) {
+		keyset_free(&ks);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rm_step("deleting");
+	{
+		char was[STORE_ETAG_LEN];
+
+		snprintf(was, sizeof(was), "%s", tomb_etag);
+		r = put_text_if(loc.bucket, man, js, was[0] ? was : NULL, tomb_etag, err, errlen);
+	}
+	free(js);
+	if (r == -ESTALE && tombstone_ours(loc.bucket, man, nonce, tomb_etag))
+		r = 0;
+	if (r < 0) {
+		keyset_free(&ks);
+		if (r == -ESTALE) {
+			snprintf(err, errlen, "another removal took it over before the deletion (left "
+				 "to it)");
+			return -EINPROGRESS;
+		}
+		return r; /* our tombstone stays: a later removal decides again */
+	}
+delete:
 	batch = calloc(RM_DELETE_MAX, sizeof(*batch));
 	if (!batch)
 		r = -ENOMEM;

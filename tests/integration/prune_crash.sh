@@ -233,6 +233,18 @@ while :; do
 				fail "S3 step $k: victim shows as committed but is torn: $keys"
 		fi
 	fi
+	# A reader now either opens a whole checkpoint or fails cleanly.
+	set +e
+	hold_out=$("$rmc" hold "s3://$S3_BUCKET/$pre/victim" </dev/null 2>&1)
+	hold_rc=$?
+	set -e
+	if [ $hold_rc = 0 ]; then
+		[ "$(s3keys $pre | grep -c "^$pre/victim/")" -ge 5 ] ||
+			fail "S3 step $k: a reader opened a torn victim: $(s3keys $pre)"
+	else
+		grep -q "being removed\|not a committed checkpoint" <<<"$hold_out" ||
+			fail "S3 step $k: the reader failed unclearly: $hold_out"
+	fi
 	if [ $k = 2 ]; then
 		# (crashed after the tombstone: listed as a removal under way)
 		"$ctl" list "s3://$S3_BUCKET/$pre" --json >"$tmp/s3list.json" || fail "S3 list"
@@ -441,9 +453,11 @@ holder=
 echo "s3: a renewal rewrites an ended lease as live; the drop deletes it"
 
 # Two removals at once, and a reader between them: the later tombstone
-# takes the earlier one over, so the first removal, seeing the reader's
-# lease, cannot put the manifest back over data the second one deletes;
-# the reader fails cleanly instead of opening a checkpoint going away.
+# takes the earlier one over, so only the later decides.  The earlier,
+# seeing the reader's lease, cannot put the manifest back (the later's
+# tombstone is there); the later, if it sees the lease, puts it back from
+# the copy its tombstone carries, else deletes.  Whichever happens, a
+# reader that opened has a whole checkpoint, or it failed cleanly.
 said() { # FILE TEXT: waits (bounded) until FILE holds TEXT
 	local i
 	for i in $(seq 1 300); do
@@ -459,11 +473,11 @@ apid=$!
 bg="$bg $apid"
 exec {afd}>"$tmp/a.in"
 said "$tmp/a.out" "paused leases"
-RM_CRASH_PAUSE=delete-batch "$rmc" remove "s3://$S3_BUCKET/stwo" victim 0 <"$tmp/b.in" >"$tmp/b.out" 2>&1 &
+RM_CRASH_PAUSE=leases "$rmc" remove "s3://$S3_BUCKET/stwo" victim 0 <"$tmp/b.in" >"$tmp/b.out" 2>&1 &
 bpid=$!
 bg="$bg $bpid"
 exec {bfd}>"$tmp/b.in"
-said "$tmp/b.out" "paused delete-batch"
+said "$tmp/b.out" "paused leases"
 "$rmc" hold "s3://$S3_BUCKET/stwo/victim" </dev/null >"$tmp/r.out" 2>&1 &
 rpid=$!
 bg="$bg $rpid"
@@ -476,19 +490,57 @@ echo go >&$afd
 set +e
 wait $apid
 arc=$?
-wait $rpid
-rrc=$?
 set -e
 [ $arc = 1 ] && grep -q "another removal took it over" "$tmp/a.out" ||
 	fail "the first of two removals: exit $arc: $(cat "$tmp/a.out")"
-[ $rrc = 1 ] && grep -q "being removed" "$tmp/r.out" ||
-	fail "the reader between two removals: exit $rrc: $(cat "$tmp/r.out")"
 echo go >&$bfd
-wait $bpid || fail "the second of two removals: $(cat "$tmp/b.out")"
+set +e
+wait $bpid
+brc=$?
+wait $rpid
+rrc=$?
+set -e
 exec {afd}>&- {bfd}>&-
 bg=
-[ "$(s3keys stwo | grep -c '^stwo/victim/')" = 0 ] || fail "two removals left: $(s3keys stwo)"
-echo "s3: of two removals at once the later took over; the reader between them failed cleanly"
+n=$(s3keys stwo | grep '^stwo/victim/' | grep -vc '\.ckpt-lease-' || true)
+if [ $brc = 1 ]; then
+	# (the later saw the lease: kept, manifest back from the copy)
+	grep -q "in use (a reader holds a lease" "$tmp/b.out" || fail "the later removal: $(cat "$tmp/b.out")"
+	[ "$n" = 5 ] && "$ctl" show "s3://$S3_BUCKET/stwo/victim" >/dev/null ||
+		fail "kept by the later removal but not whole: $(s3keys stwo)"
+else
+	[ $brc = 0 ] || fail "the later removal: exit $brc: $(cat "$tmp/b.out")"
+	[ "$n" = 0 ] || fail "two removals left: $(s3keys stwo)"
+	[ $rrc = 1 ] && grep -q "being removed\|not a committed checkpoint" "$tmp/r.out" ||
+		fail "the reader of a removed checkpoint: exit $rrc: $(cat "$tmp/r.out")"
+fi
+[ $rrc = 0 ] || [ $rrc = 1 ] || fail "the reader between two removals: exit $rrc: $(cat "$tmp/r.out")"
+echo "s3: of two removals at once the later decided; the reader between them got a whole checkpoint or none"
+
+# The other order: a removal that has decided (its tombstone says
+# "deleting") is finished by a prune beside it, never undone: a reader
+# that comes meanwhile fails at once, and nothing is put back.
+s3fix stwo2
+RM_CRASH_PAUSE=delete-batch "$rmc" remove "s3://$S3_BUCKET/stwo2" victim 0 <"$tmp/a.in" >"$tmp/a2.out" 2>&1 &
+apid=$!
+bg="$bg $apid"
+exec {afd}>"$tmp/a.in"
+said "$tmp/a2.out" "paused delete-batch"
+set +e
+out=$("$rmc" hold "s3://$S3_BUCKET/stwo2/victim" </dev/null 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "being removed" <<<"$out" || fail "a reader of a deciding removal: $rc: $out"
+"$ctl" prune "s3://$S3_BUCKET/stwo2" --keep-last 5 >"$tmp/stwo2.out" 2>&1 ||
+	fail "S3 prune beside a deciding removal: $(cat "$tmp/stwo2.out")"
+[ "$(s3keys stwo2 | grep -c '^stwo2/victim/')" = 0 ] ||
+	fail "S3: the prune beside a decided removal left: $(s3keys stwo2)"
+echo go >&$afd
+wait $apid || fail "the decided removal: $(cat "$tmp/a2.out")"
+exec {afd}>&-
+bg=
+[ "$(s3keys stwo2 | grep -c '^stwo2/victim/')" = 0 ] || fail "S3: stwo2 left: $(s3keys stwo2)"
+echo "s3: a decided removal is finished by a prune beside it, never undone; its reader failed at once"
 
 # ---- S3: pins ----
 s3fix spin
