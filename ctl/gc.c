@@ -303,7 +303,7 @@ static int s3_entry(void *ud, const char *name, enum store_entry kind)
 		return 0;
 	}
 	if (kind == STORE_ENTRY_FILE && L->rel[0] &&
-	    !strncmp(name, STORE_S3_LEASE_PREFIX, sizeof(STORE_S3_LEASE_PREFIX) - 1)) {
+	    store_is_lease_name(name)) {
 		/* A reader's lease in a prefix that holds no checkpoint (a
 		 * checkpoint's own prefix is not walked into): left by a
 		 * reader that crashed. */

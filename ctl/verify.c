@@ -719,7 +719,7 @@ static void unlisted(struct lister *L, const char *name, bool dir)
 	if (!dir && bookkeeping_name(name, L->v->m.world))
 		return;
 	if (!dir && L->v->s3 &&
-	    !strncmp(name, STORE_S3_LEASE_PREFIX, sizeof(STORE_S3_LEASE_PREFIX) - 1))
+	    store_is_lease_name(name))
 		return; /* a reader's lease (store/remove.h) */
 	finding(L->v, SEV_WARNING, "unlisted", name, NULL, "%s that the manifest does not name",
 		dir ? "a directory" : "a file");

@@ -34,6 +34,11 @@ bool store_is_trash_name(const char *name)
 	return !strncmp(name, STORE_TRASH_PREFIX, sizeof(STORE_TRASH_PREFIX) - 1);
 }
 
+bool store_is_lease_name(const char *name)
+{
+	return !strncmp(name, STORE_S3_LEASE_PREFIX, sizeof(STORE_S3_LEASE_PREFIX) - 1);
+}
+
 bool store_is_tombstone(const char *text, size_t len)
 {
 	json_t *j;

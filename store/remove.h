@@ -146,6 +146,9 @@ long store_local_trash_sweep(int rootfd, uid_t owner, void (*warn)(void *ud, con
 #define STORE_S3_LEASE_MAX_S 3600    /* a longer one is not ours: ignored */
 #define STORE_S3_LEASE_SKEW_S 300    /* the clocks' disagreement allowed for */
 #define STORE_S3_LEASE_SCAN_MAX 256  /* more leases than this: taken as held */
+/* True for the name of an S3 lease object (relative to its checkpoint). */
+bool store_is_lease_name(const char *name);
+
 struct store_s3_lease {
 	char bucket[64];
 	char key[1025];

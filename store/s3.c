@@ -1816,14 +1816,14 @@ struct lease_scan {
 	char who[160], err[256];
 };
 
-static int lease_one(void *ud, const char *name, bool is_prefix)
+/* Reads lease `name` (under s->under): 1 if it holds (or there are too
+ * many to read, or it could not be read: s->res), 0 if not. */
+static int lease_one(struct lease_scan *s, const char *name)
 {
-	struct lease_scan *s = ud;
 	char key[S3_KEY_MAX + 1], *text = NULL;
 	size_t len = 0;
 	int r;
 
-	(void)is_prefix;
 	if (++s->seen > STORE_S3_LEASE_SCAN_MAX) {
 		snprintf(s->who, sizeof(s->who), "more than %u leases: not read", STORE_S3_LEASE_SCAN_MAX);
 		return 1;
@@ -1856,8 +1856,8 @@ static int leases_held(const char *bucket, const char *pre, const struct keyset 
 	int r = 0;
 
 	for (size_t i = 0; r == 0 && i < ks->n; i++)
-		if (!strncmp(ks->v[i], STORE_S3_LEASE_PREFIX, sizeof(STORE_S3_LEASE_PREFIX) - 1))
-			r = lease_one(&s, ks->v[i], false);
+		if (store_is_lease_name(ks->v[i]))
+			r = lease_one(&s, ks->v[i]);
 	if (r == 1 && s.res) {
 		snprintf(err, errlen, "reading a lease: %s", s.err);
 		return s.res;
@@ -2191,15 +2191,13 @@ delete:
 
 		r = s3_list_n(loc.bucket, pre, false, keyset_add, &left, &odd, err, errlen);
 		for (size_t i = 0; r == 0 && i < left.n; i++)
-			if (!strncmp(left.v[i], STORE_S3_LEASE_PREFIX,
-				     strlen(STORE_S3_LEASE_PREFIX)))
+			if (store_is_lease_name(left.v[i]))
 				leases++;
 		if (r == 0 && (left.n > leases || odd)) {
 			const char *eg = "";
 
 			for (size_t i = 0; i < left.n && !eg[0]; i++)
-				if (strncmp(left.v[i], STORE_S3_LEASE_PREFIX,
-					    strlen(STORE_S3_LEASE_PREFIX)))
+				if (!store_is_lease_name(left.v[i]))
 					eg = left.v[i];
 			snprintf(err, errlen, "%zu key%s under %s could not be deleted%s%.200s%s: its "
 				 "tombstone stays", left.n - leases + odd,
