@@ -1604,6 +1604,13 @@ _Static_assert(sizeof(((struct store_s3_lease *)0)->bucket) == S3_BUCKET_MAX + 1
 _Static_assert(sizeof(((struct store_s3_lease *)0)->key) == S3_KEY_MAX + 1, "key");
 
 /* The body of a lease taken at `now`: {"ckpt_lease":{...}}. */
+/* A character of a host name shown as it is (to operators, in errors). */
+static bool lease_plain(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '.' || c == '_';
+}
+
 static char *lease_body(int64_t now)
 {
 	char host[65] = "";
@@ -1614,8 +1621,7 @@ static char *lease_body(int64_t now)
 	if (gethostname(host, sizeof(host) - 1) < 0)
 		host[0] = '\0';
 	for (char *c = host; *c; c++)
-		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
+		if (!lease_plain(*c))
 			*c = '_';
 	j = json_pack("{s:{s:I, s:I, s:i, s:s}}", STORE_S3_LEASE_KEY, "taken", (json_int_t)now,
 		      "expires", (json_int_t)(now + STORE_S3_LEASE_TTL_S), "pid", (int)getpid(),
@@ -1710,9 +1716,12 @@ void store_s3_lease_drop(struct store_s3_lease *l)
 		(void)del_key(l->bucket, l->key, e, sizeof(e));
 }
 
-/* A lease body's times if it is one of ours within bounds that no
- * arithmetic below can overflow: true, or false (not ours). */
-static bool lease_times(const char *text, size_t len, int64_t *taken, int64_t *expires)
+/* A lease body's times if it is one of ours: within bounds that no
+ * arithmetic can overflow, ending after it began, for at most
+ * STORE_S3_LEASE_MAX_S, and begun no later than now (give or take the
+ * clocks' skew).  true, or false (not ours). */
+static bool lease_times(const char *text, size_t len, int64_t now, int64_t *taken,
+			int64_t *expires)
 {
 	json_t *j = json_loadb(text, len, 0, NULL);
 	json_t *o = j ? json_object_get(j, STORE_S3_LEASE_KEY) : NULL;
@@ -1723,7 +1732,9 @@ static bool lease_times(const char *text, size_t len, int64_t *taken, int64_t *e
 		*taken = json_integer_value(t);
 		*expires = json_integer_value(e);
 		ok = *taken >= 0 && *taken < ((int64_t)1 << 40) && *expires >= 0 &&
-		     *expires < ((int64_t)1 << 40);
+		     *expires < ((int64_t)1 << 40) && *expires >= *taken &&
+		     *expires - *taken <= STORE_S3_LEASE_MAX_S &&
+		     *taken <= now + STORE_S3_LEASE_SKEW_S;
 	}
 	json_decref(j);
 	return ok;
@@ -1752,10 +1763,9 @@ int store_s3_gc_lease(const char *dir, const char *name, int64_t grace_s, bool d
 	}
 	if (r < 0)
 		return r;
-	ours = lease_times(text, len, &taken, &expires);
+	ours = lease_times(text, len, now, &taken, &expires);
 	free(text);
-	if (!ours || expires < taken || expires - taken > STORE_S3_LEASE_MAX_S ||
-	    taken > now + STORE_S3_LEASE_SKEW_S) {
+	if (!ours) {
 		snprintf(err, errlen, "not a lease of ours (its body is not one ckptd writes)");
 		return -EBADMSG;
 	}
@@ -1784,8 +1794,7 @@ static bool lease_live(const char *text, size_t len, int64_t now, char *who, siz
 	char when[32] = "?";
 	struct tm tm;
 
-	if (!lease_times(text, len, &taken, &expires) || taken > now + STORE_S3_LEASE_SKEW_S ||
-	    expires < taken || expires - taken > STORE_S3_LEASE_MAX_S ||
+	if (!lease_times(text, len, now, &taken, &expires) ||
 	    expires < now - STORE_S3_LEASE_SKEW_S)
 		return false;
 	/* Who holds it, for the operator: a host that is not plain is not
@@ -1794,8 +1803,7 @@ static bool lease_live(const char *text, size_t len, int64_t now, char *who, siz
 	o = json_object_get(j, STORE_S3_LEASE_KEY);
 	host = json_string_value(json_object_get(o, "host"));
 	for (const char *c = host; c && *c; c++)
-		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '.' || *c == '_'))
+		if (!lease_plain(*c))
 			host = NULL;
 	until = (time_t)expires;
 	if (gmtime_r(&until, &tm))
