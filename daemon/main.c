@@ -33,6 +33,7 @@
 #include "daemon/save.h"
 #include "daemon/server.h"
 #include "daemon/share.h"
+#include "daemon/testgate.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
 #include "store/store_route.h"
@@ -652,6 +653,7 @@ int main(int argc, char **argv)
 	list_init(&srv.dead_pools);
 	list_init(&srv.s3_conns);
 	srv.start_ms = now_ms();
+	testgate_init();
 	r = setup(&srv);
 	if (r < 0) {
 		log_err("start-up failed: %s", strerror(-r));

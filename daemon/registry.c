@@ -17,6 +17,7 @@
 
 #include "daemon/log.h"
 #include "store/fsutil.h"
+#include "store/remove.h"
 #include "store/s3_addr.h"
 #include "store/store_s3.h"
 #include "store/store_spill.h"
@@ -185,7 +186,6 @@ static int remove_area(json_t *j, const char *id)
 	 * the life of the daemon that noted it (a new life may have replaced
 	 * the area under the same name for a new attempt with the same key). */
 	r = fs_read_file_at(wfd, STORE_ATTEMPT_FILE, 64u << 10, &text, &len);
-	close(wfd);
 	if (r == 0) {
 		json_t *a = json_loadb(text, len, 0, NULL);
 		const char *aid = json_string_value(json_object_get(a, "id"));
@@ -199,17 +199,25 @@ static int remove_area(json_t *j, const char *id)
 			log_info("sweep: '%s/%s' is not the work area noted (another save or "
 				 "a later life made it): left alone", root, work);
 			r = 0;
-			goto out_root;
+			goto out_work;
 		}
 	} else if (r != -ENOENT) {
-		goto out_root;
+		goto out_work;
 	}
-	/* No attempt.json: the daemon died between mkdir and writing it. */
-	r = fs_rm_rf_at(rfd, work);
+	/* (No attempt.json: the daemon died between mkdir and writing it.)
+	 * Renamed away before anything goes, and only if the name still
+	 * holds the directory just judged: another daemon coordinating the
+	 * attempt may commit it at any moment, and a commit that came first
+	 * leaves nothing here to remove (-ENOENT). */
+	r = store_local_discard(rfd, work, wfd, owner.uid, true, err, sizeof(err));
 	if (r == 0)
 		log_info("removed stale work area '%s/%s'", root, work);
+	else if (r == -ENOENT)
+		r = 0;
 	else
-		log_warn("cannot remove stale work area '%s/%s': %s", root, work, strerror(-r));
+		log_warn("cannot remove stale work area '%s/%s': %s", root, work, err);
+out_work:
+	close(wfd);
 out_root:
 	close(rfd);
 out:

@@ -22,6 +22,7 @@
 #include "daemon/resident.h"
 #include "daemon/retention.h"
 #include "daemon/server.h"
+#include "daemon/testgate.h"
 #include "format/index.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
@@ -46,6 +47,7 @@ struct sjob {
 	struct store_writer self;
 	struct creds daemon_creds;
 	bool coordinator, delivered, created, noted;
+	bool mark;               /* cleanup: leave the failure marker */
 	bool spill;              /* finish: the shard spills (forwarded next) */
 	bool addressed;          /* finish: an index addressed to nonce was sent */
 	uint32_t n_present;
@@ -422,9 +424,8 @@ static void open_done(struct work *w)
 		return;
 	}
 	s->state = SAVE_ACTIVE;
-	log_info("save '%s/%s' (job '%s', attempt %s): work area %s%s", s->root, s->key.name,
-		 s->key.job, s->id, s->created ? "created" : "joined (made by another daemon)",
-		 s->coordinator ? ", coordinating" : "");
+	log_info("save '%s/%s' (job '%s', attempt %s): work area %s", s->root, s->key.name,
+		 s->key.job, s->id, s->created ? "created" : "joined (made by another daemon)");
 	list_for_each_safe(p, t, &s->ranks)
 	{
 		struct rank *r = list_entry(p, struct rank, slink);
@@ -441,6 +442,7 @@ static void shard_run(struct work *w)
 	 * checksum finds it; failing to make it costs the image, not the save. */
 	if (j->r->img && !j->r->img->map)
 		j->img_err = image_make(j->r->img);
+	testgate("shard");
 	w->res = j->store->shard_create(j->att, j->r->rank, j->r->layout.file_size,
 					j->extent, j->cfg->o_direct, &j->out_shard, w->err,
 					sizeof(w->err));
@@ -463,10 +465,20 @@ static void shard_done(struct work *w)
 	if (j->out_shard) {
 		const struct store_ops *st = s->srv->store;
 		r->shard = j->out_shard;
+		r->made = true;
 		r->spill = st->shard_spills && st->shard_spills(r->shard);
+	} else if (w->res < 0) {
+		r->create_err = w->res;
 	}
-	if (w->res == 0 && r->rank == 0)
+	if (w->res == 0 && r->rank == 0) {
+		/* The exclusive create of rank 0's shard and the claim made
+		 * this daemon the coordinator: before that it was not, even
+		 * with rank 0 here (another daemon's rank 0 may have won). */
 		memcpy(s->nonce, j->nonce, sizeof(s->nonce));
+		s->coordinator = true;
+		log_info("save '%s/%s' (job '%s', attempt %s): coordinating (rank 0's shard and "
+			 "the claim are this daemon's)", s->root, s->key.name, s->key.job, s->id);
+	}
 	if (w->res < 0 && r->state == RANK_OPENING && !save_final(s)) {
 		/* This rank never started: refuse it, and fail the save for the
 		 * ranks that did (their files must not be committed). */
@@ -746,6 +758,7 @@ static void commit_run(struct work *w)
 		w->res = -EAGAIN;
 		return;
 	}
+	testgate("commit");
 	w->res = j->store->attempt_commit(j->att, &m, w->err, sizeof(w->err));
 	if (w->res == 0 && j->noted)
 		registry_note(j, false);
@@ -948,7 +961,12 @@ static void cleanup_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
 
-	j->store->attempt_fail(j->att, j->coordinator, j->delivered, j->ranks, j->n_ranks, j->msg);
+	struct store_fail f = { .coordinator = j->coordinator, .delivered = j->delivered,
+				.mark = j->mark, .created = j->created, .made = j->ranks,
+				.n_made = j->n_ranks, .msg = j->msg };
+
+	testgate("cleanup");
+	j->store->attempt_fail(j->att, &f);
 	/* An area this daemon made stays noted while another daemon may
 	 * still commit it; a spill area alone is gone now. */
 	if ((j->created && (j->coordinator || !j->delivered)) || (j->noted && !j->created))
@@ -987,10 +1005,20 @@ static void save_kick(struct save *s)
 		return;
 	}
 	j->delivered = false;
+	j->mark = false;
 	list_for_each(p, &s->ranks)
 	{
 		const struct rank *r = list_entry(p, struct rank, slink);
-		j->ranks[j->n_ranks++] = r->rank;
+		/* Only shards this daemon created are its to remove: a rank
+		 * refused because its shard exists belongs to another daemon
+		 * (another run saving the same attempt), whose commit may
+		 * take it. */
+		if (r->made)
+			j->ranks[j->n_ranks++] = r->rank;
+		/* The marker fails the attempt for every daemon: left for a
+		 * rank this daemon holds (made) or that failed for a reason of
+		 * its own, never for one another daemon holds. */
+		j->mark |= r->made || (r->create_err && r->create_err != -EEXIST);
 		/* Addressed to a claim: the coordinator may use it at any
 		 * moment, so nothing more is written into the area. */
 		j->delivered |= r->to[0] != '\0';
@@ -1118,8 +1146,6 @@ int save_begin(struct server *srv, struct conn *c, uint32_t token, uint32_t atte
 	list_add_tail(&s->ranks, &r->slink);
 	list_add_tail(&c->ranks, &r->clink);
 	s->delivered = false; /* not every local rank is durable any more */
-	if (r->rank == 0)
-		s->coordinator = true;
 	s->bytes += r->layout.file_size;
 	if (c->resident) {
 		char why[256];

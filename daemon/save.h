@@ -72,6 +72,9 @@ struct rank {
 	uint64_t bytes_in, bytes_written;
 	int err;                   /* the rank's own failure, for its client */
 	bool told;                 /* SAVE_DONE sent (or the client is gone) */
+	bool made;                 /* this daemon created the rank's shard: the
+	                            * only shard its cleanup may remove */
+	int create_err;            /* the shard could not be created: why */
 	bool job_busy;             /* job in flight */
 	bool spill;                /* its shard spills (store.h) */
 	uint64_t uploaded;         /* spilled: bytes the store acknowledged
@@ -96,7 +99,11 @@ struct save {
 	bool created;              /* this daemon made the work area */
 	bool noted;                /* it is in the registry (created, or with a
 	                            * spill area of this daemon's) */
-	bool coordinator;          /* rank 0 writes through this daemon */
+	bool coordinator;          /* this daemon holds the claim: it created
+	                            * rank 0's shard (exclusively) and claimed
+	                            * the area; only it commits or removes the
+	                            * work area (set once the claim succeeded,
+	                            * never just because rank 0 is here) */
 	bool delivered;            /* every local rank durable (indexes out) */
 	char nonce[STORE_ID_LEN + 1]; /* coordinator: its claim of the area */
 	bool cleaned;              /* the failure cleanup ran */

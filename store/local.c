@@ -452,6 +452,7 @@ static void local_arena_reap(struct store_arena *a)
 
 struct store_attempt {
 	int rootfd, workfd;
+	uid_t uid;                 /* the saving user (the trash marker's) */
 	char *root;
 	char work[sizeof(STORE_WORK_PREFIX) + STORE_ID_LEN];
 	char name[CKPT_MAX_NAME_LEN + 1];
@@ -535,6 +536,7 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 		return -ENOMEM;
 	}
 	a->workfd = -1;
+	a->uid = uid;
 	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
 	snprintf(a->name, sizeof(a->name), "%s", k->name);
 	snprintf(where, sizeof(where), "%s/%s", root, a->work);
@@ -566,9 +568,18 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 						     strlen(text), FS_ATOMIC | FS_NOSYNC);
 			free(text);
 			if (r < 0) {
+				char e2[256];
+
 				snprintf(err, errlen, "cannot set up work area '%s': %s", where,
 					 strerror(-r));
-				fs_rm_rf_at(a->rootfd, a->work);
+				/* Ours, just made, and never joined (nobody joins
+				 * an area without attempt.json); still, removed
+				 * only by renaming it away first. */
+				if (a->workfd >= 0)
+					store_local_discard(a->rootfd, a->work, a->workfd, uid, true,
+							    e2, sizeof(e2));
+				else
+					unlinkat(a->rootfd, a->work, AT_REMOVEDIR);
 				goto fail;
 			}
 			break;
@@ -592,10 +603,14 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 		if (r == 0)
 			break;
 		/* A leftover of this daemon before a restart: none of it may be
-		 * used by this attempt.  Remove it and make a fresh one. */
+		 * used by this attempt.  Remove it and make a fresh one.  Another
+		 * daemon may be coordinating it right now: renamed away first,
+		 * its commit then fails instead of being emptied. */
+		r = store_local_discard(a->rootfd, a->work, a->workfd, uid, true, err, errlen);
 		close(a->workfd);
 		a->workfd = -1;
-		r = fs_rm_rf_at(a->rootfd, a->work);
+		if (r == -ENOENT)
+			r = 0; /* committed or removed meanwhile: try again */
 		if (r < 0) {
 			snprintf(err, errlen, "cannot remove the stale work area '%s': %s", where,
 				 strerror(-r));
@@ -770,7 +785,8 @@ static int local_attempt_count(struct store_attempt *a, uint32_t world, const ch
 {
 	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
 
-	if (r == 0 && *io_n < world && faccessat(a->workfd, FAILED_MARKER, F_OK, 0) == 0)
+	/* After the count, whatever it found (store.h). */
+	if (r == 0 && faccessat(a->workfd, FAILED_MARKER, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		return -ECANCELED;
 	return r;
 }
@@ -855,22 +871,35 @@ static int local_attempt_poll(struct store_attempt *a, const char *id, char *err
 	return 0;
 }
 
-static void local_attempt_fail(struct store_attempt *a, bool coordinator, bool delivered,
-			       const uint32_t *ranks, size_t n, const char *msg)
+static void local_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 {
-	char name[64];
+	char name[64], err[256];
 
-	if (coordinator) {
-		fs_rm_rf_at(a->rootfd, a->work);
+	if (f->coordinator) {
+		/* -ENOENT: committed (renamed into place) or already gone:
+		 * either way nothing of it is ours to delete any more. */
+		(void)store_local_discard(a->rootfd, a->work, a->workfd, a->uid, true, err,
+					  sizeof(err));
 		return;
 	}
-	if (delivered)
+	if (f->delivered)
 		return;
-	fs_write_file_at(a->workfd, FAILED_MARKER, msg, strlen(msg), FS_ATOMIC);
-	for (size_t i = 0; i < n; i++) {
-		index_shard_name(ranks[i], name, sizeof(name));
+	/* The marker first, while our shards still hold their ranks: the
+	 * coordinator cannot count a rank of ours re-created by someone else
+	 * without seeing it (attempt_count). */
+	if (f->mark)
+		fs_write_file_at(a->workfd, FAILED_MARKER, f->msg, strlen(f->msg), FS_ATOMIC);
+	for (size_t i = 0; i < f->n_made; i++) {
+		index_shard_name(f->made[i], name, sizeof(name));
 		unlinkat(a->workfd, name, 0);
 	}
+	/* Our area, failed by our own marker, and no coordinator to remove
+	 * it (a claim that lands after this look finds the area renamed away
+	 * and fails, as it would on the marker). */
+	if (f->mark && f->created &&
+	    faccessat(a->workfd, CLAIM_FILE, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+		(void)store_local_discard(a->rootfd, a->work, a->workfd, a->uid, true, err,
+					  sizeof(err));
 }
 
 /* ---- for the spill tier (store_local.h) ------------------------------------ */

@@ -343,30 +343,58 @@ close:
 	return r->res;
 }
 
-int store_local_trash(int rootfd, const char *name, uid_t uid, char *err, size_t errlen)
+int store_local_discard(int rootfd, const char *name, int expect_fd, uid_t uid, bool now,
+			char *err, size_t errlen)
 {
 	char trash[sizeof(STORE_TRASH_PREFIX) + 32];
-	struct stat st, now;
-	int fd = open_dir(rootfd, name), r;
+	struct stat st, moved;
+	int fd = expect_fd >= 0 ? dup(expect_fd) : open_dir(rootfd, name), r;
 
 	if (fd < 0) {
-		snprintf(err, errlen, "%s", strerror(-fd));
-		return fd;
+		r = expect_fd >= 0 ? -errno : fd;
+		snprintf(err, errlen, "%s", strerror(-r));
+		return r;
 	}
 	r = fstat(fd, &st) < 0 ? -errno : trash_name(trash);
-	if (r == 0)
-		r = write_marker(fd, trash, uid);
+	/* The rename comes first and decides: once the name is ours (a trash
+	 * name nobody else uses), nothing else can make this directory a
+	 * checkpoint, and if another rename came first (a commit), ours finds
+	 * nothing and nothing is touched.  Writing the marker before it could
+	 * leave the marker inside a checkpoint committed in between. */
 	if (r == 0 && renameat2(rootfd, name, rootfd, trash, RENAME_NOREPLACE) < 0)
 		r = -errno;
-	if (r == 0 && (fstatat(rootfd, trash, &now, AT_SYMLINK_NOFOLLOW) < 0 ||
-		       now.st_dev != st.st_dev || now.st_ino != st.st_ino)) {
+	/* The name was looked up again by the rename: it must have moved the
+	 * directory we meant, else put back what it moved. */
+	if (r == 0 && (fstatat(rootfd, trash, &moved, AT_SYMLINK_NOFOLLOW) < 0 ||
+		       moved.st_dev != st.st_dev || moved.st_ino != st.st_ino)) {
 		(void)renameat2(rootfd, trash, rootfd, name, RENAME_NOREPLACE);
 		r = -ENOENT; /* (someone else's rename won) */
 	}
-	close(fd);
-	if (r < 0)
+	if (r < 0) {
+		close(fd);
 		snprintf(err, errlen, "%s", strerror(-r));
-	return r;
+		return r;
+	}
+	/* A crash right here leaves an unmarked trash directory: reported by
+	 * the trash sweep, never taken for a checkpoint. */
+	r = write_marker(fd, trash, uid);
+	if (r < 0) {
+		close(fd);
+		snprintf(err, errlen, "writing the removal marker into '%s': %s", trash,
+			 strerror(-r));
+		return r;
+	}
+	if (!now) {
+		close(fd);
+		return 0;
+	}
+	step("discard-data");
+	return rm_dir(rootfd, fd, trash, st.st_dev, err, errlen);
+}
+
+int store_local_trash(int rootfd, const char *name, uid_t uid, char *err, size_t errlen)
+{
+	return store_local_discard(rootfd, name, -1, uid, false, err, errlen);
 }
 
 /* After ROOT's fsync: the manifest goes (synced), and the lock. */

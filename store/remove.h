@@ -129,6 +129,21 @@ long store_local_remove(int rootfd, const struct store_rm_target *t, size_t n, u
 int store_local_trash(int rootfd, const char *name, uid_t uid, char *err, size_t errlen);
 
 /*
+ * The one way a work area is deleted.  Renames directory `name` of rootfd
+ * to a fresh trash name first, checks that the rename moved the directory
+ * expect_fd is open on (-1: whatever `name` is when this is called; if not,
+ * the name is put back: -ENOENT), marks it (the marker names the trash and
+ * uid), and with `now` removes it at once (else the trash sweep does).  So
+ * a deletion only ever runs through a directory this call renamed away
+ * under a name nobody else uses: a work area renamed into place as a
+ * checkpoint before it (a commit that came first) is never touched
+ * (-ENOENT), and a commit that comes after it finds nothing to rename and
+ * fails.  0, -ENOENT, or -errno (err).
+ */
+int store_local_discard(int rootfd, const char *name, int expect_fd, uid_t uid, bool now,
+			char *err, size_t errlen);
+
+/*
  * Finishes removals a crash cut short: empties and removes every trash
  * directory directly in rootfd whose marker names it (and, unless owner
  * is STORE_NO_OWNER or 0, gives owner's uid).  Other trash directories,

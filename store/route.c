@@ -306,10 +306,9 @@ static int r_attempt_poll(struct store_attempt *x, const char *id, char *err, si
 	return RT(x)->ops->attempt_poll(RT(x)->a, id, err, errlen);
 }
 
-static void r_attempt_fail(struct store_attempt *x, bool coordinator, bool delivered,
-			   const uint32_t *ranks, size_t n, const char *msg)
+static void r_attempt_fail(struct store_attempt *x, const struct store_fail *f)
 {
-	RT(x)->ops->attempt_fail(RT(x)->a, coordinator, delivered, ranks, n, msg);
+	RT(x)->ops->attempt_fail(RT(x)->a, f);
 }
 
 static void r_attempt_close(struct store_attempt *x)

@@ -1227,8 +1227,8 @@ static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char 
 	size_t len;
 	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
 
-	if (r == 0 && *io_n < world && work_key(a, FAILED_MARKER, key, sizeof(key), err,
-						    sizeof(err)) == 0 &&
+	/* After the count, whatever it found (store.h). */
+	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0 &&
 	    get_text(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
 		free(text);
 		return -ECANCELED;
@@ -1371,8 +1371,7 @@ static void del_shards(struct store_attempt *a, const uint32_t *ranks, size_t n)
 	}
 }
 
-static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool delivered,
-			    const uint32_t *ranks, size_t n, const char *msg)
+static void s3_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 {
 	char key[S3_KEY_MAX + 1], err[512];
 
@@ -1393,7 +1392,7 @@ static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool deli
 			break;
 		upload_abort(a, k, id);
 	}
-	if (coordinator) {
+	if (f->coordinator) {
 		/* Never undo a commit that happened (its answer may be what
 		 * was lost). */
 		if (manifest_owner(a, err, sizeof(err)) != 0)
@@ -1414,10 +1413,17 @@ static void s3_attempt_fail(struct store_attempt *a, bool coordinator, bool deli
 	 * their shards may go, and the marker tells it to give up.  Ranks
 	 * that were addressed are the coordinator's to judge: it may have
 	 * committed them, so we never delete them. */
-	if (!delivered) {
-		if (work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0)
-			(void)put_text(a->loc.bucket, key, msg, false, err, sizeof(err));
-		del_shards(a, ranks, n);
+	if (!f->delivered) {
+		if (f->mark && work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0)
+			(void)put_text(a->loc.bucket, key, f->msg, false, err, sizeof(err));
+		del_shards(a, f->made, f->n_made);
+		/* Our area, failed by our own marker, and no coordinator to
+		 * remove it: removed as the coordinator would. */
+		char nonce[STORE_ID_LEN + 1];
+		if (f->mark && f->created && s3_attempt_addressee(a, nonce) == -ENOENT) {
+			rm_work(a);
+			return;
+		}
 	}
 	/* attempt.json gone: the coordinator has emptied the work area (after
 	 * a commit or a failure), so what we wrote into it since is ours to

@@ -222,7 +222,9 @@ static int sp_attempt_open(const char *root, const struct store_key *k, const ch
 	}
 	r = store_s3.attempt_open(root, k, id, self, uid, &at->s3, ret_created, err, errlen);
 	if (r < 0) {
-		store_local.attempt_fail(at->loc, at->loc_created, false, NULL, 0, "");
+		struct store_fail lf = { .coordinator = at->loc_created, .msg = "" };
+
+		store_local.attempt_fail(at->loc, &lf);
 		store_local.attempt_close(at->loc);
 		free(at);
 		return r;
@@ -593,16 +595,19 @@ static int sp_attempt_poll(struct store_attempt *x, const char *id, char *err, s
 	return r;
 }
 
-static void sp_attempt_fail(struct store_attempt *x, bool coordinator, bool delivered,
-			    const uint32_t *ranks, size_t n, const char *msg)
+static void sp_attempt_fail(struct store_attempt *x, const struct store_fail *f)
 {
 	struct spattempt *at = SA(x);
 
-	store_s3.attempt_fail(at->s3, coordinator, delivered, ranks, n, msg);
+	store_s3.attempt_fail(at->s3, f);
 	/* The local area is this daemon's own (a spill directory is never
 	 * shared): all of it goes. */
-	if (!at->kept)
-		store_local.attempt_fail(at->loc, at->loc_created, false, ranks, n, msg);
+	if (!at->kept) {
+		struct store_fail lf = { .coordinator = at->loc_created, .made = f->made,
+					 .n_made = f->n_made, .msg = f->msg };
+
+		store_local.attempt_fail(at->loc, &lf);
+	}
 }
 
 static void sp_attempt_close(struct store_attempt *x)

@@ -104,6 +104,17 @@ struct store_merge {
 	int64_t time_utc;
 };
 
+/* What a daemon holds of a failed attempt (attempt_fail). */
+struct store_fail {
+	bool coordinator;       /* it created rank 0's shard and claimed the area */
+	bool delivered;         /* an index of its ranks went to a claim */
+	bool mark;              /* tell the others: leave the failure marker */
+	bool created;           /* it created the work area */
+	const uint32_t *made;   /* ranks whose shard it created (sorted or not) */
+	size_t n_made;
+	const char *msg;        /* why: the marker's text */
+};
+
 struct store_ops {
 	const char *name;
 
@@ -205,9 +216,13 @@ struct store_ops {
 	/* [worker] How many ranks, counting up from *io_n, have delivered an
 	 * index addressed to `nonce` (ranks listed in local[n_local], sorted,
 	 * count as delivered: the caller has them).  Returns 0 or -errno;
-	 * -ECANCELED if some are missing and another daemon has marked the
-	 * attempt failed (its ranks will never come: the coordinator gives up
-	 * at once rather than at the deadline). */
+	 * -ECANCELED if another daemon has marked the attempt failed (its
+	 * ranks will never come: the coordinator gives up at once rather than
+	 * at the deadline).  The marker is looked for after the count, and
+	 * whatever the count: a daemon marks while it still holds its ranks'
+	 * shards and removes them only after, so a rank re-created by anyone
+	 * since (another run saving the same attempt) cannot be counted
+	 * without the marker being seen. */
 	int (*attempt_count)(struct store_attempt *a, uint32_t world, const char *nonce,
 			     const uint32_t *local, size_t n_local, uint32_t *io_n);
 	/* [worker] Merges the delivered indexes (and m->local) into the
@@ -219,12 +234,21 @@ struct store_ops {
 	 * attempt), 0 not yet, or -errno: failed or abandoned (reason in err). */
 	int (*attempt_poll)(struct store_attempt *a, const char *attempt_id, char *err,
 			    size_t errlen);
-	/* [worker] The attempt failed: the coordinator removes the work area;
-	 * another daemon that has not delivered leaves a failure marker for
-	 * the others and removes its ranks' files (ranks[n]); one that has
-	 * delivered writes nothing (the work area may be committed already). */
-	void (*attempt_fail)(struct store_attempt *a, bool coordinator, bool delivered,
-			     const uint32_t *ranks, size_t n, const char *msg);
+	/* [worker] The attempt failed (struct store_fail says what this
+	 * daemon holds).  A daemon deletes only what it created and still
+	 * owns, and never through a directory renamed into place:
+	 *   - the coordinator (it holds the claim) removes the work area, by
+	 *     renaming it away first (store_local_discard; on S3 after making
+	 *     sure no manifest of the attempt exists), never after a commit;
+	 *   - another daemon that has not delivered leaves the failure marker
+	 *     if f->mark, and then removes exactly the shards it created
+	 *     (f->made): the area cannot have been committed without them;
+	 *     if it also created the area and nobody has claimed it (so no
+	 *     coordinator will remove it), it removes the area as the
+	 *     coordinator would;
+	 *   - one that has delivered writes and deletes nothing (the area may
+	 *     be committed already). */
+	void (*attempt_fail)(struct store_attempt *a, const struct store_fail *f);
 	/* [any] Accepts NULL. */
 	void (*attempt_close)(struct store_attempt *a);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -344,6 +345,281 @@ START_TEST(test_two_daemons)
 }
 END_TEST
 
+/* ---- two runs saving the same attempt through two daemons --------------------------- */
+
+/*
+ * Two runs of one job without a run id (the documented case: they look like
+ * one attempt) save the same name and step through two daemons sharing the
+ * root.  Run A's ranks 0 and 1 go to daemon 0, run B's rank 0 to daemon 1.
+ * Whichever daemon creates rank 0's shard first coordinates; the other one's
+ * rank 0 is refused ("already being saved") and its failure cleanup must
+ * delete nothing of the winner's: the winner commits, and what it committed
+ * stays complete.  Each rank saves one tensor of its run's own bytes.
+ *
+ * _i: 0 daemon 0 made the work area, B's refusal and cleanup finish before
+ *       A's last rank comes (the cleanup once removed the area under A);
+ *     1 daemon 1 made the area (held at its "shard" gate until A took rank
+ *       0), so the loser is the area's creator;
+ *     2 the loser's cleanup is held until A has committed, then runs over
+ *       the committed checkpoint (once: committed, then emptied).
+ * Gates: CKPTD_TEST_GATE (daemon/testgate.h).
+ */
+#define DUP_BYTES (96u * 1024u)
+
+struct dup_args {
+	const char *sock, *root, *job, *name;
+	uint32_t rank, world;
+	uint64_t seed;
+};
+
+static int dup_rank_main(void *arg, int rep, int go)
+{
+	const struct dup_args *a = arg;
+	uint64_t shape[1] = { DUP_BYTES };
+	struct ckpt_client *c = NULL;
+	struct ckpt_save *s = NULL;
+	struct ckpt_future *fs = NULL, *fc = NULL;
+	char tname[32];
+	uint8_t *buf = malloc(DUP_BYTES);
+	int rc, st, cm;
+
+	(void)go;
+	if (!buf)
+		return 10;
+	/* No run id: both runs are the same attempt. */
+	unsetenv("CKPT_RUN_ID");
+	unsetenv("TORCHELASTIC_RUN_ID");
+	unsetenv("SLURM_JOB_ID");
+	td_fill(buf, DUP_BYTES, a->seed, 0);
+	rc = td_connect_rc(a->sock, a->job, a->rank, a->world, 16 * MiB, &c);
+	if (rc < 0) {
+		td_report(rep, "committed %d connect: %s", rc, ckpt_last_error());
+		return 11;
+	}
+	rc = ckpt_save_begin(c, a->root, a->name, 200, &s);
+	if (rc < 0) {
+		td_report(rep, "committed %d begin: %s", rc, ckpt_last_error());
+		return 12;
+	}
+	snprintf(tname, sizeof(tname), "w%u", a->rank);
+	struct ckpt_tensor tn = { CKPT_TENSOR_INIT, .name = tname, .dtype = CKPT_U8, .ndim = 1,
+				  .shape = shape, .data = buf, .device = CKPT_DEVICE_HOST };
+	rc = ckpt_save_add_tensor(s, &tn);
+	if (rc == 0)
+		rc = ckpt_save_commit(s, &fs, &fc);
+	if (rc < 0) {
+		td_report(rep, "committed %d commit: %s", rc, ckpt_last_error());
+		return 13;
+	}
+	st = td_future_wait(fs, 120000);
+	td_report(rep, "staged %d %s", st, ckpt_future_error(fs));
+	cm = td_future_wait(fc, 120000);
+	td_report(rep, "committed %d %s", cm, ckpt_future_error(fc));
+	ckpt_save_free(s);
+	ckpt_disconnect(c);
+	free(buf);
+	return 0;
+}
+
+/* Whether daemon idx shows no client and no save of `job` (a failed save's
+ * ranks stay until its cleanup has run: then its closed client goes too). */
+static bool dup_idle(struct testd *t, int idx, const char *job)
+{
+	char *out = NULL;
+	bool idle = false;
+	json_t *st;
+
+	if (td_ckptctl(&out, "-s", td_sock(t, idx), "status", "--json", NULL) != 0) {
+		free(out);
+		return false;
+	}
+	st = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+	free(out);
+	if (st) {
+		json_t *cl = json_object_get(st, "clients"), *sv = json_object_get(st, "saves");
+		idle = true;
+		for (size_t i = 0; i < json_array_size(cl); i++)
+			idle &= strcmp(json_string_value(json_object_get(json_array_get(cl, i),
+									 "job")) ?: "",
+				       job) != 0;
+		idle &= json_array_size(sv) == 0;
+	}
+	json_decref(st);
+	return idle;
+}
+
+static void dup_wait_idle(struct testd *t, int idx, const char *job)
+{
+	int64_t until = td_now_ms() + 60000;
+
+	while (!dup_idle(t, idx, job)) {
+		ck_assert_msg(td_now_ms() < until, "daemon %d still busy with job '%s'", idx, job);
+		td_sleep_ms(50);
+	}
+}
+
+/* The committed future's line of child c ("RC MSG"). */
+static void dup_result(struct td_child *c, char *line, size_t len)
+{
+	int rc = td_child_expect(c, "committed", 150000, line, len);
+
+	ck_assert_msg(rc == 0, "no committed result (%d); it said:\n%s", rc, c->out);
+}
+
+/* Reads checkpoint root/name back: both ranks' tensors are run A's. */
+static void dup_verify(struct testd *t, const char *root, const char *name)
+{
+	struct ckpt_reader *r = NULL;
+	uint64_t g[1] = { DUP_BYTES };
+	char p[TD_PATH], *out = NULL;
+	int rc;
+
+	td_path(p, sizeof(p), "%s/%s", root, name);
+	rc = ckpt_reader_open(p, &r);
+	ck_assert_msg(rc == 0, "reader_open(%s) = %d: %s", p, rc, ckpt_last_error());
+	ck_assert_uint_eq(ckpt_reader_tensor_count(r), 2);
+	ck_assert_msg(td_verify_tensor(r, "w0", CKPT_U8, 1, g, 7100), "w0 is not run A's");
+	ck_assert_msg(td_verify_tensor(r, "w1", CKPT_U8, 1, g, 7101), "w1 is not run A's");
+	ckpt_reader_close(r);
+	rc = td_ckptctl(&out, "verify", p, NULL);
+	ck_assert_msg(rc == 0, "ckptctl verify %s: %s\n%s", p, td_status_str(rc), out ? out : "");
+	free(out);
+	(void)t;
+}
+
+/* One scenario (see above) on `root` (t->root, or an S3 root: then the
+ * daemons' config `conf` names it). */
+static void dup_run(struct testd *t, int scenario, const char *root, const char *conf)
+{
+	struct td_child a0, a1, b0;
+	struct dup_args aa0, aa1, ab0;
+	char g0[TD_PATH], g1[TD_PATH], hold[TD_PATH], waiting[TD_PATH], line[1024];
+	char area[TD_PATH], shard0[TD_PATH], id[STORE_ID_LEN + 1];
+	struct store_key k = { .step = 200, .attempt = 0, .world = 2 };
+	bool local = !strncmp(root, "/", 1);
+
+	snprintf(k.job, sizeof(k.job), "dupjob");
+	snprintf(k.name, sizeof(k.name), "ck");
+	store_key_id(&k, id);
+	td_path(area, sizeof(area), "%s/%s%s", root, STORE_WORK_PREFIX, id);
+	td_path(shard0, sizeof(shard0), "%s/rank-00000.safetensors", area);
+	td_path(g0, sizeof(g0), "%s/gate0", t->dir);
+	td_path(g1, sizeof(g1), "%s/gate1", t->dir);
+	ck_assert_int_eq(mkdir(g0, 0777), 0);
+	ck_assert_int_eq(mkdir(g1, 0777), 0);
+	setenv("CKPTD_TEST_GATE", g0, 1);
+	ck_assert_int_eq(td_daemon_start(t, 0, conf), 0);
+	setenv("CKPTD_TEST_GATE", g1, 1);
+	ck_assert_int_eq(td_daemon_start(t, 1, conf), 0);
+	unsetenv("CKPTD_TEST_GATE");
+
+	aa0 = (struct dup_args){ td_sock(t, 0), root, "dupjob", "ck", 0, 2, 7100 };
+	aa1 = (struct dup_args){ td_sock(t, 0), root, "dupjob", "ck", 1, 2, 7101 };
+	ab0 = (struct dup_args){ td_sock(t, 1), root, "dupjob", "ck", 0, 2, 8100 };
+
+	if (scenario == 1) {
+		/* Daemon 1 makes the area and is held before its shard. */
+		td_path(hold, sizeof(hold), "%s/shard.hold", g1);
+		td_path(waiting, sizeof(waiting), "%s/shard.waiting", g1);
+		ck_assert_int_eq(td_write_file(hold, ""), 0);
+		ck_assert_int_eq(td_child_start(&b0, dup_rank_main, &ab0), 0);
+		ck_assert_msg(td_wait_exists(waiting, true, 60000), "daemon 1 never reached its gate");
+		ck_assert(!local || td_exists(area));
+		ck_assert_int_eq(td_child_start(&a0, dup_rank_main, &aa0), 0);
+		ck_assert_msg(td_child_expect(&a0, "staged", 60000, line, sizeof(line)) == 0 &&
+				      line[0] == '0',
+			      "run A's rank 0 did not stage: %s", a0.out);
+		ck_assert_int_eq(unlink(hold), 0);
+	} else {
+		ck_assert_int_eq(td_child_start(&a0, dup_rank_main, &aa0), 0);
+		ck_assert_msg(td_child_expect(&a0, "staged", 60000, line, sizeof(line)) == 0 &&
+				      line[0] == '0',
+			      "run A's rank 0 did not stage: %s", a0.out);
+		if (scenario == 2) {
+			td_path(hold, sizeof(hold), "%s/cleanup.hold", g1);
+			td_path(waiting, sizeof(waiting), "%s/cleanup.waiting", g1);
+			ck_assert_int_eq(td_write_file(hold, ""), 0);
+		}
+		ck_assert_int_eq(td_child_start(&b0, dup_rank_main, &ab0), 0);
+	}
+	/* Run B's rank 0 is refused: rank 0 of the attempt is taken. */
+	dup_result(&b0, line, sizeof(line));
+	ck_assert_msg(strncmp(line, "0", 1) != 0 && strstr(line, "already being saved"),
+		      "run B's rank 0 was not refused as a duplicate: %s", line);
+	if (scenario == 2) {
+		/* Held at the gate; a daemon without gates (8073602) has run
+		 * its cleanup by the time it is idle: the shard must be there
+		 * either way. */
+		int64_t until = td_now_ms() + 60000;
+
+		while (!td_exists(waiting) && !dup_idle(t, 1, "dupjob") && td_now_ms() < until)
+			td_sleep_ms(50);
+		ck_assert_msg(!local || td_exists(shard0),
+			      "daemon 1's cleanup removed run A's shard");
+		ck_assert_msg(td_exists(waiting), "daemon 1's cleanup never reached its gate");
+	} else {
+		/* Its cleanup has run before run A goes on. */
+		ck_assert_int_eq(td_child_wait(&b0, 30000), 0);
+		dup_wait_idle(t, 1, "dupjob");
+	}
+	ck_assert(!local || td_exists(shard0));
+	ck_assert_int_eq(td_child_start(&a1, dup_rank_main, &aa1), 0);
+	dup_result(&a0, line, sizeof(line));
+	ck_assert_msg(strcmp(line, "0") == 0 || strncmp(line, "0 ", 2) == 0,
+		      "run A's rank 0 did not commit: %s\n(all: %s)", line, a0.out);
+	dup_result(&a1, line, sizeof(line));
+	ck_assert_msg(strcmp(line, "0") == 0 || strncmp(line, "0 ", 2) == 0,
+		      "run A's rank 1 did not commit: %s", line);
+	if (scenario == 2) {
+		/* Now the loser's cleanup runs, after the commit. */
+		ck_assert_int_eq(unlink(hold), 0);
+		ck_assert_int_eq(td_child_wait(&b0, 30000), 0);
+		dup_wait_idle(t, 1, "dupjob");
+	}
+	ck_assert_int_eq(td_child_wait(&a0, 30000), 0);
+	ck_assert_int_eq(td_child_wait(&a1, 30000), 0);
+	dup_wait_idle(t, 0, "dupjob");
+	dup_verify(t, root, "ck");
+	/* A new life of the loser sweeps its registry: still nothing goes. */
+	ck_assert_int_eq(td_daemon_stop(t, 1), 0);
+	ck_assert_int_eq(td_daemon_start(t, 1, conf), 0);
+	dup_wait_idle(t, 1, "dupjob");
+	dup_verify(t, root, "ck");
+	if (local)
+		ck_assert_int_eq(td_count_entries(root, ""), 1);
+}
+
+START_TEST(test_dup_attempt)
+{
+	static const char *names[3] = { "dup_winner_made", "dup_loser_made", "dup_cleanup_late" };
+	struct testd t;
+
+	td_init(&t, names[_i]);
+	dup_run(&t, _i, t.root, "arena_max = 64M\ncommit_deadline = 150s\n");
+	td_fini(&t);
+}
+END_TEST
+
+/* The same on S3 (run by tests/integration/s3.sh with moto, as "s3"). */
+START_TEST(test_s3_dup_attempt)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT"), *ep = getenv("S3_ENDPOINT");
+	char root[1024], conf[2048];
+	struct testd t;
+
+	if (!base || !ep) {
+		td_skip("s3_dup", "no S3 server: tests/integration/s3.sh runs these with moto");
+		return;
+	}
+	td_init(&t, "s3_dup");
+	snprintf(root, sizeof(root), "%s/dup-%d-%d", base, _i, (int)getpid());
+	snprintf(conf, sizeof(conf), "arena_max = 64M\ncommit_deadline = 150s\nroot = %s\n"
+		 "s3_endpoint = %s\ns3_retries = 4\ns3_backoff_base = 20ms\n", root, ep);
+	dup_run(&t, _i, root, conf);
+	td_fini(&t);
+}
+END_TEST
+
 /* ---- the same through S3 ------------------------------------------------------------ */
 
 /*
@@ -408,7 +684,9 @@ static Suite *multi_suite(void)
 
 	td_case(s, "eight_ranks", test_eight_ranks, 180, 0, 1);
 	td_case(s, "two_daemons_one_root", test_two_daemons, 180, 0, 3);
+	td_case(s, "dup_attempt", test_dup_attempt, 300, 0, 3);
 	td_case(s, "s3", test_s3_ranks, 240, 0, 4);
+	td_case(s, "s3", test_s3_dup_attempt, 300, 0, 3);
 	return s;
 }
 

@@ -6,6 +6,7 @@
  * counting deliveries, failure cleanup, the commit poll, writes from a
  * registered arena, and the tools' list/read/remove.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -72,6 +73,20 @@ static bool exists_in(const char *rel)
 
 	snprintf(p, sizeof(p), "%s/%s", dir, rel);
 	return access(p, F_OK) == 0;
+}
+
+/* Trash directories left in dir. */
+static int td_count_trash(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += strncmp(de->d_name, ".ckpt-trash-", 12) == 0;
+	closedir(d);
+	return n;
 }
 
 static void area_path(const struct store_key *k, char *buf, size_t len, const char *file)
@@ -183,7 +198,8 @@ START_TEST(test_earlier_life_replaced_failed_refused)
 	ck_assert(!exists_in(p));
 
 	/* A failed attempt stays failed. */
-	S->attempt_fail(a, false, false, &one, 1, "rank 1 went away");
+	struct store_fail f = { .mark = true, .made = &one, .n_made = 1, .msg = "rank 1 went away" };
+	S->attempt_fail(a, &f);
 	ck_assert_int_eq(open_as(&other, &k, &b, &created, err), -ECANCELED);
 	ck_assert_ptr_nonnull(strstr(err, "rank 1 went away"));
 	S->attempt_close(a);
@@ -271,18 +287,29 @@ START_TEST(test_fail_and_poll)
 	ck_assert_int_eq(S->shard_create(nc, 1, 4096, 1u << 20, false, &sh, err, sizeof(err)), 0);
 	S->shard_close(sh);
 	/* Delivered: a failing non-coordinator writes nothing any more. */
-	S->attempt_fail(nc, false, true, &one, 1, "late");
+	struct store_fail late = { .delivered = true, .mark = true, .made = &one, .n_made = 1, .msg = "late" };
+	S->attempt_fail(nc, &late);
 	area_path(&k, p, sizeof(p), "failed");
 	ck_assert(!exists_in(p));
+	/* A rank refused because another daemon holds it: nothing of that
+	 * daemon's is deleted, and no marker fails its attempt. */
+	struct store_fail dup = { .created = true, .msg = "rank 1 is someone else's" };
+	S->attempt_fail(co, &dup);
+	ck_assert(!exists_in(p));
+	area_path(&k, p, sizeof(p), "rank-00001.safetensors");
+	ck_assert(exists_in(p));
+	area_path(&k, p, sizeof(p), "failed");
 	/* Not delivered: a marker for the others, its shard gone. */
-	S->attempt_fail(nc, false, false, &one, 1, "rank 1 failed");
+	struct store_fail own = { .mark = true, .made = &one, .n_made = 1, .msg = "rank 1 failed" };
+	S->attempt_fail(nc, &own);
 	ck_assert(exists_in(p));
 	area_path(&k, p, sizeof(p), "rank-00001.safetensors");
 	ck_assert(!exists_in(p));
 	ck_assert_int_eq(S->attempt_poll(nc, id, err, sizeof(err)), -ECANCELED);
 	ck_assert_str_eq(err, "rank 1 failed");
 	/* The coordinator removes the whole area; the other daemon sees it. */
-	S->attempt_fail(co, true, false, NULL, 0, "x");
+	struct store_fail coord = { .coordinator = true, .msg = "x" };
+	S->attempt_fail(co, &coord);
 	area_path(&k, p, sizeof(p), NULL);
 	ck_assert(!exists_in(p));
 	ck_assert_int_eq(S->attempt_poll(nc, id, err, sizeof(err)), -ECANCELED);
@@ -295,6 +322,82 @@ START_TEST(test_fail_and_poll)
 	k = key("j", "other", 0);
 	store_key_id(&k, id);
 	ck_assert_int_eq(open_as(&other, &k, &nc, &created, err), -EEXIST);
+}
+END_TEST
+
+/* No deletion runs through a directory renamed into place: a coordinator
+ * whose work area was committed (renamed to its name) before its failure
+ * cleanup ran leaves the checkpoint whole; a marker left by another daemon
+ * fails the attempt even when every rank was counted. */
+START_TEST(test_fail_after_commit_and_marker)
+{
+	struct store_key k = key("j", "c", 0);
+	struct store_attempt *co = NULL, *nc = NULL;
+	struct store_shard *sh = NULL;
+	char err[256], w[256], full[1024], to[1024], nonce[33];
+	uint32_t one = 1, n, local[2] = { 0, 1 };
+	bool created;
+
+	ck_assert_int_eq(open_as(&me, &k, &co, &created, err), 0);
+	ck_assert_int_eq(open_as(&other, &k, &nc, &created, err), 0);
+	ck_assert_int_eq(S->shard_create(co, 0, 4096, 1u << 20, false, &sh, err, sizeof(err)), 0);
+	S->shard_close(sh);
+	ck_assert_int_eq(S->shard_create(nc, 1, 4096, 1u << 20, false, &sh, err, sizeof(err)), 0);
+	S->shard_close(sh);
+	ck_assert_int_eq(S->attempt_claim(co, &me, nonce, err, sizeof(err)), 0);
+
+	/* Another daemon marks the attempt failed while it holds rank 1:
+	 * the count finds every rank (both local here) and still cancels. */
+	struct store_fail own = { .mark = true, .made = &one, .n_made = 1, .msg = "rank 1 failed" };
+	S->attempt_fail(nc, &own);
+	n = 0;
+	ck_assert_int_eq(S->attempt_count(co, 2, nonce, local, 2, &n), -ECANCELED);
+
+	/* The area is renamed into place (as a commit does) before the
+	 * coordinator's cleanup runs: the cleanup finds nothing to remove. */
+	area_path(&k, w, sizeof(w), NULL);
+	snprintf(full, sizeof(full), "%s/%s", dir, w);
+	snprintf(to, sizeof(to), "%s/c", dir);
+	ck_assert_int_eq(rename(full, to), 0);
+	struct store_fail coord = { .coordinator = true, .msg = "x" };
+	S->attempt_fail(co, &coord);
+	ck_assert(exists_in("c/rank-00000.safetensors"));
+	ck_assert(exists_in("c/" STORE_ATTEMPT_FILE));
+	ck_assert_int_eq(td_count_trash(), 0);
+	S->attempt_close(co);
+	S->attempt_close(nc);
+}
+END_TEST
+
+/* A creator whose own rank failed before anyone claimed the area removes
+ * it (no coordinator would); once a claim exists the area is the
+ * coordinator's, and the creator leaves it with its marker. */
+START_TEST(test_creator_fails)
+{
+	struct store_key k = key("j", "solo", 0);
+	struct store_attempt *a = NULL, *b = NULL;
+	char err[256], w[256], nonce[33];
+	bool created;
+
+	ck_assert_int_eq(open_as(&me, &k, &a, &created, err), 0);
+	ck_assert(created);
+	area_path(&k, w, sizeof(w), NULL);
+	struct store_fail alone = { .mark = true, .created = true, .msg = "no room" };
+	S->attempt_fail(a, &alone);
+	ck_assert(!exists_in(w));
+	ck_assert_int_eq(td_count_trash(), 0);
+	S->attempt_close(a);
+
+	ck_assert_int_eq(open_as(&me, &k, &a, &created, err), 0);
+	ck_assert(created);
+	ck_assert_int_eq(open_as(&other, &k, &b, &created, err), 0);
+	ck_assert_int_eq(S->attempt_claim(b, &other, nonce, err, sizeof(err)), 0);
+	S->attempt_fail(a, &alone);
+	ck_assert(exists_in(w));
+	area_path(&k, w, sizeof(w), "failed");
+	ck_assert(exists_in(w));
+	S->attempt_close(a);
+	S->attempt_close(b);
 }
 END_TEST
 
@@ -515,6 +618,8 @@ static Suite *store_suite(void)
 		{ "earlier_life_replaced_failed_refused", test_earlier_life_replaced_failed_refused },
 		{ "shards_claims_counts", test_shards_claims_counts },
 		{ "fail_and_poll", test_fail_and_poll },
+		{ "fail_after_commit_and_marker", test_fail_after_commit_and_marker },
+		{ "creator_fails", test_creator_fails },
 		{ "arena_write", test_arena_write },
 		{ "disk_depth", test_disk_depth },
 		{ "list_remove", test_list_remove },
