@@ -794,6 +794,7 @@ static int local_attempt_count(struct store_attempt *a, uint32_t world, const ch
 static int local_attempt_commit(struct store_attempt *a, const struct store_merge *m, char *err,
 				size_t errlen)
 {
+	struct stat mine, placed;
 	char *manifest = NULL;
 	int r;
 
@@ -819,9 +820,23 @@ static int local_attempt_commit(struct store_attempt *a, const struct store_merg
 	if (renameat2(a->rootfd, a->work, a->rootfd, a->name, RENAME_NOREPLACE) < 0) {
 		r = -errno;
 		snprintf(err, errlen, r == -EEXIST ? "checkpoint '%s/%s' already exists" :
+			 r == -ENOENT ? "the work area of '%s/%s' was removed before the commit "
+					"(another daemon's sweep or a failed save's cleanup)" :
 						     "cannot rename the work area to '%s/%s': %s",
 			 a->root, a->name, strerror(-r));
 		return r;
+	}
+	/* The rename looked the work area's name up again: if our area was
+	 * removed (renamed to the trash) and another made under the same name
+	 * meanwhile, the rename moved that one, without our manifest.  Put
+	 * it back and fail: committed must mean our directory. */
+	if (fstat(a->workfd, &mine) < 0 ||
+	    fstatat(a->rootfd, a->name, &placed, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    mine.st_dev != placed.st_dev || mine.st_ino != placed.st_ino) {
+		(void)renameat2(a->rootfd, a->name, a->rootfd, a->work, RENAME_NOREPLACE);
+		snprintf(err, errlen, "the work area of '%s/%s' was removed and made again by "
+				      "another save before the commit", a->root, a->name);
+		return -ESTALE;
 	}
 	/* The rename is durable only once the parent directory is. */
 	if (fsync(a->rootfd) < 0) {

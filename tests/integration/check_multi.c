@@ -600,6 +600,51 @@ START_TEST(test_dup_attempt)
 }
 END_TEST
 
+/* The work area is removed (renamed away) and another one made under its
+ * name while the coordinator is about to commit: the commit must not put
+ * that other directory in place as the checkpoint. */
+START_TEST(test_workarea_swapped)
+{
+	struct testd t;
+	struct td_child a0;
+	struct dup_args aa0;
+	char g0[TD_PATH], hold[TD_PATH], waiting[TD_PATH], line[1024], area[TD_PATH];
+	char moved[TD_PATH], ck[TD_PATH], id[STORE_ID_LEN + 1];
+	struct store_key k = { .step = 200, .attempt = 0, .world = 1 };
+
+	td_init(&t, "workarea_swapped");
+	snprintf(k.job, sizeof(k.job), "dupjob");
+	snprintf(k.name, sizeof(k.name), "ck");
+	store_key_id(&k, id);
+	td_path(area, sizeof(area), "%s/%s%s", t.root, STORE_WORK_PREFIX, id);
+	td_path(moved, sizeof(moved), "%s/moved-away", t.dir);
+	td_path(ck, sizeof(ck), "%s/ck", t.root);
+	td_path(g0, sizeof(g0), "%s/gate0", t.dir);
+	ck_assert_int_eq(mkdir(g0, 0777), 0);
+	td_path(hold, sizeof(hold), "%s/commit.hold", g0);
+	td_path(waiting, sizeof(waiting), "%s/commit.waiting", g0);
+	ck_assert_int_eq(td_write_file(hold, ""), 0);
+	setenv("CKPTD_TEST_GATE", g0, 1);
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 64M\ncommit_deadline = 150s\n"), 0);
+	unsetenv("CKPTD_TEST_GATE");
+	aa0 = (struct dup_args){ td_sock(&t, 0), t.root, "dupjob", "ck", 0, 1, 7100 };
+	ck_assert_int_eq(td_child_start(&a0, dup_rank_main, &aa0), 0);
+	ck_assert_msg(td_wait_exists(waiting, true, 60000), "the commit never reached its gate");
+	ck_assert_int_eq(rename(area, moved), 0);
+	ck_assert_int_eq(mkdir(area, 0755), 0);
+	ck_assert_int_eq(unlink(hold), 0);
+	dup_result(&a0, line, sizeof(line));
+	ck_assert_msg(line[0] == '-' && strstr(line, "made again"),
+		      "the commit did not notice the swap: %s", line);
+	ck_assert_int_eq(td_child_wait(&a0, 30000), 0);
+	ck_assert_msg(!td_exists(ck), "another directory was put in place as the checkpoint");
+	ck_assert_msg(td_exists(area), "the other directory was not put back");
+	ck_assert_int_eq(rmdir(area), 0);
+	ck_assert_int_eq(td_rm_rf(moved), 0);
+	td_fini(&t);
+}
+END_TEST
+
 /* The same on S3 (run by tests/integration/s3.sh with moto, as "s3"). */
 START_TEST(test_s3_dup_attempt)
 {
@@ -685,6 +730,7 @@ static Suite *multi_suite(void)
 	td_case(s, "eight_ranks", test_eight_ranks, 180, 0, 1);
 	td_case(s, "two_daemons_one_root", test_two_daemons, 180, 0, 3);
 	td_case(s, "dup_attempt", test_dup_attempt, 300, 0, 3);
+	td_case(s, "workarea_swapped", test_workarea_swapped, 120, 0, 1);
 	td_case(s, "s3", test_s3_ranks, 240, 0, 4);
 	td_case(s, "s3", test_s3_dup_attempt, 300, 0, 3);
 	return s;
