@@ -421,7 +421,9 @@ bool conn_job_free_for(struct server *srv, const char *job, uid_t uid, uid_t *re
 			return false;
 		}
 	}
-	return true;
+	/* A trainer that crashed left its job only in memory: the name is
+	 * still taken, so that its restart gets in and restores. */
+	return !images_job_owner(srv, job, uid, ret_owner);
 }
 
 static int hello_client(struct conn *c, const struct proto_hello *m, char *err, size_t errlen)
@@ -439,8 +441,9 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 		return -EINVAL;
 	}
 	/* A job belongs to the user who runs it, as long as any of its
-	 * connections or saves lives here: another uid may not join it (and
-	 * so may not touch its saves). */
+	 * connections, saves or resident images lives here: another uid may
+	 * not join it (and so may not touch its saves, nor keep its restart
+	 * from its images). */
 	if (!conn_job_free_for(srv, m->job, c->creds.uid, &owner)) {
 		snprintf(err, errlen, "job '%s' belongs to another user (uid %u)", m->job,
 			 (unsigned)owner);

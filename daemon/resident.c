@@ -222,6 +222,23 @@ int image_make(struct image *img)
 	return 0;
 }
 
+bool images_job_owner(const struct server *srv, const char *job, uid_t uid, uid_t *ret_owner)
+{
+	const struct list *p;
+
+	list_for_each(p, &srv->images)
+	{
+		const struct image *img = list_entry(p, struct image, link);
+
+		/* A spare holds nothing to restore: it keeps no job. */
+		if (img->state != IMAGE_SPARE && img->uid != uid && !strcmp(img->job, job)) {
+			*ret_owner = img->uid;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* The hash a client sends for checkpoint ROOT/NAME (proto.h). */
 static void path_hash(const char *root, const char *name, char ret[STORE_ID_LEN + 1])
 {

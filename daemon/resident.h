@@ -23,7 +23,9 @@
  * could need).  Every image byte counts against arena_total, alongside the
  * staging arenas and load pools; arenas win: a HELLO that finds no room
  * evicts images, but another user's only while its own user stays within
- * arena_per_uid (users.h), and so does a newer image.
+ * arena_per_uid (users.h), and so does a newer image.  The job of a READY
+ * or FILLING image stays its uid's (conn.h): a restart of the owner is
+ * never locked out of its own image by another user taking the job name.
  *
  * Serving: RESIDENT_REQ(attempt id, checkpoint path hash, rank) from a
  * READY connection of the same uid and job gets a read-only descriptor of
@@ -114,6 +116,10 @@ void images_replaced(struct server *srv, const struct save *s);
  * another uid's only while uid stays within its share (users.h).  True if
  * they fit. */
 bool images_make_room(struct server *srv, uid_t uid, uint64_t need);
+
+/* True if a uid other than uid holds a READY or FILLING image of job (and
+ * so owns the job: conn.h); its uid in *ret_owner. */
+bool images_job_owner(const struct server *srv, const char *job, uid_t uid, uid_t *ret_owner);
 
 /* RESIDENT_REQ from connection c. */
 struct proto_resident_req;

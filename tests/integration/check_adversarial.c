@@ -31,6 +31,9 @@
  *                            do not lock out a new uid's trainer; a
  *                            connection with a save in flight is never
  *                            closed for it
+ *   crashed_job_owned        a crashed job's resident image keeps its name
+ *                            its owner's: another uid is refused, the
+ *                            owner's restart restores from memory
  *
  * Tests that act as other users fork children that drop to uids
  * TD_UID_A/TD_UID_B (the suite runs as root, like CI); without root they
@@ -1379,6 +1382,71 @@ static int refused_as(struct testd *t, uid_t uid, char *msg, size_t len)
 	return rc;
 }
 
+/*
+ * A trainer of uid A that saved with CKPT_CONNECT_RESIDENT is killed: its
+ * job then lives on only in the daemon's memory.  Another uid connecting
+ * with the job's name is refused (before, it got in, and then the owner's
+ * restart was refused: "job ... belongs to another user"), and the
+ * owner's restart restores from memory, its shard deleted.
+ */
+START_TEST(test_crashed_job_owned)
+{
+	struct testd t;
+	struct td_child a, b, a2;
+	struct rk ra = { .job = "crashed", .name = "ck", .world = 1, .step = 5, .uid = UID_A,
+			 .umask = -1, .seed = 71, .bytes = 3 * MiB, .hold = true,
+			 .flags = CKPT_CONNECT_RESIDENT };
+	struct rk rb = { .job = "crashed", .name = "squat", .world = 1, .step = 1, .uid = UID_B,
+			 .umask = -1, .seed = 72, .bytes = 1 * MiB };
+	struct ld la = { .job = "crashed", .uid = UID_A, .rank = 0, .bytes = 3 * MiB, .seed = 71 };
+	char root[TD_PATH], broot[TD_PATH], ck[TD_PATH], p[TD_PATH], msg[512];
+	int st, rc;
+
+	if (!need_root("crashed_job_owned"))
+		return;
+	td_init(&t, "crashed_job_owned");
+	open_up(&t);
+	td_path(root, sizeof(root), "%s/alice", t.root);
+	user_dir(root, UID_A, 0755);
+	td_path(broot, sizeof(broot), "%s/bob", t.root);
+	user_dir(broot, UID_B, 0755);
+	ck_assert_int_eq(td_daemon_start(&t, 0, "arena_max = 16M\nsocket_mode = 0666\n"), 0);
+	ra.sock = rb.sock = la.sock = td_sock(&t, 0);
+	ra.root = root;
+	rb.root = broot;
+
+	rk_start(&a, &ra);
+	ck_assert_msg(rk_expect(&a, "committed", 60000, msg, sizeof(msg)) == 0, "%s", msg);
+	kill(a.pid, SIGKILL);
+	st = td_child_wait(&a, 10000);
+	ck_assert_msg(st >= 0 && WIFSIGNALED(st), "the trainer ended with %s", td_status_str(st));
+	/* Nothing of the job is left but its image. */
+	wait_image_alone(&t, "crashed");
+
+	/* Another user takes the name: refused, and nothing of its is saved. */
+	rk_start(&b, &rb);
+	rc = rk_expect(&b, "connect", 30000, msg, sizeof(msg));
+	ck_assert_msg(rc == -EACCES, "another uid took a crashed job with resident images: %d (%s)",
+		      rc, msg);
+	ck_assert_msg(strstr(msg, "belongs to another user"), "refusal does not say why: %s", msg);
+	td_child_wait(&b, 10000);
+	ck_assert_int_eq(td_count_entries(broot, ""), 0);
+
+	/* The owner's restart gets in and restores from memory. */
+	td_path(ck, sizeof(ck), "%s/ck", root);
+	td_path(p, sizeof(p), "%s/rank-00000.safetensors", ck);
+	ck_assert_int_eq(unlink(p), 0);
+	la.path = ck;
+	memset(&a2, 0, sizeof(a2));
+	ck_assert_int_eq(td_child_start(&a2, ld_main, &la), 0);
+	rc = rk_expect(&a2, "connect", 30000, msg, sizeof(msg));
+	ck_assert_msg(rc == 0, "the owner's restart was refused: %d (%s)", rc, msg);
+	expect_loaded_from_memory(&a2);
+	td_child_wait(&a2, 10000);
+	td_fini(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("adversarial");
@@ -1394,5 +1462,6 @@ int main(void)
 	td_case(s, "unread_answers", test_unread_answers, 120, 0, 1);
 	td_case(s, "arena_share", test_arena_share, 180, 0, 1);
 	td_case(s, "fair_admission", test_fair_admission, 240, 0, 1);
+	td_case(s, "crashed_job_owned", test_crashed_job_owned, 180, 0, 1);
 	return td_main(s, "check_adversarial");
 }
