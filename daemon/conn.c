@@ -175,8 +175,8 @@ static void refuse_now(int fd, int err, const char *msg)
 
 /*
  * The table is full: makes room for a connection of creds' uid, which has
- * `mine` connections, by closing another user's idle one (users.h: the
- * busiest user's, if it has two more).  True if there is room now.
+ * `mine` connections, by closing an idle one of a user with two more
+ * (users.h).  True if there is room now.
  */
 static bool admit(struct server *srv, const struct creds *creds, pid_t pid, unsigned mine)
 {
@@ -232,7 +232,7 @@ int conn_accept(struct server *srv)
 	}
 	if (srv->n_conns >= srv->cfg.max_clients && !admit(srv, &creds, pid, use.conns)) {
 		log_warn("refusing pid %d (uid %u): %u connections (max_clients), none of them "
-			 "an idle one of a user with more than this one", pid,
+			 "an idle one of a user with two more than this one", pid,
 			 (unsigned)creds.uid, srv->n_conns);
 		snprintf(msg, sizeof(msg), "ckptd has too many clients (max_clients = %u)",
 			 srv->cfg.max_clients);

@@ -120,11 +120,12 @@ static bool make_room(struct server *srv, uint64_t need, uid_t uid, const char *
 				continue;
 			if (img->state == IMAGE_READY && job && same_key(img, uid, job, rank))
 				continue;
-			if (img->uid != uid && (!may || (pass == 1 && !users_over_share(srv, img->uid))))
+			if (img->uid != uid &&
+			    (!may || (pass == 1 && !users_over_share(srv, img->uid))))
 				continue;
 			if (img->state == IMAGE_READY)
-				log_info("resident: dropped the image of '%s/%s' (uid %u job '%s' rank "
-					 "%u, %llu bytes) to make room for uid %u", img->root,
+				log_info("resident: dropped the image of '%s/%s' (uid %u job '%s' "
+					 "rank %u, %llu bytes) to make room for uid %u", img->root,
 					 img->name, (unsigned)img->uid, img->job, img->rank,
 					 (unsigned long long)img->size, (unsigned)uid);
 			image_free(srv, img);

@@ -1084,8 +1084,8 @@ START_TEST(test_arena_share)
 			ck_assert_msg(rc == 0, "uid A's connection %u within its share: %d (%s)", i,
 				      rc, msg);
 		} else {
-			ck_assert_msg(rc == -ENOMEM, "uid A's connection %u past its share: %d (%s)",
-				      i, rc, msg);
+			ck_assert_msg(rc == -ENOMEM,
+				      "uid A's connection %u past its share: %d (%s)", i, rc, msg);
 			ck_assert_msg(strstr(msg, "arena_per_uid"), "refusal does not say why: %s",
 				      msg);
 		}

@@ -926,7 +926,8 @@ START_TEST(test_key_row)
 		 * arena_total by config_validate) have no default, and these
 		 * start unset. */
 		ck_assert_msg(k->kind == CONFIG_ROOT || k->kind == CONFIG_RETENTION ||
-				      !strncmp(k->key, "s3_", 3) || !strncmp(k->key, "metrics_", 8) ||
+				      !strncmp(k->key, "s3_", 3) ||
+				      !strncmp(k->key, "metrics_", 8) ||
 				      !strcmp(k->key, "arena_per_uid"),
 			      "key '%s' has no default", k->key);
 		if (k->kind == CONFIG_RETENTION)
