@@ -980,6 +980,19 @@ static bool has_image(json_t *st, const char *job)
 	return false;
 }
 
+/* The arena bytes of uid in the status' "users", or -1 if not listed. */
+static json_int_t user_arena(json_t *st, uid_t uid)
+{
+	json_t *e;
+	size_t i;
+
+	json_array_foreach(json_object_get(st, "users"), i, e) {
+		if (json_integer_value(json_object_get(e, "uid")) == (json_int_t)uid)
+			return json_integer_value(json_object_get(e, "arena_bytes"));
+	}
+	return -1;
+}
+
 /* Polls root's status (bounded) until job has an image and no arena is
  * held (every client gone and its arena freed). */
 static void wait_image_alone(struct testd *t, const char *job)
@@ -1095,6 +1108,15 @@ START_TEST(test_arena_share)
 	/* B's image was not evicted for A... */
 	st = status_root(&t);
 	ck_assert_msg(has_image(st, "bjob"), "B's resident image was evicted for A");
+	/* (the status shows each user's part; a user sees only its own) */
+	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "config"),
+							    "arena_per_uid")), 32 * MiB);
+	ck_assert_msg(user_arena(st, UID_A) == (json_int_t)(32 * MiB), "uid A holds %lld bytes",
+		      (long long)user_arena(st, UID_A));
+	json_decref(st);
+	ck_assert_int_eq(status_json_as(&t, UID_B, &st), 0);
+	ck_assert_int_eq(user_arena(st, UID_A), -1);
+	ck_assert_int_eq(user_arena(st, UID_B), 0);
 	json_decref(st);
 
 	/* ...and B's restart gets an arena and restores from memory (its
