@@ -64,6 +64,9 @@ const struct config_key config_keys[] = {
 	    "staging arena of one client"),
 	KEY("arena_total", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_total, "16G",
 	    "all arenas and resident images together"),
+	/* No default of its own: derived from arena_total (config_validate). */
+	KEY("arena_per_uid", CONFIG_SIZE, 1ull << 20, UINT64_MAX, arena_per_uid, NULL,
+	    "arenas and load pools of one uid (unset: half of arena_total)"),
 	KEY("load_share", CONFIG_SIZE, 0, UINT64_MAX, load_share, "512M",
 	    "pool per uid of pieces its loads read, shared by its loaders (0: none)"),
 	KEY("uring_depth", CONFIG_UINT, 1, 1024, uring_depth, "16",
@@ -114,6 +117,8 @@ const struct config_key config_keys[] = {
 };
 
 const size_t config_n_keys = sizeof(config_keys) / sizeof(config_keys[0]);
+_Static_assert(sizeof(config_keys) / sizeof(config_keys[0]) <= CONFIG_MAX_KEYS,
+	       "struct config's key_origin[] is too small for config_keys");
 
 const struct config_key *config_key_find(const char *key)
 {
@@ -668,12 +673,83 @@ static int set_from(struct config *c, const char *key, const char *value, const 
 		    char *err, size_t errlen)
 {
 	const struct config_key *k = config_key_find(key);
+	size_t i;
+	int r;
 
 	if (!k) {
 		snprintf(err, errlen, "unknown key '%.64s'", key);
 		return -EINVAL;
 	}
-	return set_key(c, k, value, origin, err, errlen);
+	r = set_key(c, k, value, origin, err, errlen);
+	if (r < 0)
+		return r;
+	/* The value is set even if its origin cannot be remembered: a
+	 * message then names the key without FILE:LINE. */
+	if (k->offset == offsetof(struct config, arena_per_uid))
+		c->arena_per_uid_derived = false;
+	i = (size_t)(k - config_keys);
+	free(c->key_origin[i]);
+	c->key_origin[i] = origin ? strdup(origin) : NULL;
+	return 0;
+}
+
+/* Where key was set last ("FILE:LINE", "option -o"), or NULL. */
+static const char *key_origin(const struct config *c, const char *key)
+{
+	const struct config_key *k = config_key_find(key);
+
+	return k ? c->key_origin[k - config_keys] : NULL;
+}
+
+/* The same as a message prefix: "FILE:LINE: ", or "". */
+static void key_from(const struct config *c, const char *key, char *buf, size_t len)
+{
+	const char *o = key_origin(c, key);
+
+	snprintf(buf, len, "%s%s", o ? o : "", origin_sep(o));
+}
+
+/*
+ * The caps on staging memory must nest: one client's arena (arena_max)
+ * within one uid's share (arena_per_uid) within the node's (arena_total).
+ * An unset arena_per_uid is half of arena_total, so that one user leaves
+ * the other half to the rest; never below arena_max, so that a client can
+ * still get the arena the admin allowed it.
+ */
+static int validate_arena_caps(struct config *c, char *err, size_t errlen)
+{
+	char from[PATH_MAX + 32];
+
+	if (c->arena_max > c->arena_total) {
+		key_from(c, key_origin(c, "arena_max") ? "arena_max" : "arena_total", from,
+			 sizeof(from));
+		snprintf(err, errlen,
+			 "%sarena_max (%llu bytes) is larger than arena_total (%llu bytes)", from,
+			 (unsigned long long)c->arena_max, (unsigned long long)c->arena_total);
+		return -EINVAL;
+	}
+	if (!c->arena_per_uid || c->arena_per_uid_derived) {
+		c->arena_per_uid = c->arena_total / 2 > c->arena_max ? c->arena_total / 2 :
+									c->arena_max;
+		c->arena_per_uid_derived = true;
+		return 0;
+	}
+	key_from(c, "arena_per_uid", from, sizeof(from));
+	if (c->arena_per_uid < c->arena_max) {
+		snprintf(err, errlen,
+			 "%sarena_per_uid (%llu bytes) is smaller than arena_max (%llu bytes): "
+			 "no client could get an arena of arena_max", from,
+			 (unsigned long long)c->arena_per_uid, (unsigned long long)c->arena_max);
+		return -EINVAL;
+	}
+	if (c->arena_per_uid > c->arena_total) {
+		snprintf(err, errlen,
+			 "%sarena_per_uid (%llu bytes) is larger than arena_total (%llu bytes)",
+			 from, (unsigned long long)c->arena_per_uid,
+			 (unsigned long long)c->arena_total);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 int config_set(struct config *c, const char *key, const char *value, char *err, size_t errlen)
@@ -705,6 +781,10 @@ void config_free(struct config *c)
 		}
 	}
 	config_clear_roots(c);
+	for (size_t i = 0; i < CONFIG_MAX_KEYS; i++) {
+		free(c->key_origin[i]);
+		c->key_origin[i] = NULL;
+	}
 	for (size_t i = 0; i < c->n_retention; i++) {
 		free(c->retention[i].root);
 		free(c->retention[i].origin);
@@ -947,13 +1027,7 @@ int config_validate(struct config *c, char *err, size_t errlen)
 			 (unsigned long long)c->load_share);
 		return -EINVAL;
 	}
-	if (c->arena_max > c->arena_total) {
-		snprintf(err, errlen,
-			 "arena_max (%llu bytes) is larger than arena_total (%llu bytes)",
-			 (unsigned long long)c->arena_max, (unsigned long long)c->arena_total);
-		return -EINVAL;
-	}
-	return 0;
+	return validate_arena_caps(c, err, errlen);
 }
 
 /*

@@ -16,6 +16,10 @@
  *                       (absolute)                    /var/lib/ckptd/state
  *   arena_max           cap on one client's arena     4G   (at least 1M)
  *   arena_total         cap on all arenas together    16G  (at least 1M)
+ *   arena_per_uid       cap on the arenas and load pools of one uid
+ *                       (users.h); unset: half of arena_total, at least
+ *                       arena_max                     (at least 1M; from
+ *                       arena_max to arena_total)
  *   load_share          pool per uid of pieces its loads read through the
  *                       daemon, shared by its loaders (share.h); counts in
  *                       arena_total, of which it takes at most half
@@ -84,6 +88,8 @@
 #include "format/retention.h"
 
 #define CONFIG_MAX_ROOTS 64
+/* Rows config_keys may have (key_origin's size; config.c asserts it). */
+#define CONFIG_MAX_KEYS 64
 /* state_dir unless configured (a daemon not run by root uses the user's own
  * state directory instead, see main.c). */
 #define CONFIG_DEFAULT_STATE_DIR "/var/lib/ckptd/state"
@@ -111,6 +117,8 @@ struct config {
 	char *state_dir;
 	uint64_t arena_max;
 	uint64_t arena_total;
+	uint64_t arena_per_uid;          /* 0: unset (config_validate derives it) */
+	bool arena_per_uid_derived;      /* it did: derived again if validated again */
 	uint64_t load_share;
 	unsigned uring_depth;
 	unsigned disk_depth;
@@ -139,6 +147,10 @@ struct config {
 	struct config_retention retention[CONFIG_MAX_ROOTS];
 	size_t n_retention;
 	uint64_t retention_sweep_ms;
+	/* Where each key was set last ("FILE:LINE", "option -o"), by its index
+	 * in config_keys; NULL: its default.  For config_validate's messages
+	 * about keys that must agree with each other. */
+	char *key_origin[CONFIG_MAX_KEYS];
 };
 
 enum config_kind {
@@ -209,7 +221,10 @@ void config_clear_roots(struct config *c);
  * Final checks once file and flags are applied: at least one root; each root
  * absolute and an existing directory (made canonical with realpath; the
  * message starts with where the root came from, e.g. "FILE:LINE: "); caps
- * consistent (arena_max <= arena_total).  -EINVAL with the reason in err.
+ * consistent (arena_max <= arena_per_uid <= arena_total; an unset
+ * arena_per_uid becomes half of arena_total, at least arena_max; the
+ * message starts with where the offending key was set).  -EINVAL with the
+ * reason in err.
  */
 int config_validate(struct config *c, char *err, size_t errlen);
 

@@ -23,6 +23,7 @@
 #include "daemon/save.h"
 #include "daemon/share.h"
 #include "daemon/status.h"
+#include "daemon/users.h"
 #include "format/desc.h"
 #include "format/names.h"
 #include "shm/arena.h"
@@ -160,19 +161,6 @@ static void send_release(struct writer *w, uint32_t slot)
 
 /* ---- accepting --------------------------------------------------------------- */
 
-static unsigned conns_of_uid(struct server *srv, uid_t uid)
-{
-	struct list *p;
-	unsigned n = 0;
-
-	list_for_each(p, &srv->conns)
-	{
-		const struct conn *c = list_entry(p, struct conn, link);
-		n += c->state != CONN_CLOSED && c->creds.uid == uid;
-	}
-	return n;
-}
-
 /* Refuses a connection at once, telling the peer why. */
 static void refuse_now(int fd, int err, const char *msg)
 {
@@ -185,9 +173,38 @@ static void refuse_now(int fd, int err, const char *msg)
 	close(fd);
 }
 
+/*
+ * The table is full: makes room for a connection of creds' uid, which has
+ * `mine` connections, by closing an idle one of a user with two more
+ * (users.h).  True if there is room now.
+ */
+static bool admit(struct server *srv, const struct creds *creds, pid_t pid, unsigned mine)
+{
+	char msg[PROTO_MSG_LEN];
+	unsigned theirs = 0;
+	struct conn *v = users_admission_victim(srv, creds->uid, &theirs);
+
+	if (!v)
+		return false;
+	log_warn("client %u (pid %d uid %u): closed, idle, to admit pid %d of uid %u: "
+		 "max_clients (%u) reached, and uid %u holds %u connections to uid %u's %u",
+		 v->id, v->pid, (unsigned)v->creds.uid, pid, (unsigned)creds->uid,
+		 srv->cfg.max_clients, (unsigned)v->creds.uid, theirs, (unsigned)creds->uid,
+		 mine);
+	snprintf(msg, sizeof(msg),
+		 "ckptd closed this idle connection for another user's: max_clients (%u) is "
+		 "reached and uid %u holds more connections than anyone", srv->cfg.max_clients,
+		 (unsigned)v->creds.uid);
+	send_error(v, -EMFILE, msg);
+	conn_close(v, "closed for another user's connection (max_clients)");
+	srv->conns_evicted++;
+	return srv->n_conns < srv->cfg.max_clients;
+}
+
 int conn_accept(struct server *srv)
 {
 	struct epoll_event ee;
+	struct users_use use;
 	struct creds creds;
 	char msg[256];
 	struct conn *c;
@@ -203,21 +220,23 @@ int conn_accept(struct server *srv)
 		close(fd);
 		return 0;
 	}
-	if (srv->n_conns >= srv->cfg.max_clients) {
-		log_warn("refusing pid %d (uid %u): %u connections (max_clients)", pid,
-			 (unsigned)creds.uid, srv->n_conns);
-		snprintf(msg, sizeof(msg), "ckptd has too many clients (max_clients = %u)",
-			 srv->cfg.max_clients);
-		refuse_now(fd, -EMFILE, msg);
-		return 0;
-	}
-	if (conns_of_uid(srv, creds.uid) >= srv->cfg.max_clients_per_uid) {
+	users_use(srv, creds.uid, &use);
+	if (use.conns >= srv->cfg.max_clients_per_uid) {
 		log_warn("refusing pid %d: uid %u has %u connections (max_clients_per_uid)", pid,
 			 (unsigned)creds.uid, srv->cfg.max_clients_per_uid);
 		snprintf(msg, sizeof(msg),
 			 "uid %u has too many connections to ckptd (max_clients_per_uid = %u)",
 			 (unsigned)creds.uid, srv->cfg.max_clients_per_uid);
 		refuse_now(fd, -EUSERS, msg);
+		return 0;
+	}
+	if (srv->n_conns >= srv->cfg.max_clients && !admit(srv, &creds, pid, use.conns)) {
+		log_warn("refusing pid %d (uid %u): %u connections (max_clients), none of them "
+			 "an idle one of a user with two more than this one", pid,
+			 (unsigned)creds.uid, srv->n_conns);
+		snprintf(msg, sizeof(msg), "ckptd has too many clients (max_clients = %u)",
+			 srv->cfg.max_clients);
+		refuse_now(fd, -EMFILE, msg);
 		return 0;
 	}
 	c = calloc(1, sizeof(*c));
@@ -402,13 +421,15 @@ bool conn_job_free_for(struct server *srv, const char *job, uid_t uid, uid_t *re
 			return false;
 		}
 	}
-	return true;
+	/* A trainer that crashed left its job only in memory: the name is
+	 * still taken, so that its restart gets in and restores. */
+	return !images_job_owner(srv, job, uid, ret_owner);
 }
 
 static int hello_client(struct conn *c, const struct proto_hello *m, char *err, size_t errlen)
 {
 	struct server *srv = c->srv;
-	uint64_t want, avail;
+	uint64_t want, avail, room, staging, left;
 	uid_t owner;
 
 	if (!name_job_ok(m->job, err, errlen))
@@ -420,8 +441,9 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 		return -EINVAL;
 	}
 	/* A job belongs to the user who runs it, as long as any of its
-	 * connections or saves lives here: another uid may not join it (and
-	 * so may not touch its saves). */
+	 * connections, saves or resident images lives here: another uid may
+	 * not join it (and so may not touch its saves, nor keep its restart
+	 * from its images). */
 	if (!conn_job_free_for(srv, m->job, c->creds.uid, &owner)) {
 		snprintf(err, errlen, "job '%s' belongs to another user (uid %u)", m->job,
 			 (unsigned)owner);
@@ -431,11 +453,19 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 	want = m->arena_bytes ? m->arena_bytes : (1ull << 30);
 	if (want > srv->cfg.arena_max)
 		want = srv->cfg.arena_max;
-	/* Staging comes before keeping old checkpoints in memory. */
-	share_make_room(srv, arena_round(want));
-	images_make_room(srv, arena_round(want));
-	avail = srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
-	avail = avail < srv->cfg.arena_total ? srv->cfg.arena_total - avail : 0;
+	/* Staging comes before keeping old checkpoints in memory, but one
+	 * user's staging stops at arena_per_uid, and past its share a user
+	 * makes room out of its own images and pools only (users.h). */
+	share_make_room(srv, c->creds.uid, arena_round(want));
+	staging = users_staging(srv, c->creds.uid);
+	left = staging < srv->cfg.arena_per_uid ? srv->cfg.arena_per_uid - staging : 0;
+	if (want > left)
+		want = left;
+	if (left >= ARENA_MIN_BYTES)
+		images_make_room(srv, c->creds.uid, arena_round(want));
+	room = srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
+	room = room < srv->cfg.arena_total ? srv->cfg.arena_total - room : 0;
+	avail = room < left ? room : left;
 	if (want > avail)
 		want = avail;
 	want = arena_round(want);
@@ -443,18 +473,24 @@ static int hello_client(struct conn *c, const struct proto_hello *m, char *err, 
 		uint64_t slot = arena_slot_bytes(want);
 		want = want > slot ? (want / slot - 1) * slot : 0;
 	}
-	if (want < ARENA_MIN_BYTES ||
-	    srv->arena_in_use + srv->resident_bytes + srv->share_bytes + want >
-		    srv->cfg.arena_total) {
-		snprintf(err, errlen,
-			 "no room for a staging arena: %llu of arena_total %llu bytes in use "
-			 "(arenas, also of connections still finishing their work, %llu of "
-			 "resident images and %llu of load pools in use)",
-			 (unsigned long long)(srv->arena_in_use + srv->resident_bytes +
-					      srv->share_bytes),
-			 (unsigned long long)srv->cfg.arena_total,
-			 (unsigned long long)srv->resident_bytes,
-			 (unsigned long long)srv->share_bytes);
+	if (want < ARENA_MIN_BYTES || want > avail) {
+		if (left <= room)
+			snprintf(err, errlen,
+				 "no room for a staging arena: uid %u's arenas and load pools use "
+				 "%llu of arena_per_uid %llu bytes (arenas also of connections "
+				 "still finishing their work)",
+				 (unsigned)c->creds.uid, (unsigned long long)staging,
+				 (unsigned long long)srv->cfg.arena_per_uid);
+		else
+			snprintf(err, errlen,
+				 "no room for a staging arena: %llu of arena_total %llu bytes in "
+				 "use (arenas, also of connections still finishing their work, "
+				 "%llu of resident images and %llu of load pools in use)",
+				 (unsigned long long)(srv->arena_in_use + srv->resident_bytes +
+						      srv->share_bytes),
+				 (unsigned long long)srv->cfg.arena_total,
+				 (unsigned long long)srv->resident_bytes,
+				 (unsigned long long)srv->share_bytes);
 		return -ENOMEM;
 	}
 	c->arena_bytes = want;

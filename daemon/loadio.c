@@ -604,6 +604,16 @@ bool loadio_busy(const struct conn *c)
 	return c->load_inflight > 0;
 }
 
+bool loadio_active(const struct conn *c)
+{
+	if (c->load_inflight || c->n_lent || c->load_pins || c->s3_listed)
+		return true;
+	for (uint32_t i = 0; c->lfiles && i < PROTO_LOAD_FILES; i++)
+		if (c->lfiles[i].s3 || c->lfiles[i].busy)
+			return true;
+	return false;
+}
+
 void loadio_free(struct conn *c)
 {
 	if (!c->lfiles)

@@ -77,6 +77,10 @@ void loadio_on_release(struct conn *c, const struct proto_load_release *m);
 void loadio_closed(struct conn *c);
 /* True while reads of c are queued or in flight (its arena must stay). */
 bool loadio_busy(const struct conn *c);
+/* True while c is loading: reads in flight or waiting, files or S3 objects
+ * lent, bytes pinned in the pool (users.h never closes such a connection
+ * for another). */
+bool loadio_active(const struct conn *c);
 /* The connection is being freed (not busy): closes what it lent. */
 void loadio_free(struct conn *c);
 

@@ -376,6 +376,10 @@ int metrics_render(struct server *srv, char **ret, size_t *len)
 	head(&b, "ckptd_clients", "gauge", "Trainer connections (ranks) open now");
 	series(&b, "ckptd_clients", NULL, NULL);
 	num_u64(&b, clients);
+	head(&b, "ckptd_clients_evicted_total", "counter",
+	     "Idle connections closed to admit another user's when max_clients was reached");
+	series(&b, "ckptd_clients_evicted_total", NULL, NULL);
+	num_u64(&b, srv->conns_evicted);
 	head(&b, "ckptd_uptime_seconds", "gauge", "Time since the daemon started");
 	series(&b, "ckptd_uptime_seconds", NULL, NULL);
 	num_f(&b, (double)(now_ms() - srv->start_ms) / 1e3);

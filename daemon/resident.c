@@ -14,6 +14,7 @@
 #include "daemon/resident.h"
 #include "daemon/save.h"
 #include "daemon/server.h"
+#include "daemon/users.h"
 #include "shm/arena.h"
 #include "shm/proto.h"
 
@@ -92,13 +93,21 @@ static bool fits(const struct server *srv, uint64_t need)
 	return used <= srv->cfg.arena_total && need <= srv->cfg.arena_total - used;
 }
 
-/* Evicts spares first (they hold nothing anyone can load), then READY
- * images, oldest use first; never a FILLING one, nor the READY image of
- * key (uid, job, rank) when job is not NULL. */
+/*
+ * Frees images until `need` more bytes fit, for uid: spares first (they hold
+ * nothing anyone can load), then READY images of uid itself and of uids
+ * holding more than their share, then other READY images; oldest use first
+ * in each pass.  Never a FILLING image, nor the READY image of key (uid,
+ * job, rank) when job is not NULL, and another uid's image only while uid
+ * stays within its share with the bytes it asks for (users.h): a user over
+ * its share makes room out of its own images alone.
+ */
 static bool make_room(struct server *srv, uint64_t need, uid_t uid, const char *job,
 		      uint32_t rank)
 {
-	for (int pass = 0; pass < 2 && !fits(srv, need); pass++) {
+	for (int pass = 0; pass < 3 && !fits(srv, need); pass++) {
+		/* (its own evictions may have brought uid back within its share) */
+		bool may = users_may_evict(srv, uid, need);
 		struct list *p, *t;
 
 		list_for_each_safe(p, t, &srv->images)
@@ -111,19 +120,23 @@ static bool make_room(struct server *srv, uint64_t need, uid_t uid, const char *
 				continue;
 			if (img->state == IMAGE_READY && job && same_key(img, uid, job, rank))
 				continue;
+			if (img->uid != uid &&
+			    (!may || (pass == 1 && !users_over_share(srv, img->uid))))
+				continue;
 			if (img->state == IMAGE_READY)
-				log_info("resident: dropped the image of '%s/%s' (job '%s' rank %u, "
-					 "%llu bytes) to make room", img->root, img->name, img->job,
-					 img->rank, (unsigned long long)img->size);
+				log_info("resident: dropped the image of '%s/%s' (uid %u job '%s' "
+					 "rank %u, %llu bytes) to make room for uid %u", img->root,
+					 img->name, (unsigned)img->uid, img->job, img->rank,
+					 (unsigned long long)img->size, (unsigned)uid);
 			image_free(srv, img);
 		}
 	}
 	return fits(srv, need);
 }
 
-bool images_make_room(struct server *srv, uint64_t need)
+bool images_make_room(struct server *srv, uid_t uid, uint64_t need)
 {
-	return make_room(srv, need, 0, NULL, 0);
+	return make_room(srv, need, uid, NULL, 0);
 }
 
 struct image *image_take(struct server *srv, uid_t uid, const char *job, uint32_t rank,
@@ -161,12 +174,16 @@ struct image *image_take(struct server *srv, uid_t uid, const char *job, uint32_
 	}
 	cap = (size + IMAGE_ROUND - 1) / IMAGE_ROUND * IMAGE_ROUND;
 	if (!make_room(srv, cap, uid, job, rank)) {
+		bool mine = !users_may_evict(srv, uid, cap);
 		snprintf(why, whylen,
-			 "no room for a %llu-byte image: arenas %llu and images %llu of "
-			 "arena_total %llu bytes",
+			 "no room for a %llu-byte image: arenas %llu, images %llu and load pools "
+			 "%llu of arena_total %llu bytes%s",
 			 (unsigned long long)cap, (unsigned long long)srv->arena_in_use,
 			 (unsigned long long)srv->resident_bytes,
-			 (unsigned long long)srv->cfg.arena_total);
+			 (unsigned long long)srv->share_bytes,
+			 (unsigned long long)srv->cfg.arena_total,
+			 mine ? " (the user holds its share, arena_per_uid: other users' "
+				"images stay)" : "");
 		return NULL;
 	}
 	img = calloc(1, sizeof(*img));
@@ -204,6 +221,23 @@ int image_make(struct image *img)
 	img->fd = fd;
 	img->map = addr;
 	return 0;
+}
+
+bool images_job_owner(const struct server *srv, const char *job, uid_t uid, uid_t *ret_owner)
+{
+	const struct list *p;
+
+	list_for_each(p, &srv->images)
+	{
+		const struct image *img = list_entry(p, struct image, link);
+
+		/* A spare holds nothing to restore: it keeps no job. */
+		if (img->state != IMAGE_SPARE && img->uid != uid && !strcmp(img->job, job)) {
+			*ret_owner = img->uid;
+			return true;
+		}
+	}
+	return false;
 }
 
 /* The hash a client sends for checkpoint ROOT/NAME (proto.h). */

@@ -15,12 +15,17 @@
  *   READY   --a newer save of the key commits--> SPARE
  *   SPARE   --the key's next save, if large enough--> FILLING (no new
  *             allocation: populating gigabytes takes seconds here)
- *   any but FILLING --memory needed (arena, newer image)--> freed, oldest first
+ *   any but FILLING --memory needed (arena, newer image)--> freed, oldest
+ *             first (users.h: whose, and in which order)
  *
  * So a key holds at most two images: the newest committed one and the one
  * its next save fills (a save in progress never overwrites what a restart
  * could need).  Every image byte counts against arena_total, alongside the
- * staging arenas; arenas win: a HELLO that finds no room evicts images.
+ * staging arenas and load pools; arenas win: a HELLO that finds no room
+ * evicts images, but another user's only while its own user stays within
+ * arena_per_uid (users.h), and so does a newer image.  The job of a READY
+ * or FILLING image stays its uid's (conn.h): a restart of the owner is
+ * never locked out of its own image by another user taking the job name.
  *
  * Serving: RESIDENT_REQ(attempt id, checkpoint path hash, rank) from a
  * READY connection of the same uid and job gets a read-only descriptor of
@@ -82,8 +87,8 @@ struct image {
 /*
  * An image for a save of `size` file bytes by (uid, job, rank): the key's
  * SPARE image if it is large enough, else a new reservation (evicting
- * other images, oldest first, never one FILLING and never the key's READY
- * one).  Returned in FILLING state; if ->map is NULL the caller makes it
+ * other images as images_make_room does, never the key's READY one).
+ * Returned in FILLING state; if ->map is NULL the caller makes it
  * with image_make() on a worker.  NULL (reason in why) if arena_total has
  * no room: the save goes on without an image.
  */
@@ -106,9 +111,15 @@ void image_finish(struct server *srv, struct image *img, const struct save *s, b
  * path (ROOT/NAME) hold what that path no longer has; they become SPARE. */
 void images_replaced(struct server *srv, const struct save *s);
 
-/* Frees images until `need` more bytes fit in arena_total next to the
- * arenas and the other images; never one FILLING.  True if they fit. */
-bool images_make_room(struct server *srv, uint64_t need);
+/* Frees images until `need` more bytes for uid fit in arena_total next to
+ * the arenas, the pools and the other images; never one FILLING, and
+ * another uid's only while uid stays within its share (users.h).  True if
+ * they fit. */
+bool images_make_room(struct server *srv, uid_t uid, uint64_t need);
+
+/* True if a uid other than uid holds a READY or FILLING image of job (and
+ * so owns the job: conn.h); its uid in *ret_owner. */
+bool images_job_owner(const struct server *srv, const char *job, uid_t uid, uid_t *ret_owner);
 
 /* RESIDENT_REQ from connection c. */
 struct proto_resident_req;

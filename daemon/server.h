@@ -87,6 +87,8 @@ struct server {
 	uint64_t saves_committed, saves_failed, saves_refused, bytes_written;
 	uint64_t prune_deleted, prune_errors; /* checkpoints retention removed, or
 	                                       * failed to remove */
+	uint64_t conns_evicted;     /* idle connections closed to admit another
+	                             * user's (users.h) */
 	struct metrics *metrics;    /* metrics.h: counters, HTTP, the textfile */
 	int64_t max_stall_us;       /* longest round of the loop (wall time) */
 	int64_t max_busy_us;        /* most CPU time the loop used in one round:

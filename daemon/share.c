@@ -14,6 +14,7 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 #include "daemon/share.h"
+#include "daemon/users.h"
 #include "shm/arena.h"
 #include "shm/proto.h"
 
@@ -258,7 +259,7 @@ static void make_done(struct work *w)
 static struct pool *pool_get(struct server *srv, const struct sfile *sf)
 {
 	struct pool *p = pool_of(srv, sf->uid, sf->job);
-	uint64_t size = srv->cfg.load_share;
+	uint64_t size = srv->cfg.load_share, staging;
 
 	if (size > srv->cfg.arena_total / 2)
 		size = srv->cfg.arena_total / 2;
@@ -270,6 +271,9 @@ static struct pool *pool_get(struct server *srv, const struct sfile *sf)
 		return NULL;
 	if (used_bytes(srv) > srv->cfg.arena_total || size > srv->cfg.arena_total - used_bytes(srv))
 		return NULL; /* resident images are not evicted for a cache */
+	staging = users_staging(srv, sf->uid);
+	if (staging > srv->cfg.arena_per_uid || size > srv->cfg.arena_per_uid - staging)
+		return NULL; /* the uid's share is its arenas' first */
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return NULL;
@@ -598,24 +602,53 @@ void share_tick(struct server *srv)
 	}
 }
 
-bool share_make_room(struct server *srv, uint64_t need)
+static bool fits_total(const struct server *srv, uint64_t need)
+{
+	return used_bytes(srv) <= srv->cfg.arena_total &&
+	       need <= srv->cfg.arena_total - used_bytes(srv);
+}
+
+static bool fits_uid(const struct server *srv, uid_t uid, uint64_t need)
+{
+	uint64_t staging = users_staging(srv, uid);
+
+	return staging <= srv->cfg.arena_per_uid && need <= srv->cfg.arena_per_uid - staging;
+}
+
+uint64_t share_bytes_of(const struct server *srv, uid_t uid)
+{
+	const struct list *l;
+	uint64_t n = 0;
+
+	list_for_each(l, &srv->pools)
+	{
+		const struct pool *p = list_entry(l, struct pool, link);
+		if (p->uid == uid)
+			n += p->size;
+	}
+	return n;
+}
+
+bool share_make_room(struct server *srv, uid_t uid, uint64_t need)
 {
 	struct list *l, *t;
 
 	list_for_each_safe(l, t, &srv->pools)
 	{
 		struct pool *p = list_entry(l, struct pool, link);
-		if (used_bytes(srv) <= srv->cfg.arena_total &&
-		    need <= srv->cfg.arena_total - used_bytes(srv))
+		bool total = fits_total(srv, need);
+
+		if (total && fits_uid(srv, uid, need))
 			break;
-		if (idle(p)) {
-			log_info("share: freed the pool of uid %u to make room for an arena",
-				 (unsigned)p->uid);
-			pool_free(srv, p, false);
-		}
+		if (!idle(p))
+			continue;
+		if (p->uid != uid && (total || !users_may_evict(srv, uid, need)))
+			continue;
+		log_info("share: freed the pool of uid %u to make room for an arena of uid %u",
+			 (unsigned)p->uid, (unsigned)uid);
+		pool_free(srv, p, false);
 	}
-	return used_bytes(srv) <= srv->cfg.arena_total &&
-	       need <= srv->cfg.arena_total - used_bytes(srv);
+	return fits_total(srv, need);
 }
 
 bool share_busy(struct server *srv)

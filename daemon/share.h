@@ -36,7 +36,9 @@
  * serve a later load of the same file from memory (the page cache's job;
  * a load from ckptd's memory is what resident images are for).  A pool
  * nobody pinned for SHARE_IDLE_MS is freed, and so is an idle one when an
- * arena needs the memory (arenas win, as over resident images).
+ * arena needs the memory (arenas win, as over resident images).  A uid's
+ * pools count against its arena_per_uid with its arenas (users.h): a pool
+ * that would take it past that is not made.
  *
  * Trust: the client checks every CRC piece it uses against its manifest,
  * as with any read; the pool saves disk reads, never checks.  A file
@@ -105,9 +107,14 @@ void share_io_event(struct pool *p);
 void share_reap(struct server *srv);
 /* Timer: frees pools idle for SHARE_IDLE_MS. */
 void share_tick(struct server *srv);
-/* Frees idle (unpinned) pools until `need` more bytes fit in arena_total.
- * Returns true if they fit. */
-bool share_make_room(struct server *srv, uint64_t need);
+/* For a request of `need` more bytes by uid (an arena): frees idle
+ * (unpinned) pools until they fit in arena_total, and uid's own idle pools
+ * until they fit in its arena_per_uid too.  Another uid's pool goes only if
+ * users_may_evict() lets uid (users.h).  Returns true if they fit in
+ * arena_total. */
+bool share_make_room(struct server *srv, uid_t uid, uint64_t need);
+/* Bytes of uid's pools (made or being made). */
+uint64_t share_bytes_of(const struct server *srv, uid_t uid);
 /* Stopping: reaps what is in flight (true if anything still is). */
 bool share_busy(struct server *srv);
 /* Stopping, nothing in flight: frees every pool at once. */

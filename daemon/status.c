@@ -14,6 +14,7 @@
 #include "daemon/server.h"
 #include "daemon/share.h"
 #include "daemon/status.h"
+#include "daemon/users.h"
 #include "store/s3_addr.h"
 #include "store/store_s3.h"
 
@@ -251,6 +252,19 @@ int status_report(struct server *srv, uid_t uid, char **ret_json)
 					json_pack("{s:I, s:I}", "removed",
 						  (json_int_t)srv->prune_deleted, "errors",
 						  (json_int_t)srv->prune_errors)) < 0) {
+			json_decref(top);
+			return -ENOMEM;
+		}
+	}
+	{
+		/* Each user's part of the node (users.h): what it holds against
+		 * arena_per_uid and max_clients_per_uid; a user sees its own. */
+		json_t *users = users_json(srv, uid, all), *cfgj = json_object_get(top, "config");
+		if (!users || !cfgj || json_object_set_new(top, "users", users) < 0 ||
+		    json_object_set_new(cfgj, "arena_per_uid",
+					json_integer((json_int_t)cfg->arena_per_uid)) < 0 ||
+		    json_object_set_new(top, "connections_evicted",
+					json_integer((json_int_t)srv->conns_evicted)) < 0) {
 			json_decref(top);
 			return -ENOMEM;
 		}

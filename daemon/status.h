@@ -8,8 +8,13 @@
  *  "config":{"socket":"/run/ckptd/ckptd.sock", "roots":["/data"],
  *            "arena_max":N, "arena_total":N, "uring_depth":16,
  *            "commit_deadline_ms":600000, "max_clients":256,
- *            "max_clients_per_uid":64},
+ *            "max_clients_per_uid":64, "arena_per_uid":N},
  *  "arena_bytes_total":N,                 bytes of all arenas now
+ *  "users":[{"uid":1000, "connections":3, "arena_bytes":N, "pool_bytes":N,
+ *            "resident_bytes":N}]: what each user holds (users.h; arena
+ *            and pool bytes count against arena_per_uid)
+ *  "connections_evicted":N,   idle connections closed to admit another
+ *                             user's when max_clients was reached
  *  "clients":[{"id":1, "pid":456, "uid":1000, "job":"j", "run":"",
  *              "rank":0, "world":8, "arena_bytes":N, "slot_bytes":N,
  *              "slots":256, "slots_in_use":3, "connected":true}],

@@ -656,6 +656,85 @@ START_TEST(test_validate_arena_caps)
 }
 END_TEST
 
+/* One user's share of arena_total: derived when unset, checked when set. */
+static const struct {
+	const char *max, *total, *per_uid; /* NULL: the default / unset */
+	int ret;
+	uint64_t want;                     /* arena_per_uid after validation */
+	const char *err;                   /* substring of the message */
+} per_uid_cases[] = {
+	{ NULL, NULL, NULL, 0, 8ull << 30, NULL },     /* half of 16G */
+	{ NULL, "64G", NULL, 0, 32ull << 30, NULL },
+	{ "6G", "8G", NULL, 0, 6ull << 30, NULL },     /* never below arena_max */
+	{ "8G", "8G", NULL, 0, 8ull << 30, NULL },
+	{ "1M", "3M", NULL, 0, 1572864, NULL },        /* half, to the byte */
+	{ NULL, NULL, "6G", 0, 6ull << 30, NULL },
+	{ NULL, NULL, "4G", 0, 4ull << 30, NULL },     /* = arena_max */
+	{ NULL, NULL, "16G", 0, 16ull << 30, NULL },   /* = arena_total: no cap */
+	{ NULL, NULL, "4095M", -EINVAL, 0, "arena_per_uid (4293918720 bytes) is smaller than "
+					   "arena_max (4294967296 bytes)" },
+	{ NULL, NULL, "17G", -EINVAL, 0, "arena_per_uid (18253611008 bytes) is larger than "
+					 "arena_total (17179869184 bytes)" },
+	{ "2G", "1G", "1G", -EINVAL, 0, "arena_max (2147483648 bytes) is larger than "
+					"arena_total" },
+};
+
+START_TEST(test_validate_arena_per_uid)
+{
+	struct config c;
+	char err[512] = "";
+	int r;
+
+	ck_assert_int_eq(config_defaults(&c), 0);
+	/* Unset until validated: it follows arena_total, whatever the order
+	 * of the keys. */
+	ck_assert_uint_eq(c.arena_per_uid, 0);
+	ck_assert_int_eq(config_set(&c, "root", tmpdir, err, sizeof(err)), 0);
+	if (per_uid_cases[_i].max)
+		ck_assert_int_eq(config_set(&c, "arena_max", per_uid_cases[_i].max, err,
+					    sizeof(err)), 0);
+	if (per_uid_cases[_i].total)
+		ck_assert_int_eq(config_set(&c, "arena_total", per_uid_cases[_i].total, err,
+					    sizeof(err)), 0);
+	if (per_uid_cases[_i].per_uid)
+		ck_assert_int_eq(config_set(&c, "arena_per_uid", per_uid_cases[_i].per_uid, err,
+					    sizeof(err)), 0);
+	r = config_validate(&c, err, sizeof(err));
+	ck_assert_msg(r == per_uid_cases[_i].ret, "ret %d (%s), want %d", r, err,
+		      per_uid_cases[_i].ret);
+	if (r == 0)
+		ck_assert_uint_eq(c.arena_per_uid, per_uid_cases[_i].want);
+	else
+		ck_assert_msg(strstr(err, per_uid_cases[_i].err), "err '%s' lacks '%s'", err,
+			      per_uid_cases[_i].err);
+	config_free(&c);
+}
+END_TEST
+
+/* A derived share follows arena_total if validated again; a set one stays. */
+START_TEST(test_validate_arena_per_uid_again)
+{
+	struct config c;
+	char err[512] = "";
+
+	ck_assert_int_eq(config_defaults(&c), 0);
+	ck_assert_int_eq(config_set(&c, "root", tmpdir, err, sizeof(err)), 0);
+	ck_assert_msg(config_validate(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.arena_per_uid, 8ull << 30);
+	ck_assert_int_eq(config_set(&c, "arena_total", "4G", err, sizeof(err)), 0);
+	ck_assert_msg(config_validate(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.arena_per_uid, 4ull << 30);
+	ck_assert_int_eq(config_set(&c, "arena_total", "32G", err, sizeof(err)), 0);
+	ck_assert_int_eq(config_set(&c, "arena_per_uid", "5G", err, sizeof(err)), 0);
+	ck_assert_msg(config_validate(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.arena_per_uid, 5ull << 30);
+	ck_assert_int_eq(config_set(&c, "arena_total", "64G", err, sizeof(err)), 0);
+	ck_assert_msg(config_validate(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.arena_per_uid, 5ull << 30);
+	config_free(&c);
+}
+END_TEST
+
 /* ---- config_root_allowed ---- */
 
 /* Paths relative to tmpdir ("" is tmpdir itself); absolute if they start '/'. */
@@ -842,14 +921,19 @@ START_TEST(test_key_row)
 		config_free(&d);
 	} else {
 		/* Only roots and retention rules (repeatable lists), optional
-		 * S3 settings (unset: the AWS variables decide) and the
-		 * metrics outputs (unset: off) have no default, and these
+		 * S3 settings (unset: the AWS variables decide), the metrics
+		 * outputs (unset: off) and arena_per_uid (unset: derived from
+		 * arena_total by config_validate) have no default, and these
 		 * start unset. */
 		ck_assert_msg(k->kind == CONFIG_ROOT || k->kind == CONFIG_RETENTION ||
-				      !strncmp(k->key, "s3_", 3) || !strncmp(k->key, "metrics_", 8),
+				      !strncmp(k->key, "s3_", 3) ||
+				      !strncmp(k->key, "metrics_", 8) ||
+				      !strcmp(k->key, "arena_per_uid"),
 			      "key '%s' has no default", k->key);
 		if (k->kind == CONFIG_RETENTION)
 			ck_assert_uint_eq(c.n_retention, 0);
+		else if (numeric(k))
+			ck_assert_uint_eq(field_u64(&c, k), 0);
 		else if (k->kind != CONFIG_ROOT)
 			ck_assert_ptr_null(field_str(&c, k));
 	}
@@ -884,6 +968,7 @@ static const struct {
 	{ "uring_depth", "1..1024" },         { "max_clients", "1..65536" },
 	{ "max_clients_per_uid", "1..65536" }, { "socket_mode", "0..0777" },
 	{ "arena_max", "at least 1M" },       { "arena_total", "at least 1M" },
+	{ "arena_per_uid", "at least 1M" },
 	{ "root", "" },                       { "o_direct", "" },
 	{ "metrics_listen", "" },             { "metrics_textfile", "" },
 };
@@ -1143,6 +1228,17 @@ static const struct {
 	  .want = "option -r: root 'rel' is not an absolute path" },
 	{ "unknown -o key", "root = @T@/a\n", { "-o", "bogus=1", NULL }, .ret = -EINVAL,
 	  .want = "option -o: unknown key 'bogus'" },
+	{ "arena_per_uid below arena_max, in the file",
+	  "root = @T@/a\narena_max = 1G\n\narena_per_uid = 512M\n", { NULL }, .ret = -EINVAL,
+	  .want = "@F@:4: arena_per_uid (536870912 bytes) is smaller than arena_max (1073741824 "
+		  "bytes)" },
+	{ "arena_per_uid above arena_total, by -o", "root = @T@/a\narena_total = 8G\n",
+	  { "-o", "arena_per_uid=9G", NULL }, .ret = -EINVAL,
+	  .want = "option -o: arena_per_uid (9663676416 bytes) is larger than arena_total "
+		  "(8589934592 bytes)" },
+	{ "arena_max above arena_total, in the file",
+	  "root = @T@/a\narena_total = 1G\narena_max = 2G\n", { NULL }, .ret = -EINVAL,
+	  .want = "@F@:3: arena_max (2147483648 bytes) is larger than arena_total" },
 	{ "bad -o value", "root = @T@/a\n", { "-o", "handshake_timeout=1h", NULL },
 	  .ret = -EINVAL,
 	  .want = "option -o: handshake_timeout: '1h' is not a duration in 100ms..10m" },
@@ -1290,6 +1386,8 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_validate_file_root);
 	tcase_add_test(tc, test_validate_relative_root);
 	tcase_add_test(tc, test_validate_arena_caps);
+	tcase_add_loop_test(tc, test_validate_arena_per_uid, 0, N(per_uid_cases));
+	tcase_add_test(tc, test_validate_arena_per_uid_again);
 	tcase_add_test(tc, test_validate_retention);
 	suite_add_tcase(s, tc);
 
