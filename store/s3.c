@@ -88,11 +88,6 @@ int store_s3_start_settings(const struct store_s3_settings *set, char *err, size
 		return 0; /* started: no credentials to read again */
 	memset(&conf, 0, sizeof(conf));
 	r = s3_creds_load(NULL, set->credentials_file, set->profile, &conf.creds, err, errlen);
-	if (r == -ENOENT)
-		snprintf(err, errlen, "no S3 credentials: set AWS_ACCESS_KEY_ID and "
-				      "AWS_SECRET_ACCESS_KEY%s", set->credentials_file ?
-				      ", or put them in the credentials file" :
-				      " (or name a credentials file)");
 	if (r < 0)
 		goto out;
 	snprintf(conf.region, sizeof(conf.region), "%s",
