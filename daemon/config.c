@@ -990,6 +990,30 @@ static bool under_any_root(const struct config *c, const char *path)
 	return false;
 }
 
+const char *config_root_base(const struct config *c, const char *path)
+{
+	const char *best = NULL;
+	size_t len, bl = 0;
+	bool s3;
+
+	if (!path || (!s3_is_url(path) && path[0] != '/'))
+		return NULL;
+	s3 = s3_is_url(path);
+	len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	for (size_t i = 0; i < c->n_roots; i++) {
+		size_t rl = strlen(c->roots[i]);
+
+		if (s3_is_url(c->roots[i]) == s3 && under_root(c->roots[i], path, len) &&
+		    (!best || rl > bl)) {
+			best = c->roots[i];
+			bl = rl;
+		}
+	}
+	return best;
+}
+
 bool config_root_allowed(const struct config *c, const char *path)
 {
 	char buf[PATH_MAX];

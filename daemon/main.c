@@ -33,6 +33,7 @@
 #include "daemon/save.h"
 #include "daemon/server.h"
 #include "daemon/share.h"
+#include "daemon/testhook.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
 #include "store/store_route.h"
@@ -644,6 +645,7 @@ int main(int argc, char **argv)
 		config_free(&srv.cfg);
 		return 0;
 	}
+	testhook_init();
 
 	list_init(&srv.conns);
 	list_init(&srv.saves);

@@ -34,6 +34,38 @@ int fs_mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+int fs_open_dir_at(int dirfd, const char *name, bool readable, mode_t mode, bool *ret_made)
+{
+	int flags = (readable ? O_RDONLY : O_PATH) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	bool made = false;
+	struct stat st;
+	int fd;
+
+	if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -EINVAL;
+	fd = openat(dirfd, name, flags);
+	if (fd < 0 && errno == ENOENT && mode) {
+		if (mkdirat(dirfd, name, mode) == 0)
+			made = true;
+		else if (errno != EEXIST)
+			return -errno;
+		/* (EEXIST: made by someone else meanwhile, opened as found) */
+		fd = openat(dirfd, name, flags);
+	}
+	if (fd < 0) {
+		int e = errno;
+
+		/* O_DIRECTORY says ENOTDIR for a link too: tell them apart. */
+		if (e == ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(st.st_mode))
+			e = ELOOP;
+		return -e;
+	}
+	if (ret_made)
+		*ret_made = made;
+	return fd;
+}
+
 static int rm_children(int fd)
 {
 	DIR *d = fdopendir(fd);

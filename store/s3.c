@@ -681,15 +681,79 @@ static int check_existing(struct store_attempt *a, const char *text, size_t len,
 
 static void rm_work(struct store_attempt *a);
 
-static int s3_attempt_open(const char *root, const struct store_key *k, const char *id,
-			   const struct store_writer *self, uid_t uid, struct store_attempt **ret,
-			   bool *ret_created, char *err, size_t errlen)
+/*
+ * root_open (store.h): nothing to make or open in a bucket, but the same
+ * refusals as on a disk.  A prefix below base that holds a manifest.json
+ * (a checkpoint, or a tombstone: one being removed) is a checkpoint: a
+ * root below it would be taken for that checkpoint's keys.
+ */
+static int s3_root_open(const char *base, const char *root, int *ret_fd, char *err,
+			size_t errlen)
+{
+	struct s3_loc bl, rl;
+	size_t n;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(base, &bl, err, errlen);
+	if (r == 0)
+		r = s3_url_parse(root, &rl, err, errlen);
+	if (r < 0)
+		return r;
+	n = strlen(bl.prefix);
+	if (strcmp(bl.bucket, rl.bucket) || strncmp(bl.prefix, rl.prefix, n) ||
+	    (n && rl.prefix[n] && rl.prefix[n] != '/')) {
+		snprintf(err, errlen, "root '%.400s' is not below '%.400s'", root, base);
+		return -EINVAL;
+	}
+	for (const char *p = rl.prefix + n; *p;) {
+		char name[S3_PREFIX_MAX + 1], key[S3_KEY_MAX + 1];
+		const char *slash;
+		size_t len;
+
+		if (*p == '/')
+			p++;
+		slash = strchr(p, '/');
+		len = slash ? (size_t)(slash - p) : strlen(p);
+		memcpy(name, p, len);
+		name[len] = '\0';
+		p += len;
+		if (store_name_reserved(name)) {
+			snprintf(err, errlen, "root '%.400s': '%s' is a name ckptd keeps for its own "
+				 "(work areas, leases, manifests): choose another prefix", root, name);
+			return -EINVAL;
+		}
+		snprintf(key, sizeof(key), "%.*s/%s", (int)(p - rl.prefix), rl.prefix,
+			 MANIFEST_FILE);
+		r = head_object(rl.bucket, key, NULL);
+		if (r == 0) {
+			snprintf(err, errlen, "root '%.400s' lies inside checkpoint 's3://%s/%.*s': a "
+				 "save's root may not be inside a checkpoint", root, rl.bucket,
+				 (int)(p - rl.prefix), rl.prefix);
+			return -EINVAL;
+		}
+		if (r != -ENOENT) {
+			snprintf(err, errlen, "root '%.400s': cannot tell whether 's3://%s/%.*s' is a "
+				 "checkpoint: %s", root, rl.bucket, (int)(p - rl.prefix), rl.prefix,
+				 strerror(-r));
+			return r;
+		}
+	}
+	*ret_fd = -1;
+	return 0;
+}
+
+static int s3_attempt_open(const char *root, int rootfd, const struct store_key *k,
+			   const char *id, const struct store_writer *self, uid_t uid,
+			   struct store_attempt **ret, bool *ret_created, char *err, size_t errlen)
 {
 	struct store_attempt *a;
 	char key[S3_KEY_MAX + 1];
 	bool created = false;
 	int r;
 
+	(void)rootfd; /* a bucket has no directory to hold open */
 	if (!g_s3)
 		return no_client(err, errlen);
 	a = calloc(1, sizeof(*a));
@@ -2649,6 +2713,7 @@ const struct store_ops store_s3 = {
 	.arena_reap = s3a_reap,
 	.arena_busy = s3a_busy,
 	.set_disk_depth = s3a_set_depth,
+	.root_open = s3_root_open,
 	.attempt_open = s3_attempt_open,
 	.shard_create = s3_shard_create,
 	.attempt_tag = s3_attempt_tag,
