@@ -26,6 +26,7 @@
 #include <sys/un.h>
 
 #include "ckpt.h"
+#include "store/fsutil.h"
 #include "store/s3_addr.h"
 
 /* The build passes -DCKPTD_CONFIG_PATH="$(SYSCONFDIR)/ckptd/ckptd.conf". */
@@ -1044,31 +1045,10 @@ bool config_root_allowed(const struct config *c, const char *path)
 	 * path that exists (the rest will be created below it, and name_root_ok
 	 * has ruled out ".." components) and check that it is still inside.
 	 * The canonical roots came from realpath, so the comparison is fair.
+	 * (If the root itself is gone, its deepest existing ancestor lies
+	 * above every root: refused, rightly.)
 	 */
-	memcpy(buf, path, len + 1);
-	for (;;) {
-		char *canon = realpath(buf, NULL);
-		char *slash;
-
-		if (canon) {
-			/*
-			 * If the root itself is gone, its deepest existing
-			 * ancestor lies above every root: refused, rightly.
-			 */
-			bool ok = under_any_root(c, canon);
-			free(canon);
-			return ok;
-		}
-		if (errno != ENOENT && errno != ENOTDIR)
-			return false;
-		slash = strrchr(buf, '/');
-		if (!slash || strcmp(buf, "/") == 0)
-			return false;
-		if (slash == buf)
-			slash[1] = '\0';
-		else
-			*slash = '\0';
-	}
+	return fs_resolve_existing(path, buf, sizeof(buf)) == 0 && under_any_root(c, buf);
 }
 
 /* ---- ckptd's command line ---- */

@@ -25,6 +25,7 @@
 #include "daemon/server.h"
 #include "daemon/testhook.h"
 #include "format/index.h"
+#include "store/fsutil.h"
 #include "store/s3_addr.h"
 #include "store/store_spill.h"
 
@@ -343,19 +344,38 @@ static void open_run(struct work *w)
 			return;
 		}
 		snprintf(j->root, sizeof(j->root), "%s", canon);
-	} else {
-		size_t n = strlen(j->root);
-
-		while (n > 1 && j->root[n - 1] == '/')
-			j->root[--n] = '\0';
 	}
-	base = config_root_base(j->cfg, j->root);
-	if (!base) {
+	if (!config_root_base(j->cfg, j->root)) {
 		w->res = -EACCES;
 		snprintf(w->err, sizeof(w->err), "root '%.400s' is not inside an allowed root of this ckptd",
 			 j->root);
 		return;
 	}
+	if (!s3) {
+		/* Its spelling without links, to check and to walk (and the
+		 * one the registry and retention know it by).  Only a
+		 * spelling: root_open checks what it names as it opens it. */
+		char canon[PATH_MAX];
+		size_t n;
+
+		r = fs_resolve_existing(j->root, canon, sizeof(canon));
+		if (r < 0) {
+			w->res = r;
+			snprintf(w->err, sizeof(w->err), "cannot resolve root '%.400s': %s", j->root,
+				 strerror(-r));
+			return;
+		}
+		for (n = strlen(canon); n > 1 && canon[n - 1] == '/';)
+			canon[--n] = '\0';
+		if (!config_root_base(j->cfg, canon)) {
+			w->res = -EACCES;
+			snprintf(w->err, sizeof(w->err), "root '%.400s' resolves outside the allowed roots",
+				 j->root);
+			return;
+		}
+		snprintf(j->root, sizeof(j->root), "%s", canon);
+	}
+	base = config_root_base(j->cfg, j->root);
 	if (s3 && store_spill_on()) {
 		/* The user's spill directory is made by the daemon. */
 		r = as_daemon(j);

@@ -27,6 +27,14 @@ int fs_mkdir_p(const char *path, mode_t mode);
  */
 int fs_open_dir_at(int dirfd, const char *name, bool readable, mode_t mode, bool *ret_made);
 
+/*
+ * The absolute `path` with its deepest existing part resolved (realpath:
+ * symbolic links, "." and "..") and the rest appended as it is, into
+ * ret[len].  A spelling, not a check: what it names may change right
+ * after.  Returns 0, -ENAMETOOLONG, or -errno (-EINVAL: not absolute).
+ */
+int fs_resolve_existing(const char *path, char *ret, size_t len);
+
 /* Removes `name` in dirfd and everything below it, never following
  * symlinks.  Returns 0 (also if it did not exist) or -errno. */
 int fs_rm_rf_at(int dirfd, const char *name);

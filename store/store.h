@@ -148,12 +148,13 @@ struct store_ops {
 	 * writable by others, whatever the client's umask.  Refused (-EINVAL,
 	 * reason in err): a component below base that is reserved
 	 * (store_name_reserved) or is a checkpoint (removing that checkpoint
-	 * would take the root's checkpoints with it).  Local roots are walked
-	 * from "/" one component at a time without following a symbolic link
-	 * (-EACCES for one), and *ret_fd is the root's directory, the one the
-	 * checks were made on: attempt_open works in it and never resolves
-	 * the path again (a directory swapped for a link meanwhile cannot
-	 * lead the save out of the roots).  S3 roots give -1.  0 or -errno.
+	 * would take the root's checkpoints with it).  Local roots (already
+	 * spelled without links) are walked from "/" one component at a time
+	 * without following a symbolic link (-EACCES for one), and *ret_fd is
+	 * the root's directory, the one the checks were made on: attempt_open
+	 * works in it and never resolves the path again (a directory swapped
+	 * for a link meanwhile cannot lead the save out of the roots).  S3
+	 * roots give -1.  0 or -errno.
 	 */
 	int (*root_open)(const char *base, const char *root, int *ret_fd, char *err,
 			 size_t errlen);

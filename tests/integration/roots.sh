@@ -12,6 +12,7 @@
 #      daemon's check and its use (made deterministic with the test hook
 #      CKPTD_TEST_PAUSE=root-open:DIR, daemon/testhook.h): no byte lands
 #      outside the roots; the save goes into the directory that was checked;
+#      a link inside the roots to a directory inside them still names it;
 #   5. S3 (moto, when the test Python has it): 1 and 2 for s3:// roots, no
 #      key made under a refused prefix.
 set -euo pipefail
@@ -154,6 +155,12 @@ wait "$saver" || rc=$?
 [ $rc = 0 ] || fail "the save failed: $(cat "$tmp/race.out")"
 [ -f "$root/swap.old/s/manifest.json" ] || fail "the save is not in the directory checked: $(find "$root")"
 echo "ok: a root swapped for a link after its check: nothing outside the roots"
+# A link inside the roots to a directory inside them names that directory.
+ln -s job "$root/alias"
+"$save" -s "$sock" -r "$root/alias" -n via --wait committed >/dev/null 2>"$tmp/err" ||
+	fail "a save through a link inside the roots: $(cat "$tmp/err")"
+[ -f "$root/job/via/manifest.json" ] && [ -L "$root/alias" ] ||
+	fail "a save through a link inside the roots went elsewhere: $(find "$root")"
 
 # ---- 5. S3 ----
 if [ -z "$py" ] || ! "$py" -c 'import moto, boto3' 2>/dev/null; then
