@@ -10,7 +10,8 @@
  *
  * When a worker reaches STEP it creates DIR/STEP.paused and waits until
  * DIR/STEP.go exists (at most TESTHOOK_WAIT_S seconds, then it goes on),
- * each time it passes there.  Steps:
+ * each time it passes there (as the client it acts for: DIR must be
+ * writable by the saving user).  Steps:
  *
  *   root-open   a save's root has been checked and opened (root_open),
  *               its work area is not made yet (daemon/save.c open_run)
