@@ -26,6 +26,7 @@
 #include <sys/un.h>
 
 #include "ckpt.h"
+#include "store/fsutil.h"
 #include "store/s3_addr.h"
 
 /* The build passes -DCKPTD_CONFIG_PATH="$(SYSCONFDIR)/ckptd/ckptd.conf". */
@@ -1064,6 +1065,30 @@ static bool under_any_root(const struct config *c, const char *path)
 	return false;
 }
 
+const char *config_root_base(const struct config *c, const char *path)
+{
+	const char *best = NULL;
+	size_t len, bl = 0;
+	bool s3;
+
+	if (!path || (!s3_is_url(path) && path[0] != '/'))
+		return NULL;
+	s3 = s3_is_url(path);
+	len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	for (size_t i = 0; i < c->n_roots; i++) {
+		size_t rl = strlen(c->roots[i]);
+
+		if (s3_is_url(c->roots[i]) == s3 && under_root(c->roots[i], path, len) &&
+		    (!best || rl > bl)) {
+			best = c->roots[i];
+			bl = rl;
+		}
+	}
+	return best;
+}
+
 bool config_root_allowed(const struct config *c, const char *path)
 {
 	char buf[PATH_MAX];
@@ -1094,31 +1119,10 @@ bool config_root_allowed(const struct config *c, const char *path)
 	 * path that exists (the rest will be created below it, and name_root_ok
 	 * has ruled out ".." components) and check that it is still inside.
 	 * The canonical roots came from realpath, so the comparison is fair.
+	 * (If the root itself is gone, its deepest existing ancestor lies
+	 * above every root: refused, rightly.)
 	 */
-	memcpy(buf, path, len + 1);
-	for (;;) {
-		char *canon = realpath(buf, NULL);
-		char *slash;
-
-		if (canon) {
-			/*
-			 * If the root itself is gone, its deepest existing
-			 * ancestor lies above every root: refused, rightly.
-			 */
-			bool ok = under_any_root(c, canon);
-			free(canon);
-			return ok;
-		}
-		if (errno != ENOENT && errno != ENOTDIR)
-			return false;
-		slash = strrchr(buf, '/');
-		if (!slash || strcmp(buf, "/") == 0)
-			return false;
-		if (slash == buf)
-			slash[1] = '\0';
-		else
-			*slash = '\0';
-	}
+	return fs_resolve_existing(path, buf, sizeof(buf)) == 0 && under_any_root(c, buf);
 }
 
 /* ---- ckptd's command line ---- */

@@ -259,6 +259,14 @@ int config_parse_listen(const char *s, struct config_listen *ret, char *why, siz
  */
 bool config_root_allowed(const struct config *c, const char *path);
 
+/*
+ * The allowed root `path` lies at or below, lexically (the deepest one if
+ * roots nest; S3 locations in s3_url_format's spelling, as the roots
+ * are), or NULL.  What lies below it is for the store's root_open to walk
+ * and check (store.h).  Borrowed from c.
+ */
+const char *config_root_base(const struct config *c, const char *path);
+
 /* ---- ckptd's command line ---- */
 
 struct config_arg {

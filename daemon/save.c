@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/conn.h"
 #include "daemon/log.h"
@@ -328,15 +329,16 @@ static void registry_note(struct sjob *j, bool add)
 static void open_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
-	char canon[PATH_MAX];
-	int r;
+	const char *base;
+	int r, rootfd = -1;
 
 	bool s3 = s3_is_url(j->root);
 
 	if (s3) {
-		/* One spelling of an S3 location, the one config_root_allowed
-		 * compares with; a bucket has nothing to create or resolve. */
+		/* One spelling of an S3 location, the one config_root_base
+		 * compares with. */
 		struct s3_loc loc;
+		char canon[PATH_MAX];
 		if (s3_url_parse(j->root, &loc, w->err, sizeof(w->err)) < 0 ||
 		    s3_url_format(&loc, canon, sizeof(canon)) < 0) {
 			w->res = -EINVAL;
@@ -344,12 +346,37 @@ static void open_run(struct work *w)
 		}
 		snprintf(j->root, sizeof(j->root), "%s", canon);
 	}
-	if (!config_root_allowed(j->cfg, j->root)) {
+	if (!config_root_base(j->cfg, j->root)) {
 		w->res = -EACCES;
 		snprintf(w->err, sizeof(w->err), "root '%.400s' is not inside an allowed root of this ckptd",
 			 j->root);
 		return;
 	}
+	if (!s3) {
+		/* Its spelling without links, to check and to walk (and the
+		 * one the registry and retention know it by).  Only a
+		 * spelling: root_open checks what it names as it opens it. */
+		char canon[PATH_MAX];
+		size_t n;
+
+		r = fs_resolve_existing(j->root, canon, sizeof(canon));
+		if (r < 0) {
+			w->res = r;
+			snprintf(w->err, sizeof(w->err), "cannot resolve root '%.400s': %s", j->root,
+				 strerror(-r));
+			return;
+		}
+		for (n = strlen(canon); n > 1 && canon[n - 1] == '/';)
+			canon[--n] = '\0';
+		if (!config_root_base(j->cfg, canon)) {
+			w->res = -EACCES;
+			snprintf(w->err, sizeof(w->err), "root '%.400s' resolves outside the allowed roots",
+				 j->root);
+			return;
+		}
+		snprintf(j->root, sizeof(j->root), "%s", canon);
+	}
+	base = config_root_base(j->cfg, j->root);
 	if (s3 && store_spill_on()) {
 		/* The user's spill directory is made by the daemon. */
 		r = as_daemon(j);
@@ -363,29 +390,23 @@ static void open_run(struct work *w)
 			return;
 		}
 	}
-	if (s3)
-		goto open;
-	r = fs_mkdir_p(j->root, 0777);
+	/* Checked and opened in one walk from the allowed root, as the
+	 * client: the directory it ends in is the one the save uses, and no
+	 * link below the allowed root is followed (store.h, root_open). */
+	r = j->store->root_open(base, j->root, &rootfd, w->err, sizeof(w->err));
 	if (r < 0) {
 		w->res = r;
-		snprintf(w->err, sizeof(w->err), "cannot create root '%.400s': %s", j->root,
-			 strerror(-r));
 		return;
 	}
-	/* Symlinks below an allowed root must not lead out of it. */
-	if (!realpath(j->root, canon) || !config_root_allowed(j->cfg, canon)) {
-		w->res = -EACCES;
-		snprintf(w->err, sizeof(w->err), "root '%.400s' resolves outside the allowed roots",
-			 j->root);
-		return;
-	}
-open:
-	snprintf(j->out_root, sizeof(j->out_root), "%s", canon);
+	testgate("root-open");
+	snprintf(j->out_root, sizeof(j->out_root), "%s", j->root);
 	/* Noted before it exists, so a crash right after mkdir leaves nothing
 	 * the sweep does not know about. */
 	registry_note(j, true);
-	r = j->store->attempt_open(canon, &j->key, j->id, &j->self, j->w.creds->uid, &j->out_att,
-				   &j->out_created, w->err, sizeof(w->err));
+	r = j->store->attempt_open(j->root, rootfd, &j->key, j->id, &j->self, j->w.creds->uid,
+				   &j->out_att, &j->out_created, w->err, sizeof(w->err));
+	if (rootfd >= 0)
+		close(rootfd);
 	/* Kept when this daemon made the area, or (spill tier) has a local
 	 * area of its own for it: the sweep removes either after a crash. */
 	j->noted = r == 0 && (j->out_created || (s3 && store_spill_on()));

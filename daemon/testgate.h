@@ -13,7 +13,8 @@
  * costs one branch.  Only worker threads ever wait here, never the event
  * loop.
  *
- * Steps: "shard" (before a rank's shard is created), "commit" (before the
+ * Steps: "root-open" (a save's root checked and opened, its work area not
+ * made yet), "shard" (before a rank's shard is created), "commit" (before the
  * coordinator merges and commits), "cleanup" (before a failed save's
  * cleanup deletes or marks anything), and every step of store/remove.c's
  * removals (store_remove_hook), e.g. "discard-data" (a work area renamed

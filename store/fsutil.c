@@ -34,6 +34,75 @@ int fs_mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+int fs_open_dir_at(int dirfd, const char *name, bool readable, mode_t mode, bool *ret_made)
+{
+	int flags = (readable ? O_RDONLY : O_PATH) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	bool made = false;
+	struct stat st;
+	int fd;
+
+	if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -EINVAL;
+	fd = openat(dirfd, name, flags);
+	if (fd < 0 && errno == ENOENT && mode) {
+		if (mkdirat(dirfd, name, mode) == 0)
+			made = true;
+		else if (errno != EEXIST)
+			return -errno;
+		/* (EEXIST: made by someone else meanwhile, opened as found) */
+		fd = openat(dirfd, name, flags);
+	}
+	if (fd < 0) {
+		int e = errno;
+
+		/* O_DIRECTORY says ENOTDIR for a link too: tell them apart. */
+		if (e == ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(st.st_mode))
+			e = ELOOP;
+		return -e;
+	}
+	if (ret_made)
+		*ret_made = made;
+	return fd;
+}
+
+int fs_resolve_existing(const char *path, char *ret, size_t len)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (path[0] != '/')
+		return -EINVAL;
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (;;) {
+		char *canon = realpath(buf, NULL), *slash;
+		size_t at = strlen(buf);
+
+		if (canon) {
+			/* canon, then what did not exist yet (from path[at],
+			 * which starts with '/' unless buf is "/" itself) */
+			const char *rest = path + at;
+			int w = snprintf(ret, len, "%s%s%s", !strcmp(canon, "/") && *rest == '/' ? "" :
+					 canon, *rest && *rest != '/' && strcmp(canon, "/") ? "/" : "",
+					 rest);
+
+			free(canon);
+			if (w < 0 || (size_t)w >= len)
+				return -ENAMETOOLONG;
+			return 0;
+		}
+		if (errno != ENOENT && errno != ENOTDIR)
+			return -errno;
+		slash = strrchr(buf, '/');
+		if (slash == buf)
+			slash[1] = '\0'; /* up to "/", which exists */
+		else
+			*slash = '\0';
+	}
+}
+
 static int rm_children(int fd)
 {
 	DIR *d = fdopendir(fd);

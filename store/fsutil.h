@@ -7,6 +7,7 @@
 #ifndef CKPT_STORE_FSUTIL_H
 #define CKPT_STORE_FSUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -14,6 +15,25 @@
  * (less the umask), owned by whoever the calling thread acts as.  Returns 0
  * or -errno. */
 int fs_mkdir_p(const char *path, mode_t mode);
+
+/*
+ * Opens directory `name` (one path component: no '/', not "." or "..") of
+ * dirfd without following a symbolic link: -ELOOP for a link, -ENOTDIR
+ * for another kind of file.  O_RDONLY if `readable`, else O_PATH (which
+ * needs no read right: enough to walk through and to use as a dirfd).
+ * With mode non-zero a missing directory is made first with mode (less
+ * the umask), and *ret_made (if not NULL) says whether this call made it.
+ * Returns the descriptor (O_CLOEXEC) or -errno.
+ */
+int fs_open_dir_at(int dirfd, const char *name, bool readable, mode_t mode, bool *ret_made);
+
+/*
+ * The absolute `path` with its deepest existing part resolved (realpath:
+ * symbolic links, "." and "..") and the rest appended as it is, into
+ * ret[len].  A spelling, not a check: what it names may change right
+ * after.  Returns 0, -ENAMETOOLONG, or -errno (-EINVAL: not absolute).
+ */
+int fs_resolve_existing(const char *path, char *ret, size_t len);
 
 /* Removes `name` in dirfd and everything below it, never following
  * symlinks.  Returns 0 (also if it did not exist) or -errno. */

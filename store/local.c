@@ -521,8 +521,8 @@ static int check_existing(int workfd, const char *where, const struct store_key 
 	return r;
 }
 
-static int local_attempt_open(const char *root, const struct store_key *k, const char *id,
-			      const struct store_writer *self, uid_t uid,
+static int local_attempt_open(const char *root, int rootfd, const struct store_key *k,
+			      const char *id, const struct store_writer *self, uid_t uid,
 			      struct store_attempt **ret, bool *ret_created, char *err,
 			      size_t errlen)
 {
@@ -540,7 +540,9 @@ static int local_attempt_open(const char *root, const struct store_key *k, const
 	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
 	snprintf(a->name, sizeof(a->name), "%s", k->name);
 	snprintf(where, sizeof(where), "%s/%s", root, a->work);
-	a->rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* The directory root_open checked, never the path resolved again. */
+	a->rootfd = rootfd >= 0 ? fcntl(rootfd, F_DUPFD_CLOEXEC, 0) :
+				  open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (a->rootfd < 0) {
 		r = -errno;
 		snprintf(err, errlen, "cannot open root '%s': %s", root, strerror(errno));
@@ -1019,6 +1021,7 @@ const struct store_ops store_local = {
 	.arena_read = local_arena_read,
 	.arena_busy = local_arena_busy,
 	.set_disk_depth = local_set_disk_depth,
+	.root_open = store_local_root_open,
 	.attempt_open = local_attempt_open,
 	.shard_create = local_shard_create,
 	.shard_write = local_shard_write,

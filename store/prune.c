@@ -570,6 +570,9 @@ static void remove_planned(struct scan *S)
 			res[i].res = store_s3_remove(url, "prune", pr->v[at[i]].etag,
 						     prune_pin_recheck, &rc, res[i].err,
 						     sizeof(res[i].err));
+			if (res[i].res == 0 && res[i].err[0])
+				/* Removed, with what is nested in it left. */
+				warn(pr, "'%s' removed; %s", url, res[i].err);
 			if (res[i].res == -EBUSY && rc.pinned)
 				pr->v[at[i]].keep |= RET_PINNED;
 			else if (res[i].res == -EBUSY && rc.failed)
@@ -697,6 +700,8 @@ int prune_run(struct prune_run *pr)
 			pr->skipped++;
 			continue;
 		}
+		if (err[0])
+			warn(pr, "finished the removal of '%s'; %s", url, err);
 		pr->finished++;
 	}
 	qsort(pr->v, pr->n, sizeof(*pr->v), item_cmp);

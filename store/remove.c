@@ -17,6 +17,7 @@
 
 #include "format/index.h"
 #include "store/remove.h"
+#include "store/store.h"
 
 #define RM_BATCH      64 /* checkpoints renamed per fsync of ROOT */
 #define RM_MAX_DEPTH  8  /* directory levels inside a checkpoint */
@@ -190,6 +191,66 @@ static int empty_dir(int fd, dev_t dev, unsigned depth, bool top, char *err, siz
 	return r;
 }
 
+/*
+ * Whether the checkpoint directory fd holds, at most depth levels down
+ * and on its own file system, a checkpoint of its own (a directory with a
+ * manifest.json) or a save in progress (a work area): 1 with its path
+ * (relative to fd) in what, 0 if none, or -errno.  Such a thing is not
+ * the checkpoint's to remove: saves refuse a root inside a checkpoint
+ * (store.h, root_open), but an older daemon or a hand may have made one.
+ */
+static int nested_in(int fd, dev_t dev, unsigned depth, char *what, size_t whatlen)
+{
+	int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+	struct dirent *de;
+	DIR *d;
+
+	if (dfd < 0)
+		return -errno;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	while (r == 0 && (errno = 0, de = readdir(d))) {
+		struct stat st;
+		int sub;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
+			continue;
+		if (!strncmp(de->d_name, STORE_WORK_PREFIX, sizeof(STORE_WORK_PREFIX) - 1)) {
+			snprintf(what, whatlen, "%s", de->d_name);
+			r = 1;
+			break;
+		}
+		sub = open_dir(dirfd(d), de->d_name);
+		if (sub == -ENOTDIR || sub == -ENOENT)
+			continue; /* not a directory after all, or gone */
+		if (sub < 0) {
+			r = sub;
+			break;
+		}
+		if (fstat(sub, &st) == 0 && st.st_dev == dev) {
+			if (faccessat(sub, MANIFEST_FILE, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+				snprintf(what, whatlen, "%s", de->d_name);
+				r = 1;
+			} else if (depth) {
+				char below[256];
+
+				r = nested_in(sub, dev, depth - 1, below, sizeof(below));
+				if (r == 1)
+					snprintf(what, whatlen, "%.100s/%.150s", de->d_name, below);
+			}
+		}
+		close(sub);
+	}
+	if (r == 0 && errno)
+		r = -errno;
+	closedir(d);
+	return r;
+}
+
 static int trash_name(char buf[sizeof(STORE_TRASH_PREFIX) + 32])
 {
 	unsigned char rnd[16];
@@ -310,6 +371,20 @@ static int rm_begin(int rootfd, const struct store_rm_target *t, uid_t owner, st
 		r->in_use = true;
 		fail(r, -EBUSY, "in use (a reader holds its lease): kept");
 		goto close;
+	}
+	{
+		char what[256] = "";
+
+		e = nested_in(o->fd, o->dev, RM_MAX_DEPTH, what, sizeof(what));
+		if (e < 0) {
+			fail(r, e, "looking inside it: %s", strerror(-e));
+			goto close;
+		}
+		if (e == 1) {
+			fail(r, -ENOTEMPTY, "'%s' inside it is a checkpoint or a save of its own: "
+			     "kept whole (move that out, or remove it first)", what);
+			goto close;
+		}
 	}
 	if (trash_name(o->trash) < 0) {
 		fail(r, -EIO, "no random bytes for a trash name");

@@ -6,7 +6,10 @@
  * A checkpoint stops looking committed before any of its data goes:
  *
  *   local  take the checkpoint's lock exclusively (a reader's lease makes
- *          that fail: the checkpoint is in use and stays), rename the
+ *          that fail: the checkpoint is in use and stays), make sure
+ *          nothing in it is a checkpoint or a save of its own (else it
+ *          stays whole: -ENOTEMPTY; a directory cannot go without what is
+ *          in it), rename the
  *          directory to ROOT/.ckpt-trash-<random> and fsync ROOT; remove
  *          its manifest.json and fsync the trash directory; drop the lock;
  *          then remove the rest and the directory.  Listings never take a
@@ -18,8 +21,15 @@
  *          just read; look at leases (and the caller's recheck) and either
  *          put the manifest back or, having decided, rewrite the tombstone
  *          as phase "deleting" (no copy), again only over our own; delete
- *          every other key with DeleteObjects over paginated listings; and
- *          delete the tombstone last (If-Match on its ETag).  A removal
+ *          every other key the checkpoint owns with DeleteObjects over
+ *          paginated listings; and delete the tombstone last (If-Match on
+ *          its ETag).  It owns every key under its prefix but what is
+ *          nested in it: a checkpoint below it (a deeper prefix holding a
+ *          manifest.json or a tombstone) with its leases, and a save whose
+ *          root lies inside it (a work area and its attempt's shards):
+ *          those are left, and said (a nested checkpoint then lists under
+ *          the root as any other; saves refuse such roots now, an older
+ *          daemon or a hand may have made one).  A removal
  *          that finds a deciding tombstone takes it over the same way and
  *          decides again (so of two at once only the later decides); one
  *          that finds a deleting tombstone only finishes the deletion.
@@ -87,8 +97,9 @@ int store_lease_busy(int rootfd, const char *name);
 struct store_rm_result {
 	int res;       /* 0 removed; -EBUSY in use (in_use set: kept); -EPERM
 			* not the owner's; -ESTALE not the checkpoint planned;
-			* -ENOENT gone; -EXDEV a mount point inside; other
-			* -errno */
+			* -ENOENT gone; -EXDEV a mount point inside;
+			* -ENOTEMPTY a checkpoint or save nested inside (kept);
+			* other -errno */
 	bool in_use;   /* a reader's lease kept it */
 	char err[512];
 };
@@ -189,9 +200,10 @@ void store_s3_lease_drop(struct store_s3_lease *l);
  * lease holds, before any data goes: non-zero keeps the checkpoint (its
  * manifest put back, `why` in err), as a lease does; so a caller can see
  * what changed since its plan (prune: a pin) with no window for a race.
- * Returns 0, -ENOENT if there was nothing, -EBUSY if a reader's lease or
- * recheck kept it, or -errno with the reason in err (a tombstone may then
- * be left: a later call finishes the job).
+ * Returns 0 (err: "" or what nested keys it left), -ENOENT if there was
+ * nothing, -EBUSY if a reader's lease or recheck kept it, or -errno with
+ * the reason in err (a tombstone may then be left: a later call finishes
+ * the job).
  */
 int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		    int (*recheck)(void *ud, char *why, size_t whylen), void *ud, char *err,

@@ -144,9 +144,16 @@ static void r_set_disk_depth(unsigned depth)
 	store_local.set_disk_depth(depth);
 }
 
-static int r_attempt_open(const char *root, const struct store_key *k, const char *id,
-			  const struct store_writer *self, uid_t uid, struct store_attempt **ret,
-			  bool *ret_created, char *err, size_t errlen)
+static int r_root_open(const char *base, const char *root, int *ret_fd, char *err,
+		       size_t errlen)
+{
+	/* (where the root is: the spill tier has no say in it) */
+	return store_for_root(root)->root_open(base, root, ret_fd, err, errlen);
+}
+
+static int r_attempt_open(const char *root, int rootfd, const struct store_key *k,
+			  const char *id, const struct store_writer *self, uid_t uid,
+			  struct store_attempt **ret, bool *ret_created, char *err, size_t errlen)
 {
 	struct rattempt *rt = calloc(1, sizeof(*rt));
 	int r;
@@ -156,7 +163,8 @@ static int r_attempt_open(const char *root, const struct store_key *k, const cha
 	/* Attempts on S3 go through the node's disk when the spill tier is
 	 * on; tools (list, read, remove) use S3 itself either way. */
 	rt->ops = s3_is_url(root) && store_spill_on() ? &store_spill : store_for_root(root);
-	r = rt->ops->attempt_open(root, k, id, self, uid, &rt->a, ret_created, err, errlen);
+	r = rt->ops->attempt_open(root, rootfd, k, id, self, uid, &rt->a, ret_created, err,
+				  errlen);
 	if (r < 0) {
 		free(rt);
 		return r;
@@ -345,6 +353,7 @@ const struct store_ops store_routed = {
 	.arena_read = r_arena_read,
 	.arena_busy = r_arena_busy,
 	.set_disk_depth = r_set_disk_depth,
+	.root_open = r_root_open,
 	.attempt_open = r_attempt_open,
 	.shard_create = r_shard_create,
 	.attempt_tag = r_attempt_tag,

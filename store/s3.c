@@ -88,11 +88,6 @@ int store_s3_start_settings(const struct store_s3_settings *set, char *err, size
 		return 0; /* started: no credentials to read again */
 	memset(&conf, 0, sizeof(conf));
 	r = s3_creds_load(NULL, set->credentials_file, set->profile, &conf.creds, err, errlen);
-	if (r == -ENOENT)
-		snprintf(err, errlen, "no S3 credentials: set AWS_ACCESS_KEY_ID and "
-				      "AWS_SECRET_ACCESS_KEY%s", set->credentials_file ?
-				      ", or put them in the credentials file" :
-				      " (or name a credentials file)");
 	if (r < 0)
 		goto out;
 	snprintf(conf.region, sizeof(conf.region), "%s",
@@ -686,15 +681,79 @@ static int check_existing(struct store_attempt *a, const char *text, size_t len,
 
 static void rm_work(struct store_attempt *a);
 
-static int s3_attempt_open(const char *root, const struct store_key *k, const char *id,
-			   const struct store_writer *self, uid_t uid, struct store_attempt **ret,
-			   bool *ret_created, char *err, size_t errlen)
+/*
+ * root_open (store.h): nothing to make or open in a bucket, but the same
+ * refusals as on a disk.  A prefix below base that holds a manifest.json
+ * (a checkpoint, or a tombstone: one being removed) is a checkpoint: a
+ * root below it would be taken for that checkpoint's keys.
+ */
+static int s3_root_open(const char *base, const char *root, int *ret_fd, char *err,
+			size_t errlen)
+{
+	struct s3_loc bl, rl;
+	size_t n;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	r = s3_url_parse(base, &bl, err, errlen);
+	if (r == 0)
+		r = s3_url_parse(root, &rl, err, errlen);
+	if (r < 0)
+		return r;
+	n = strlen(bl.prefix);
+	if (strcmp(bl.bucket, rl.bucket) || strncmp(bl.prefix, rl.prefix, n) ||
+	    (n && rl.prefix[n] && rl.prefix[n] != '/')) {
+		snprintf(err, errlen, "root '%.400s' is not below '%.400s'", root, base);
+		return -EINVAL;
+	}
+	for (const char *p = rl.prefix + n; *p;) {
+		char name[S3_PREFIX_MAX + 1], key[S3_KEY_MAX + 1];
+		const char *slash;
+		size_t len;
+
+		if (*p == '/')
+			p++;
+		slash = strchr(p, '/');
+		len = slash ? (size_t)(slash - p) : strlen(p);
+		memcpy(name, p, len);
+		name[len] = '\0';
+		p += len;
+		if (store_name_reserved(name)) {
+			snprintf(err, errlen, "root '%.400s': '%s' is a name ckptd keeps for its own "
+				 "(work areas, leases, manifests): choose another prefix", root, name);
+			return -EINVAL;
+		}
+		snprintf(key, sizeof(key), "%.*s/%s", (int)(p - rl.prefix), rl.prefix,
+			 MANIFEST_FILE);
+		r = head_object(rl.bucket, key, NULL);
+		if (r == 0) {
+			snprintf(err, errlen, "root '%.400s' lies inside checkpoint 's3://%s/%.*s': a "
+				 "save's root may not be inside a checkpoint", root, rl.bucket,
+				 (int)(p - rl.prefix), rl.prefix);
+			return -EINVAL;
+		}
+		if (r != -ENOENT) {
+			snprintf(err, errlen, "root '%.400s': cannot tell whether 's3://%s/%.*s' is a "
+				 "checkpoint: %s", root, rl.bucket, (int)(p - rl.prefix), rl.prefix,
+				 strerror(-r));
+			return r;
+		}
+	}
+	*ret_fd = -1;
+	return 0;
+}
+
+static int s3_attempt_open(const char *root, int rootfd, const struct store_key *k,
+			   const char *id, const struct store_writer *self, uid_t uid,
+			   struct store_attempt **ret, bool *ret_created, char *err, size_t errlen)
 {
 	struct store_attempt *a;
 	char key[S3_KEY_MAX + 1];
 	bool created = false;
 	int r;
 
+	(void)rootfd; /* a bucket has no directory to hold open */
 	if (!g_s3)
 		return no_client(err, errlen);
 	a = calloc(1, sizeof(*a));
@@ -1542,6 +1601,108 @@ static void keyset_free(struct keyset *ks)
 	free(ks->v);
 }
 
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether a name of sorted ks starts with pre (len bytes): the names that
+ * do are one run of the sorted array. */
+static bool keyset_has_prefix(const struct keyset *ks, const char *pre, size_t len)
+{
+	size_t lo = 0, hi = ks->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strncmp(ks->v[mid], pre, len) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < ks->n && !strncmp(ks->v[lo], pre, len);
+}
+
+static bool shard_tag_of(const char *key, char tag[TAG_DIGITS + 1]);
+
+/*
+ * Whether `k`, a key of a checkpoint (relative to its prefix; ks: all of
+ * them, sorted), belongs to something nested in the checkpoint rather
+ * than to it: a checkpoint below it (a prefix that holds a manifest.json
+ * or a tombstone) or a save whose root lies inside it (a work area, and
+ * the shards its attempt uploads next to it before its manifest).  Saves
+ * refuse such roots (store.h, root_open), but an older daemon, a save
+ * that raced the checkpoint's commit, or a hand may have made one: its
+ * keys are someone else's, never removed with this checkpoint.
+ */
+static bool nested_key(const struct keyset *ks, const char *k)
+{
+	char buf[S3_KEY_MAX + sizeof(STORE_WORK_PREFIX) + TAG_DIGITS + 2];
+	char tag[TAG_DIGITS + 1];
+	const char *last = strrchr(k, '/'), *up;
+
+	for (const char *s = strchr(k, '/'); s; s = strchr(s + 1, '/')) {
+		const char *comp = s;
+
+		while (comp > k && comp[-1] != '/')
+			comp--;
+		if (!strncmp(comp, STORE_WORK_PREFIX, sizeof(STORE_WORK_PREFIX) - 1))
+			return true;
+		if ((size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)(s - k), k, MANIFEST_FILE) <
+		    sizeof(buf) && keyset_has_prefix(ks, buf, strlen(buf) + 1))
+			return true; /* (+1: the NUL, an exact match) */
+	}
+	if (!last || !shard_tag_of(k, tag))
+		return false;
+	/* A shard in NAME/: is the work area of its attempt NAME's sibling? */
+	for (up = last; up > k && up[-1] != '/'; up--)
+		;
+	snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(up - k), k, STORE_WORK_PREFIX, tag);
+	return keyset_has_prefix(ks, buf, strlen(buf));
+}
+
+/* Moves the keys of ks that are nested_key()s into *nested (sorting ks).
+ * 0 or -ENOMEM. */
+static int keyset_take_nested(struct keyset *ks, struct keyset *nested)
+{
+	bool *mark;
+	size_t k = 0;
+
+	if (!ks->n)
+		return 0;
+	qsort(ks->v, ks->n, sizeof(*ks->v), str_cmp);
+	mark = calloc(ks->n, sizeof(*mark));
+	if (!mark)
+		return -ENOMEM;
+	for (size_t i = 0; i < ks->n; i++)
+		mark[i] = nested_key(ks, ks->v[i]);
+	for (size_t i = 0; i < ks->n; i++) {
+		if (!mark[i]) {
+			ks->v[k++] = ks->v[i];
+			continue;
+		}
+		if (nested->n == nested->cap) {
+			size_t cap = nested->cap ? 2 * nested->cap : 16;
+			char **v = realloc(nested->v, cap * sizeof(*v));
+
+			if (!v) {
+				/* (what is not moved yet stays in ks) */
+				for (size_t j = i; j < ks->n; j++)
+					ks->v[k++] = ks->v[j];
+				ks->n = k;
+				free(mark);
+				return -ENOMEM;
+			}
+			nested->v = v;
+			nested->cap = cap;
+		}
+		nested->v[nested->n++] = ks->v[i];
+	}
+	ks->n = k;
+	free(mark);
+	return 0;
+}
+
 struct del_errs {
 	unsigned n;
 	char first[384];
@@ -1994,8 +2155,8 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		    size_t errlen)
 {
 	char etag[STORE_ETAG_LEN], tomb_etag[STORE_ETAG_LEN] = "", who[160] = "", nonce[33];
-	char man[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 2], *text = NULL, *js;
-	struct keyset ks = { .skip = MANIFEST_FILE };
+	char man[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 2], *text = NULL, *js, note[320] = "";
+	struct keyset ks = { .skip = MANIFEST_FILE }, nested = { .skip = "" };
 	const char **batch = NULL;
 	struct s3_loc loc;
 	bool found_tomb;
@@ -2033,10 +2194,13 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		free(text);
 		snprintf(tomb_etag, sizeof(tomb_etag), "%s", etag);
 		r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
+		if (r == 0)
+			r = keyset_take_nested(&ks, &nested);
 		if (r == -ENOMEM)
 			snprintf(err, errlen, "out of memory");
 		if (r < 0) {
 			keyset_free(&ks);
+			keyset_free(&nested);
 			return r;
 		}
 		goto delete;
@@ -2094,8 +2258,11 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	 * caller's recheck comes in the same place, for the same reason.
 	 */
 	rm_step("leases");
-	/* One listing, after the tombstone: the leases, and what to delete. */
+	/* One listing, after the tombstone: the leases, and what to delete
+	 * (what is nested in it is not its own: set apart, left). */
 	r = s3_list(loc.bucket, pre, false, keyset_add, &ks, err, errlen);
+	if (r == 0)
+		r = keyset_take_nested(&ks, &nested);
 	if (r == -ENOMEM)
 		snprintf(err, errlen, "out of memory");
 	if (r == 0)
@@ -2119,6 +2286,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 			put = put_text_if(loc.bucket, man, text, tomb_etag, NULL, e, sizeof(e));
 		free(text);
 		keyset_free(&ks);
+		keyset_free(&nested);
 		if (put == 0) {
 			snprintf(err, errlen, "%s%s%s: kept", r == 1 ? "in use (a reader holds a lease: " :
 				 "", who, r == 1 ? ")" : "");
@@ -2145,6 +2313,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 	js = tombstone_text(ckpt, by, NULL, 0, true, nonce);
 	if (!js) {
 		keyset_free(&ks);
+		keyset_free(&nested);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -2160,6 +2329,7 @@ int store_s3_remove(const char *ckpt, const char *by, const char *expect_etag,
 		r = 0;
 	if (r < 0) {
 		keyset_free(&ks);
+		keyset_free(&nested);
 		if (r == -ESTALE) {
 			snprintf(err, errlen, "another removal took it over before the deletion (left "
 				 "to it)");
@@ -2192,18 +2362,24 @@ delete:
 	}
 	free(batch);
 	keyset_free(&ks);
+	keyset_free(&nested);
 	if (r < 0)
 		return r; /* the tombstone stays: a later removal finishes */
-	/* Only the tombstone may be left: keys that came meanwhile, or that
-	 * we cannot name, keep it (and the removal is reported unfinished)
-	 * rather than orphaned.  A lease put meanwhile is a reader's that
-	 * found the tombstone and lets go: it is not waited for. */
+	/* Only the tombstone may be left, and what is nested in it: keys that
+	 * came meanwhile, or that we cannot name, keep it (and the removal is
+	 * reported unfinished) rather than orphaned.  A lease put meanwhile
+	 * is a reader's that found the tombstone and lets go: it is not
+	 * waited for. */
 	{
-		struct keyset left = { .skip = MANIFEST_FILE };
+		struct keyset left = { .skip = MANIFEST_FILE }, inner = { .skip = "" };
 		unsigned odd = 0;
 		size_t leases = 0;
 
 		r = s3_list_n(loc.bucket, pre, false, keyset_add, &left, &odd, err, errlen);
+		if (r == 0)
+			r = keyset_take_nested(&left, &inner);
+		if (r == -ENOMEM)
+			snprintf(err, errlen, "out of memory");
 		for (size_t i = 0; r == 0 && i < left.n; i++)
 			if (store_is_lease_name(left.v[i]))
 				leases++;
@@ -2220,14 +2396,24 @@ delete:
 				 eg[0] ? "')" : "");
 			r = -EIO;
 		}
+		/* Its own keys are gone: the removal is done, and what is
+		 * nested stays, said to the caller. */
+		if (r == 0 && inner.n)
+			snprintf(note, sizeof(note), "left %zu key%s nested in it, another checkpoint's "
+				 "or save's (e.g. '%.200s'): not this checkpoint's to remove",
+				 inner.n, inner.n == 1 ? "" : "s", inner.v[0]);
 		keyset_free(&left);
+		keyset_free(&inner);
 		if (r < 0)
 			return r;
 	}
 	/* Last, and only our own tombstone: not one another removal put
 	 * since, nor a manifest committed under the name after it. */
 	rm_step("delete-tombstone");
-	return del_key_if(loc.bucket, man, tomb_etag, err, errlen);
+	r = del_key_if(loc.bucket, man, tomb_etag, err, errlen);
+	if (r == 0)
+		snprintf(err, errlen, "%s", note);
+	return r;
 }
 
 int store_s3_read_range_err(const char *ckpt, const char *file, uint64_t off, uint64_t len,
@@ -2660,6 +2846,7 @@ const struct store_ops store_s3 = {
 	.arena_reap = s3a_reap,
 	.arena_busy = s3a_busy,
 	.set_disk_depth = s3a_set_depth,
+	.root_open = s3_root_open,
 	.attempt_open = s3_attempt_open,
 	.shard_create = s3_shard_create,
 	.attempt_tag = s3_attempt_tag,

@@ -37,6 +37,8 @@ static int set(char *dst, size_t cap, const char *v, size_t n, const char *what,
 	return 0;
 }
 
+/* The environment's pair and token (both keys or neither: -EINVAL for half
+ * a pair, or for a token without one), its region and endpoint. */
 static int from_env(const char *(*get)(const char *), struct s3_creds *c, char *err,
 		    size_t errlen)
 {
@@ -66,6 +68,19 @@ static int from_env(const char *(*get)(const char *), struct s3_creds *c, char *
 		if (r < 0)
 			return r;
 	}
+	if (!c->key_id[0] != !c->secret[0]) {
+		snprintf(err, errlen, "environment: %s is set but %s is not: set both (or "
+				      "neither, to take the pair from the credentials file)",
+			 c->key_id[0] ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+			 c->key_id[0] ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
+		return -EINVAL;
+	}
+	if (c->token[0] && !c->key_id[0]) {
+		snprintf(err, errlen, "environment: AWS_SESSION_TOKEN is set without "
+				      "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (a token belongs "
+				      "to the pair it came with)");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -80,8 +95,10 @@ static size_t trim(const char **s, size_t n)
 	return n;
 }
 
+/* The keys of section [profile] into *c; *ret_seen tells whether there
+ * is such a section. */
 static int parse_file(const char *text, size_t len, const char *file, const char *profile,
-		      struct s3_creds *c, char *err, size_t errlen)
+		      struct s3_creds *c, bool *ret_seen, char *err, size_t errlen)
 {
 	bool in = false, seen = false;
 	unsigned line = 0;
@@ -153,15 +170,12 @@ static int parse_file(const char *text, size_t len, const char *file, const char
 			/* Other keys (output, s3 = ..., ...) are not ours: ignored. */
 		}
 	}
-	if (!seen) {
-		snprintf(err, errlen, "%s: no [%s] section", file, profile);
-		return -ENOENT;
-	}
+	*ret_seen = seen;
 	return 0;
 }
 
-static int from_file(const char *file, const char *profile, struct s3_creds *c, char *err,
-		     size_t errlen)
+static int from_file(const char *file, const char *profile, struct s3_creds *c, bool *ret_seen,
+		     char *err, size_t errlen)
 {
 	struct stat st;
 	char *text;
@@ -201,7 +215,7 @@ static int from_file(const char *file, const char *profile, struct s3_creds *c, 
 	while (got < (size_t)st.st_size && (n = read(fd, text + got, (size_t)st.st_size - got)) > 0)
 		got += (size_t)n;
 	close(fd);
-	r = parse_file(text, got, file, profile, c, err, errlen);
+	r = parse_file(text, got, file, profile, c, ret_seen, err, errlen);
 	explicit_bzero(text, (size_t)st.st_size + 1);
 	free(text);
 	return r;
@@ -210,14 +224,45 @@ static int from_file(const char *file, const char *profile, struct s3_creds *c, 
 int s3_creds_load(const char *(*get)(const char *name), const char *file, const char *profile,
 		  struct s3_creds *ret, char *err, size_t errlen)
 {
-	struct s3_creds c;
+	const char *prof = profile && *profile ? profile : "default";
+	struct s3_creds c, f;
+	bool seen = false;
 	int r;
 
 	memset(&c, 0, sizeof(c));
+	memset(&f, 0, sizeof(f));
 	r = from_env(get ? get : env_get, &c, err, errlen);
+	/* A file named is read (and its mode checked) whatever the
+	 * environment holds: a broken config is said, not skipped. */
 	if (r == 0 && file)
-		r = from_file(file, profile && *profile ? profile : "default", &c, err, errlen);
-	if (r == 0 && (!c.key_id[0] || !c.secret[0])) {
+		r = from_file(file, prof, &f, &seen, err, errlen);
+	if (r == 0 && !c.key_id[0] && file) {
+		/* The environment has no pair: the whole pair, and the
+		 * token, come from the file's profile. */
+		if (!seen) {
+			snprintf(err, errlen, "%s: no [%s] section", file, prof);
+			r = -ENOENT;
+		} else if (!f.key_id[0] != !f.secret[0]) {
+			snprintf(err, errlen, "%s [%s]: %s without %s", file, prof,
+				 f.key_id[0] ? "aws_access_key_id" : "aws_secret_access_key",
+				 f.key_id[0] ? "aws_secret_access_key" : "aws_access_key_id");
+			r = -EINVAL;
+		} else if (f.token[0] && !f.key_id[0]) {
+			snprintf(err, errlen, "%s [%s]: aws_session_token without a key pair", file,
+				 prof);
+			r = -EINVAL;
+		} else {
+			memcpy(c.key_id, f.key_id, sizeof(c.key_id));
+			memcpy(c.secret, f.secret, sizeof(c.secret));
+			memcpy(c.token, f.token, sizeof(c.token));
+		}
+	}
+	/* Region and endpoint: the environment's, else the file's. */
+	if (r == 0 && !c.region[0])
+		memcpy(c.region, f.region, sizeof(c.region));
+	if (r == 0 && !c.endpoint[0])
+		memcpy(c.endpoint, f.endpoint, sizeof(c.endpoint));
+	if (r == 0 && !c.key_id[0]) {
 		snprintf(err, errlen,
 			 "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY%s",
 			 file ? " or put aws_access_key_id and aws_secret_access_key in the "
@@ -227,6 +272,7 @@ int s3_creds_load(const char *(*get)(const char *name), const char *file, const 
 	if (r == 0)
 		*ret = c;
 	s3_creds_wipe(&c);
+	s3_creds_wipe(&f);
 	return r;
 }
 

@@ -6,8 +6,14 @@
  * AWS_SESSION_TOKEN; AWS_REGION, else AWS_DEFAULT_REGION; the endpoint from
  * AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL), or from a credentials file
  * in the AWS shared-credentials form ("[profile]" sections of
- * "key = value" lines) when the config names one.  A file wins over the
- * environment for the keys it sets.
+ * "key = value" lines) when the config names one.
+ *
+ * One source gives the whole key pair and its session token, never a mix
+ * (a key id of one with the secret of another signs nothing, and a token
+ * belongs to the pair it was issued with): the environment when it sets
+ * AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY (then both, or it is an
+ * error), else the file's profile (both keys, or an error).  Region and
+ * endpoint: the environment's, else the file's.
  *
  * Secrets stay in this struct: nothing here prints them, and s3_creds_wipe()
  * clears them before the memory is reused.  A credentials file must be a
@@ -31,11 +37,13 @@ struct s3_creds {
 };
 
 /*
- * Fills *ret from getenv-like `get` (NULL: the process environment), then
- * from `file` (NULL: none) and its `profile` (NULL or "": "default").
- * Returns 0; -ENOENT if no access key id and secret were found; -EACCES if
- * the file is readable or writable by others, -EINVAL if it is malformed or
- * a value is too long (the reason in err: never a secret's value).
+ * Fills *ret from getenv-like `get` (NULL: the process environment) and
+ * `file` (NULL: none; read whenever named) with its `profile` (NULL or "":
+ * "default"), in the order above.  Returns 0; -ENOENT if no pair was found
+ * (or the file, or its profile when the pair must come from it, is
+ * missing); -EACCES if the file is readable or writable by others; -EINVAL
+ * for half a pair, a token without a pair, a malformed file or a value
+ * too long (the reason in err: never a secret's value).
  */
 int s3_creds_load(const char *(*get)(const char *name), const char *file, const char *profile,
 		  struct s3_creds *ret, char *err, size_t errlen);

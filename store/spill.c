@@ -191,9 +191,9 @@ struct spshard {
 #define SA(x) ((struct spattempt *)(void *)(x))
 #define SS(x) ((struct spshard *)(void *)(x))
 
-static int sp_attempt_open(const char *root, const struct store_key *k, const char *id,
-			   const struct store_writer *self, uid_t uid, struct store_attempt **ret,
-			   bool *ret_created, char *err, size_t errlen)
+static int sp_attempt_open(const char *root, int rootfd, const struct store_key *k,
+			   const char *id, const struct store_writer *self, uid_t uid,
+			   struct store_attempt **ret, bool *ret_created, char *err, size_t errlen)
 {
 	struct spattempt *at = calloc(1, sizeof(*at));
 	char work[PATH_MAX];
@@ -214,13 +214,15 @@ static int sp_attempt_open(const char *root, const struct store_key *k, const ch
 		free(at);
 		return r;
 	}
-	r = store_local.attempt_open(work, k, id, self, uid, &at->loc, &at->loc_created, err,
+	/* (the daemon's own spill directory, opened by path) */
+	r = store_local.attempt_open(work, -1, k, id, self, uid, &at->loc, &at->loc_created, err,
 				     errlen);
 	if (r < 0) {
 		free(at);
 		return r;
 	}
-	r = store_s3.attempt_open(root, k, id, self, uid, &at->s3, ret_created, err, errlen);
+	r = store_s3.attempt_open(root, rootfd, k, id, self, uid, &at->s3, ret_created, err,
+				  errlen);
 	if (r < 0) {
 		struct store_fail lf = { .coordinator = at->loc_created, .msg = "" };
 
@@ -636,11 +638,18 @@ static int sp_remove(const char *root, const char *name)
 	return store_s3.remove(root, name);
 }
 
+static int sp_root_open(const char *base, const char *root, int *ret_fd, char *err,
+			size_t errlen)
+{
+	return store_s3.root_open(base, root, ret_fd, err, errlen);
+}
+
 /* Arenas are the local backend's: the router hands this backend's writes
  * the local one. */
 const struct store_ops store_spill = {
 	.name = "s3+spill",
 	.arena_attach = NULL,
+	.root_open = sp_root_open,
 	.attempt_open = sp_attempt_open,
 	.shard_create = sp_shard_create,
 	.attempt_tag = sp_attempt_tag,

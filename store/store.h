@@ -80,6 +80,21 @@ enum store_entry {
 #define STORE_WORK_PREFIX ".ckpt-work-"
 #define STORE_ATTEMPT_FILE "attempt.json"
 
+/* Every name ckptd gives its own things in a root or a checkpoint starts
+ * with this: work areas, trash, leases, removal markers, pins. */
+#define STORE_RESERVED_PREFIX ".ckpt-"
+/* Older daemons' work directories. */
+#define STORE_LEGACY_WORK_PREFIX ".partial-"
+
+/*
+ * True for a name a save's root may not have as a directory below its
+ * allowed root: one of ckptd's own (STORE_RESERVED_PREFIX,
+ * STORE_LEGACY_WORK_PREFIX: a root named like a work area would make its
+ * checkpoints list as saves in progress, one named like trash would be
+ * swept), or manifest.json (its parent would look like a checkpoint).
+ */
+bool store_name_reserved(const char *name);
+
 struct store_arena;
 struct store_attempt;
 struct store_shard;
@@ -136,13 +151,34 @@ struct store_ops {
 	void (*set_disk_depth)(unsigned depth);
 
 	/* ---- attempts ---- */
+	/*
+	 * [worker] Opens the root of a save: `root` (canonical, no trailing
+	 * '/') at or below `base`, the allowed root it lies under (canonical,
+	 * in the same spelling).  What is missing below base is created, as
+	 * the calling thread's user, with mode 0755 less its umask: never
+	 * writable by others, whatever the client's umask.  Refused (-EINVAL,
+	 * reason in err): a component below base that is reserved
+	 * (store_name_reserved) or is a checkpoint (removing that checkpoint
+	 * would take the root's checkpoints with it).  Local roots (already
+	 * spelled without links) are walked from "/" one component at a time
+	 * without following a symbolic link (-EACCES for one), and *ret_fd is
+	 * the root's directory, the one the checks were made on: attempt_open
+	 * works in it and never resolves the path again (a directory swapped
+	 * for a link meanwhile cannot lead the save out of the roots).  S3
+	 * roots give -1.  0 or -errno.
+	 */
+	int (*root_open)(const char *base, const char *root, int *ret_fd, char *err,
+			 size_t errlen);
 	/* [worker] Creates the attempt's work area under `root` (canonical),
 	 * or joins it when another daemon of the same attempt made it.
+	 * rootfd: the root's directory as root_open gave it (the local
+	 * backend uses it, a duplicate of it, and names `root` only in
+	 * messages), or -1 (local: `root` is opened; S3 ignores it).
 	 * Refuses: -EEXIST (the checkpoint exists, or the area belongs to
 	 * another user or key), -ECANCELED (this attempt already failed:
 	 * reason in err).  *ret_created tells whether this call made it. */
-	int (*attempt_open)(const char *root, const struct store_key *k, const char *attempt_id,
-			    const struct store_writer *self, uid_t uid,
+	int (*attempt_open)(const char *root, int rootfd, const struct store_key *k,
+			    const char *attempt_id, const struct store_writer *self, uid_t uid,
 			    struct store_attempt **ret, bool *ret_created, char *err,
 			    size_t errlen);
 	/* [worker] Creates rank's shard (exclusively: a rank is written once

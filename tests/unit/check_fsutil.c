@@ -114,6 +114,64 @@ START_TEST(test_write_read)
 }
 END_TEST
 
+/* One directory at a time, never through a link, made when missing. */
+START_TEST(test_open_dir_at)
+{
+	struct stat st;
+	bool made = true;
+	int fd;
+
+	ck_assert_int_eq(mkdirat(tmpfd, "d", 0755), 0);
+	ck_assert_int_eq(symlinkat("d", tmpfd, "link"), 0);
+	ck_assert_int_eq(fs_write_file_at(tmpfd, "file", "x", 1, 0), 0);
+	fd = fs_open_dir_at(tmpfd, "d", true, 0, &made);
+	ck_assert_int_ge(fd, 0);
+	ck_assert(!made);
+	close(fd);
+	ck_assert_int_eq(fs_open_dir_at(tmpfd, "link", false, 0755, NULL), -ELOOP);
+	ck_assert_int_eq(fs_open_dir_at(tmpfd, "file", false, 0755, NULL), -ENOTDIR);
+	ck_assert_int_eq(fs_open_dir_at(tmpfd, "missing", false, 0, NULL), -ENOENT);
+	ck_assert_int_eq(fs_open_dir_at(tmpfd, "..", false, 0, NULL), -EINVAL);
+	ck_assert_int_eq(fs_open_dir_at(tmpfd, "d/x", false, 0755, NULL), -EINVAL);
+	/* Made with the mode less the umask. */
+	umask(0);
+	fd = fs_open_dir_at(tmpfd, "new", false, 0755, &made);
+	umask(022);
+	ck_assert_int_ge(fd, 0);
+	ck_assert(made);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_mode & 07777, 0755);
+	close(fd);
+}
+END_TEST
+
+/* A spelling: the existing part resolved, the rest appended. */
+START_TEST(test_resolve_existing)
+{
+	char p[PATH_MAX + 64], want[PATH_MAX + 64], got[PATH_MAX];
+	char *real = realpath(tmp, NULL);
+
+	ck_assert_ptr_nonnull(real);
+	ck_assert_int_eq(mkdirat(tmpfd, "d", 0755), 0);
+	ck_assert_int_eq(symlinkat("d", tmpfd, "link"), 0);
+	snprintf(p, sizeof(p), "%s/link/not/yet", tmp);
+	snprintf(want, sizeof(want), "%s/d/not/yet", real);
+	ck_assert_int_eq(fs_resolve_existing(p, got, sizeof(got)), 0);
+	ck_assert_str_eq(got, want);
+	snprintf(p, sizeof(p), "%s/link", tmp);
+	snprintf(want, sizeof(want), "%s/d", real);
+	ck_assert_int_eq(fs_resolve_existing(p, got, sizeof(got)), 0);
+	ck_assert_str_eq(got, want);
+	ck_assert_int_eq(fs_resolve_existing("/", got, sizeof(got)), 0);
+	ck_assert_str_eq(got, "/");
+	ck_assert_int_eq(fs_resolve_existing("/nonexistent-ckpt-dir/x", got, sizeof(got)), 0);
+	ck_assert_str_eq(got, "/nonexistent-ckpt-dir/x");
+	ck_assert_int_eq(fs_resolve_existing("relative", got, sizeof(got)), -EINVAL);
+	ck_assert_int_eq(fs_resolve_existing(p, got, 4), -ENAMETOOLONG);
+	free(real);
+}
+END_TEST
+
 static Suite *fsutil_suite(void)
 {
 	Suite *s = suite_create("fsutil");
@@ -130,6 +188,11 @@ static Suite *fsutil_suite(void)
 	tc = tcase_create("write_read");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_write_read);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("walk");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_open_dir_at);
+	tcase_add_test(tc, test_resolve_existing);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -746,8 +746,8 @@ END_TEST
 
 START_TEST(creds_file)
 {
-	static const char *const env[] = { "AWS_ACCESS_KEY_ID", "ENVKEY", "AWS_SECRET_ACCESS_KEY",
-					   "envsecret", "AWS_REGION", "eu-north-1", NULL };
+	/* No pair in the environment: the file gives it. */
+	static const char *const env[] = { "AWS_REGION", "eu-north-1", NULL };
 	struct s3_creds c;
 	char err[256] = "";
 
@@ -764,7 +764,10 @@ START_TEST(creds_file)
 	ck_assert_str_eq(c.key_id, "TRAINKEY");
 	ck_assert_str_eq(c.secret, "tr=ain");
 	ck_assert_str_eq(c.token, "tok");
-	ck_assert_str_eq(c.region, "ap-south-1");
+	ck_assert_str_eq(c.region, "eu-north-1"); /* the environment's, over the file's */
+	fake_env = NULL;
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, "train", &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.region, "ap-south-1"); /* the file's, when the environment has none */
 	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, "nope", &c, err, sizeof(err)), -ENOENT);
 	ck_assert_ptr_nonnull(strstr(err, "[nope]"));
 
@@ -793,6 +796,64 @@ START_TEST(creds_file)
 	ck_assert_int_eq(s3_creds_load(fake_get, "/nonexistent/creds", NULL, &c, err, sizeof(err)),
 			 -ENOENT);
 	ck_assert_int_eq(s3_creds_load(fake_get, "/tmp", NULL, &c, err, sizeof(err)), -EINVAL);
+}
+END_TEST
+
+/* One source gives the whole pair and its token, in the documented order:
+ * never a key id of one with the secret (or token) of the other. */
+START_TEST(creds_one_source)
+{
+	static const char *const pair[] = { "AWS_ACCESS_KEY_ID", "ENVKEY", "AWS_SECRET_ACCESS_KEY",
+					    "envsecret", NULL };
+	static const char *const id_only[] = { "AWS_ACCESS_KEY_ID", "ENVKEY", NULL };
+	static const char *const secret_only[] = { "AWS_SECRET_ACCESS_KEY", "envsecret", NULL };
+	static const char *const token_only[] = { "AWS_SESSION_TOKEN", "envtok", NULL };
+	struct s3_creds c;
+	char err[256] = "";
+
+	write_creds("[default]\naws_access_key_id = FILEKEY\naws_secret_access_key = filesecret\n"
+		    "aws_session_token = filetok\nregion = ap-south-1\n"
+		    "[half]\naws_access_key_id = HALFKEY\n", 0600);
+
+	/* The environment's pair wins whole: the file's token is not added. */
+	fake_env = pair;
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.key_id, "ENVKEY");
+	ck_assert_str_eq(c.secret, "envsecret");
+	ck_assert_str_eq(c.token, "");
+	ck_assert_str_eq(c.region, "ap-south-1"); /* what the environment does not give */
+	/* ... also when the file has no such profile. */
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, "nope", &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.key_id, "ENVKEY");
+
+	/* Half a pair in the environment: an error, never completed by the file. */
+	fake_env = id_only;
+	err[0] = '\0';
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "AWS_SECRET_ACCESS_KEY is not"));
+	fake_env = secret_only;
+	err[0] = '\0';
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "AWS_ACCESS_KEY_ID is not"));
+	ck_assert_ptr_null(strstr(err, "envsecret"));
+	ck_assert_int_eq(s3_creds_load(fake_get, NULL, NULL, &c, err, sizeof(err)), -EINVAL);
+	/* A token without its pair is not lent to the file's pair. */
+	fake_env = token_only;
+	err[0] = '\0';
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "AWS_SESSION_TOKEN"));
+
+	/* Nothing in the environment: the file's pair and its token. */
+	fake_env = NULL;
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, NULL, &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.key_id, "FILEKEY");
+	ck_assert_str_eq(c.secret, "filesecret");
+	ck_assert_str_eq(c.token, "filetok");
+	/* Half a pair in the file: an error too. */
+	err[0] = '\0';
+	ck_assert_int_eq(s3_creds_load(fake_get, creds_path, "half", &c, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "aws_access_key_id without aws_secret_access_key"));
+	s3_creds_wipe(&c);
 }
 END_TEST
 
@@ -836,6 +897,7 @@ static Suite *s3_suite(void)
 	tcase_add_checked_fixture(tc, NULL, creds_teardown);
 	tcase_add_test(tc, creds_env);
 	tcase_add_test(tc, creds_file);
+	tcase_add_test(tc, creds_one_source);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("retry");

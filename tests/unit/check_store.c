@@ -64,7 +64,7 @@ static int open_as(const struct store_writer *w, const struct store_key *k,
 	char id[STORE_ID_LEN + 1];
 
 	store_key_id(k, id);
-	return S->attempt_open(dir, k, id, w, geteuid(), ret, created, err, 256);
+	return S->attempt_open(dir, -1, k, id, w, geteuid(), ret, created, err, 256);
 }
 
 static bool exists_in(const char *rel)
@@ -169,7 +169,7 @@ START_TEST(test_refusals)
 
 	/* An area owned by another uid. */
 	store_key_id(&k, id);
-	ck_assert_int_eq(S->attempt_open(dir, &k, id, &me, geteuid() + 1, &a, &created, err,
+	ck_assert_int_eq(S->attempt_open(dir, -1, &k, id, &me, geteuid() + 1, &a, &created, err,
 					 sizeof(err)),
 			 -EEXIST);
 	ck_assert_ptr_nonnull(strstr(err, "belongs to uid"));
