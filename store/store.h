@@ -207,9 +207,12 @@ struct store_ops {
 	 * count as delivered: the caller has them).  Returns 0 or -errno;
 	 * -ECANCELED if some are missing and another daemon has marked the
 	 * attempt failed (its ranks will never come: the coordinator gives up
-	 * at once rather than at the deadline). */
+	 * at once rather than at the deadline); another -errno with the
+	 * reason in err (an index that could not be read, or whose bytes did
+	 * not match their checksum). */
 	int (*attempt_count)(struct store_attempt *a, uint32_t world, const char *nonce,
-			     const uint32_t *local, size_t n_local, uint32_t *io_n);
+			     const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			     size_t errlen);
 	/* [worker] Merges the delivered indexes (and m->local) into the
 	 * manifest and commits it: after a successful return the checkpoint is
 	 * visible and complete, and nothing writes into it again. */

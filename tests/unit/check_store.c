@@ -233,20 +233,20 @@ START_TEST(test_shards_claims_counts)
 	/* Only deliveries addressed to the claim count; local ranks do. */
 	publish(b, 1, "");
 	n = 0;
-	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 1);
 	publish(b, 1, nonce);
 	publish(b, 2, "ffffffffffffffffffffffffffffffff");
-	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 2);
 	publish(b, 2, nonce);
-	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 3);
 	/* A new claim makes every earlier delivery void. */
 	ck_assert_int_eq(S->attempt_claim(a, &me, n2, err, sizeof(err)), 0);
 	ck_assert_str_ne(n2, nonce);
 	n = 0;
-	ck_assert_int_eq(S->attempt_count(a, 3, n2, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, n2, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 1);
 	S->shard_close(s0);
 	S->shard_close(s1);
