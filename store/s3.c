@@ -27,6 +27,11 @@
  * checks; the upload is created with the CRC32C algorithm so that the
  * Complete lists each part's checksum too.  A part holds its slot until S3
  * acknowledged it: the arena is the upload buffer.
+ *
+ * Every small object above (and manifests, tombstones, pins, leases) is PUT
+ * with its CRC32C stored beside it and read back through get_own() or
+ * get_text(), which check the answer's body against it (s3_http.h): the
+ * commit never merges, and no reader parses, bytes damaged on the way back.
  */
 #include "store/store_s3.h"
 

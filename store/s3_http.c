@@ -174,9 +174,12 @@ static void sum_header(const char *line, size_t len, const char *name, char *out
 {
 	char v[96];
 
+	/* v fits out: header_value keeps less than the length it is given. */
 	if (!header_value(line, len, name, v, outlen < sizeof(v) ? outlen : sizeof(v)))
 		return;
-	snprintf(out, outlen, "%s", *seen ? "" : v);
+	if (*seen)
+		v[0] = '\0';
+	memcpy(out, v, strlen(v) + 1);
 	*seen = true;
 }
 

@@ -23,6 +23,8 @@
  * exponential, full jitter); each request gets at most 1 + `retries`
  * attempts.  A request that stops making progress for `stall_ms` is a
  * timeout (curl's low-speed limit), and is retried on a fresh connection.
+ * So is a GET whose body does not match the checksum stored with the object
+ * (enum s3_verify): a damaged answer counts as a failed attempt.
  *
  * Secrets: the secret key and session token go to curl only.  No message
  * this module makes contains them (URLs, codes and S3's messages only).
