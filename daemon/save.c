@@ -739,10 +739,11 @@ static void commit_run(struct work *w)
 	}
 	if (r < 0) {
 		w->res = r;
-		char why[sizeof(w->err) - 40];
+		char why[sizeof(w->err)];
 
 		snprintf(why, sizeof(why), "%s", w->err[0] ? w->err : strerror(-r));
-		snprintf(w->err, sizeof(w->err), "looking for the ranks' indexes: %s", why);
+		snprintf(w->err, sizeof(w->err), "looking for the ranks' indexes: %.*s",
+			 (int)sizeof(w->err) - 40, why);
 		return;
 	}
 	if (j->n_present < j->key.world) {
