@@ -563,11 +563,14 @@ static int corpus_build(struct corpus *c, const struct tspec *specs, unsigned n_
 
 /* The merge's fetch: a malloc'd copy of the rank's text, as a read of its
  * file would give.  Called from the merge's parse threads; reads only. */
-static int fetch_text(void *ud, uint32_t rank, char **ret_text, size_t *ret_len)
+static int fetch_text(void *ud, uint32_t rank, char **ret_text, size_t *ret_len, char *err,
+		      size_t errlen)
 {
 	const struct corpus *c = ud;
 	char *p;
 
+	(void)err;
+	(void)errlen;
 	if (rank >= c->world)
 		return -ENOENT;
 	p = malloc(c->len[rank] + 1);

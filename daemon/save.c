@@ -763,7 +763,7 @@ static void commit_run(struct work *w)
 	int r;
 
 	r = j->store->attempt_count(j->att, j->key.world, j->nonce, j->ranks, j->n_ranks,
-				    &j->n_present);
+				    &j->n_present, w->err, sizeof(w->err));
 	if (r == -ECANCELED) {
 		w->res = r;
 		snprintf(w->err, sizeof(w->err), "another daemon of this save gave up on it (its "
@@ -772,7 +772,11 @@ static void commit_run(struct work *w)
 	}
 	if (r < 0) {
 		w->res = r;
-		snprintf(w->err, sizeof(w->err), "looking for the ranks' indexes: %s", strerror(-r));
+		char why[sizeof(w->err)];
+
+		snprintf(why, sizeof(why), "%s", w->err[0] ? w->err : strerror(-r));
+		snprintf(w->err, sizeof(w->err), "looking for the ranks' indexes: %.*s",
+			 (int)sizeof(w->err) - 40, why);
 		return;
 	}
 	if (j->n_present < j->key.world) {

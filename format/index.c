@@ -227,7 +227,7 @@ static bool get_dims(const json_t *j, uint64_t *out, size_t *ret_n)
 static int load_index(const struct merge *m, uint32_t r, json_t **ret, size_t *ret_size,
 		      char *err, size_t errlen)
 {
-	char fname[32];
+	char fname[32], why[384] = "";
 	json_error_t jerr;
 	char *buf = NULL;
 	size_t got = 0;
@@ -235,7 +235,7 @@ static int load_index(const struct merge *m, uint32_t r, json_t **ret, size_t *r
 	int ret_err;
 
 	index_index_name(r, fname, sizeof(fname));
-	ret_err = m->fetch ? m->fetch(m->fetch_ud, r, &buf, &got) :
+	ret_err = m->fetch ? m->fetch(m->fetch_ud, r, &buf, &got, why, sizeof(why)) :
 			   fs_read_file_at(m->dirfd, fname, INDEX_MAX_BYTES, &buf, &got);
 	if (ret_err == -ENOENT)
 		return errmsg_set(err, errlen, -ENOENT, "rank %u: index missing", r);
@@ -244,7 +244,7 @@ static int load_index(const struct merge *m, uint32_t r, json_t **ret, size_t *r
 			   INDEX_MAX_BYTES);
 	if (ret_err < 0)
 		return errmsg_set(err, errlen, ret_err, "rank %u: reading %s: %s", r, fname,
-				  strerror(-ret_err));
+				  why[0] ? why : strerror(-ret_err));
 	root = json_loadb(buf, got, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		for (char *p = jerr.text; *p; p++)

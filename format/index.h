@@ -118,8 +118,11 @@ int index_merge_origin(int dirfd, const char *job, const char *name, uint32_t wo
 
 /* The same, with each rank's index text from fetch(ud, rank, ...) instead of
  * dirfd (a malloc'd buffer of at most INDEX_MAX_BYTES, or -ENOENT if the
- * rank has none).  fetch may be called from several threads at once. */
-typedef int (*index_fetch_fn)(void *ud, uint32_t rank, char **ret_text, size_t *ret_len);
+ * rank has none; on another failure fetch may say why in err, which the
+ * merge's message then quotes).  fetch may be called from several threads
+ * at once. */
+typedef int (*index_fetch_fn)(void *ud, uint32_t rank, char **ret_text, size_t *ret_len,
+			      char *err, size_t errlen);
 int index_merge_fetch(int dirfd, index_fetch_fn fetch, void *fetch_ud, const char *job,
 		      const char *name, uint32_t world, int64_t time_utc,
 		      const struct index_origin *origin, const struct index_local *local,

@@ -113,10 +113,11 @@ static bool in_sorted(const uint32_t *v, size_t n, uint32_t x)
 }
 
 int store_count_delivered(index_fetch_fn fetch, void *ud, uint32_t world, const char *nonce,
-			  const uint32_t *local, size_t n_local, uint32_t *io_n)
+			  const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			  size_t errlen)
 {
 	while (*io_n < world) {
-		char *text;
+		char *text, why[384] = "";
 		size_t len;
 		bool ok;
 		int r;
@@ -125,11 +126,13 @@ int store_count_delivered(index_fetch_fn fetch, void *ud, uint32_t world, const 
 			(*io_n)++;
 			continue;
 		}
-		r = fetch(ud, *io_n, &text, &len);
+		r = fetch(ud, *io_n, &text, &len, why, sizeof(why));
 		if (r == -ENOENT)
 			break;
-		if (r < 0)
+		if (r < 0) {
+			snprintf(err, errlen, "rank %u: %s", *io_n, why[0] ? why : strerror(-r));
 			return r;
+		}
 		/* Only an index addressed to this claim counts. */
 		ok = store_index_addressed(text, len, nonce);
 		free(text);

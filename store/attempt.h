@@ -43,9 +43,10 @@ bool store_index_addressed(const char *text, size_t len, const char *nonce);
  * store_ops.attempt_count for any backend: counts up from *io_n the ranks
  * whose index, read with fetch(ud, rank, ...) (-ENOENT: none yet), is
  * addressed to nonce; ranks in local[n_local] (sorted) count without a
- * read.  Returns 0 or fetch's error.
+ * read.  Returns 0 or fetch's error (err: "rank N: " and fetch's reason).
  */
 int store_count_delivered(index_fetch_fn fetch, void *ud, uint32_t world, const char *nonce,
-			  const uint32_t *local, size_t n_local, uint32_t *io_n);
+			  const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			  size_t errlen);
 
 #endif

@@ -773,19 +773,24 @@ static void local_shard_close(struct store_shard *s)
 	free(s);
 }
 
-static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len)
+static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len, char *err,
+		       size_t errlen)
 {
 	const struct store_attempt *a = ud;
 	char name[64];
 
+	(void)err;
+	(void)errlen;
 	index_index_name(rank, name, sizeof(name));
 	return fs_read_file_at(a->workfd, name, INDEX_MAX_BYTES, ret, ret_len);
 }
 
 static int local_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
-			       const uint32_t *local, size_t n_local, uint32_t *io_n)
+			       const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			       size_t errlen)
 {
-	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
+	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n, err,
+				      errlen);
 
 	/* After the count, whatever it found (store.h). */
 	if (r == 0 && faccessat(a->workfd, FAILED_MARKER, F_OK, AT_SYMLINK_NOFOLLOW) == 0)

@@ -298,9 +298,11 @@ static void r_shard_close(struct store_shard *x)
 }
 
 static int r_attempt_count(struct store_attempt *x, uint32_t world, const char *nonce,
-			   const uint32_t *local, size_t n_local, uint32_t *io_n)
+			   const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			   size_t errlen)
 {
-	return RT(x)->ops->attempt_count(RT(x)->a, world, nonce, local, n_local, io_n);
+	return RT(x)->ops->attempt_count(RT(x)->a, world, nonce, local, n_local, io_n, err,
+					 errlen);
 }
 
 static int r_attempt_commit(struct store_attempt *x, const struct store_merge *m, char *err,

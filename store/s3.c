@@ -27,6 +27,11 @@
  * checks; the upload is created with the CRC32C algorithm so that the
  * Complete lists each part's checksum too.  A part holds its slot until S3
  * acknowledged it: the arena is the upload buffer.
+ *
+ * Every small object above (and manifests, tombstones, pins, leases) is PUT
+ * with its CRC32C stored beside it and read back through get_own() or
+ * get_text(), which check the answer's body against it (s3_http.h): the
+ * commit never merges, and no reader parses, bytes damaged on the way back.
  */
 #include "store/store_s3.h"
 
@@ -212,9 +217,22 @@ static int put_text_if(const char *bucket, const char *key, const char *text, co
 	return r;
 }
 
-/* GETs a small object whole: -ENOENT if there is none (err untouched). */
+/*
+ * Every small object is read here, whole, and checked against the checksum
+ * stored with it (s3_http.h: a damaged answer is asked for again, then
+ * refused with -EBADMSG, never parsed):
+ *   get_own()   what this version wrote for the save under way (attempt.json,
+ *               the claim, indexes, markers): it must carry a checksum;
+ *   get_text()  what may be older than this version (manifests of earlier
+ *               checkpoints, tombstones, pins, leases, a dead life's work
+ *               area): checked when it carries one, read as it is when not.
+ * Both: -ENOENT if there is none (err untouched).
+ */
 static int get_text_etag(const char *bucket, const char *key, size_t max, char **ret,
 			 size_t *ret_len, char *etag, size_t etaglen, char *err, size_t errlen);
+static int get_checked(const char *bucket, const char *key, size_t max, enum s3_verify verify,
+		       char **ret, size_t *ret_len, char *etag, size_t etaglen, char *err,
+		       size_t errlen);
 
 static int get_text(const char *bucket, const char *key, size_t max, char **ret, size_t *ret_len,
 		    char *err, size_t errlen)
@@ -222,12 +240,27 @@ static int get_text(const char *bucket, const char *key, size_t max, char **ret,
 	return get_text_etag(bucket, key, max, ret, ret_len, NULL, 0, err, errlen);
 }
 
+static int get_own(const char *bucket, const char *key, size_t max, char **ret, size_t *ret_len,
+		   char *err, size_t errlen)
+{
+	return get_checked(bucket, key, max, S3_VERIFY_REQUIRED, ret, ret_len, NULL, 0, err,
+			   errlen);
+}
+
 /* get_text, and the object's ETag into etag (if not NULL; "" if none). */
 static int get_text_etag(const char *bucket, const char *key, size_t max, char **ret,
 			 size_t *ret_len, char *etag, size_t etaglen, char *err, size_t errlen)
 {
+	return get_checked(bucket, key, max, S3_VERIFY_IF_STORED, ret, ret_len, etag, etaglen,
+			   err, errlen);
+}
+
+static int get_checked(const char *bucket, const char *key, size_t max, enum s3_verify verify,
+		       char **ret, size_t *ret_len, char *etag, size_t etaglen, char *err,
+		       size_t errlen)
+{
 	struct s3_req q = { .method = "GET", .bucket = bucket, .key = key, .max_resp = max,
-			    .fail_404_quietly = true };
+			    .fail_404_quietly = true, .verify = verify };
 	char e[512];
 	int r;
 
@@ -670,7 +703,7 @@ static int check_existing(struct store_attempt *a, const char *text, size_t len,
 		return -EEXIST;
 	}
 	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
-	    get_text(a->loc.bucket, key, 4096, &msg, &mlen, NULL, 0) == 0) {
+	    get_own(a->loc.bucket, key, 4096, &msg, &mlen, NULL, 0) == 0) {
 		snprintf(err, errlen, "this attempt already failed: %s",
 			 mlen ? msg : "(no reason given)");
 		free(msg);
@@ -790,7 +823,7 @@ static int s3_attempt_open(const char *root, int rootfd, const struct store_key 
 			snprintf(err, errlen, "work area '%s/%s' keeps changing", a->root, a->work);
 			goto fail;
 		}
-		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
+		r = get_own(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
 		if (r == 0) {
 			r = check_existing(a, text, len, k, self, err, errlen);
 			free(text);
@@ -959,7 +992,7 @@ static int put_marker(const char *bucket, const char *key, char *err, size_t err
 	r = put_text(bucket, key, text, true, err, errlen);
 	if (r != -EEXIST)
 		return r;
-	if (get_text(bucket, key, 4096, &got, &len, NULL, 0) == 0 && len == strlen(text) &&
+	if (get_own(bucket, key, 4096, &got, &len, NULL, 0) == 0 && len == strlen(text) &&
 	    !memcmp(got, text, len))
 		r = 0; /* ours: the first PUT landed, its answer did not */
 	free(got);
@@ -1251,7 +1284,7 @@ static int s3_attempt_addressee(struct store_attempt *a, char ret[STORE_ID_LEN +
 
 	r = work_key(a, CLAIM_FILE, key, sizeof(key), err, sizeof(err));
 	if (r == 0)
-		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, NULL, 0);
+		r = get_own(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, NULL, 0);
 	if (r < 0)
 		return r;
 	r = store_claim_nonce(text, len, ret);
@@ -1267,28 +1300,33 @@ static void s3_shard_close(struct store_shard *s)
 	free(s);
 }
 
-/* An index_fetch_fn: rank's index in the work area (ud: the attempt). */
-static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len)
+/* An index_fetch_fn: rank's index in the work area (ud: the attempt).  Its
+ * own writing, so it must carry its checksum: a damaged index is never
+ * merged. */
+static int fetch_index(void *ud, uint32_t rank, char **ret, size_t *ret_len, char *err,
+		       size_t errlen)
 {
 	struct store_attempt *a = ud;
-	char name[64], key[S3_KEY_MAX + 1], err[256];
+	char name[64], key[S3_KEY_MAX + 1];
 	int r;
 
 	index_index_name(rank, name, sizeof(name));
-	r = work_key(a, name, key, sizeof(key), err, sizeof(err));
-	return r < 0 ? r : get_text(a->loc.bucket, key, INDEX_MAX_BYTES, ret, ret_len, NULL, 0);
+	r = work_key(a, name, key, sizeof(key), err, errlen);
+	return r < 0 ? r : get_own(a->loc.bucket, key, INDEX_MAX_BYTES, ret, ret_len, err, errlen);
 }
 
 static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char *nonce,
-			    const uint32_t *local, size_t n_local, uint32_t *io_n)
+			    const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			    size_t errlen)
 {
-	char key[S3_KEY_MAX + 1], err[256], *text;
+	char key[S3_KEY_MAX + 1], *text;
 	size_t len;
-	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n);
+	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n, err,
+				      errlen);
 
 	/* After the count, whatever it found (store.h). */
-	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0 &&
-	    get_text(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
+	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
+	    get_own(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
 		free(text);
 		return -ECANCELED;
 	}
@@ -1380,14 +1418,14 @@ static int s3_attempt_poll(struct store_attempt *a, const char *id, char *err, s
 	if (r < 0)
 		return 0; /* could not tell: ask again at the next tick */
 	if (work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
-	    get_text(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
+	    get_own(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
 		snprintf(err, errlen, "%.*s", (int)len, len ? text : "another daemon failed the save");
 		free(text);
 		return -ECANCELED;
 	}
 	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
 	if (r == 0)
-		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, NULL, 0);
+		r = get_own(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, NULL, 0);
 	if (r == 0)
 		free(text);
 	if (r != -ENOENT)
@@ -1491,7 +1529,7 @@ static void s3_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 	size_t len;
 	if (work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err)) < 0)
 		return;
-	int r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, sizeof(err));
+	int r = get_own(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, sizeof(err));
 	if (r == 0)
 		free(text);
 	if (r == -ENOENT && dir_key(a, a->work, key, sizeof(key), err, sizeof(err)) == 0) {

@@ -8,10 +8,13 @@
  * The message is padded with 0x80, zeros, and its bit length (64 bits,
  * little-endian) to a whole number of blocks.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "format/crc32c.h"
 #include "store/s3_digest.h"
+#include "store/s3_xml.h"
 
 void s3_b64(const uint8_t *in, size_t n, char *out)
 {
@@ -118,4 +121,29 @@ void s3_content_md5_hdr(const void *data, size_t len, char *hdr, size_t hdrlen)
 	s3_md5(data, len, md);
 	s3_b64(md, sizeof(md), b64);
 	snprintf(hdr, hdrlen, "Content-MD5: %s", b64);
+}
+
+int s3_sum_check(const void *body, size_t len, const char *sum, const char *s3sum, char *why,
+		 size_t whylen)
+{
+	char got[9];
+	const char *bad = NULL, *badname = NULL;
+
+	if (s3sum && strchr(s3sum, '-'))
+		s3sum = NULL; /* a multipart object's: not of these bytes */
+	if (!sum && !s3sum)
+		return 0;
+	s3_crc32c_b64(crc32c(len ? body : "", len, 0), got);
+	if (sum && strcmp(sum, got)) {
+		bad = sum;
+		badname = S3_SUM_HEADER;
+	} else if (s3sum && strcmp(s3sum, got)) {
+		bad = s3sum;
+		badname = S3_CRC32C_HEADER;
+	}
+	if (!bad)
+		return 1;
+	snprintf(why, whylen, "checksum mismatch: the %zu bytes received have CRC32C %s, the "
+			      "object's %s is '%.16s'", len, got, badname, bad);
+	return -EBADMSG;
 }

@@ -16,7 +16,9 @@
 
 #define RESP_DEFAULT (64u << 10)
 #define UPLOAD_BUFFER (512L << 10)
-#define XFER_HDR_MAX (S3_HDR_MAX + 1) /* a request's own, and its digest */
+/* a request's own, its digest and its stored checksum (a PUT), or the
+ * checksum mode (a GET) */
+#define XFER_HDR_MAX (S3_HDR_MAX + 2)
 
 struct s3_client {
 	struct s3_conf conf;
@@ -68,6 +70,11 @@ struct xfer {
 	bool resp_over;
 	bool status_seen;        /* on_write looked at the status */
 	char etag[132];
+	/* The answer's checksums of the body (s3_digest.h): the value of
+	 * S3_SUM_HEADER and of S3_CRC32C_HEADER, "" with the flag set when
+	 * one came too long, or twice, to be a checksum of ours. */
+	char sum[16], s3sum[80];
+	bool has_sum, has_s3sum;
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -139,25 +146,56 @@ static size_t on_write(char *src, size_t size, size_t n, void *ud)
 	return len;
 }
 
+/* If line is header `name`, its value (trimmed) into out (outlen bytes;
+ * "" if it does not fit) and true. */
+static bool header_value(const char *line, size_t len, const char *name, char *out,
+			 size_t outlen)
+{
+	size_t nl = strlen(name), b = nl + 1, e = len;
+
+	if (len <= nl || line[nl] != ':' || strncasecmp(line, name, nl))
+		return false;
+	while (b < e && (line[b] == ' ' || line[b] == '\t'))
+		b++;
+	while (e > b && (line[e - 1] == '\r' || line[e - 1] == '\n' || line[e - 1] == ' ' ||
+			 line[e - 1] == '\t'))
+		e--;
+	if (e - b >= outlen)
+		e = b;
+	memcpy(out, line + b, e - b);
+	out[e - b] = '\0';
+	return true;
+}
+
+/* A checksum header: kept once; a second one makes it "" (no checksum of
+ * ours is ever repeated, so the answer is not one to trust). */
+static void sum_header(const char *line, size_t len, const char *name, char *out, size_t outlen,
+		       bool *seen)
+{
+	char v[96];
+
+	/* v fits out: header_value keeps less than the length it is given. */
+	if (!header_value(line, len, name, v, outlen < sizeof(v) ? outlen : sizeof(v)))
+		return;
+	if (*seen)
+		v[0] = '\0';
+	memcpy(out, v, strlen(v) + 1);
+	*seen = true;
+}
+
 static size_t on_header(char *line, size_t size, size_t n, void *ud)
 {
 	struct xfer *x = ud;
 	size_t len = size * n;
 
 	/* A new status line (after a 100 Continue) starts the headers over. */
-	if (len >= 5 && !strncmp(line, "HTTP/", 5))
-		x->etag[0] = '\0';
-	if (len > 5 && !strncasecmp(line, "etag:", 5)) {
-		size_t b = 5, e = len;
-		while (b < e && (line[b] == ' ' || line[b] == '\t'))
-			b++;
-		while (e > b && (line[e - 1] == '\r' || line[e - 1] == '\n' || line[e - 1] == ' '))
-			e--;
-		if (e - b < sizeof(x->etag)) {
-			memcpy(x->etag, line + b, e - b);
-			x->etag[e - b] = '\0';
-		}
+	if (len >= 5 && !strncmp(line, "HTTP/", 5)) {
+		x->etag[0] = x->sum[0] = x->s3sum[0] = '\0';
+		x->has_sum = x->has_s3sum = false;
 	}
+	(void)header_value(line, len, "etag", x->etag, sizeof(x->etag));
+	sum_header(line, len, S3_SUM_HEADER, x->sum, sizeof(x->sum), &x->has_sum);
+	sum_header(line, len, S3_CRC32C_HEADER, x->s3sum, sizeof(x->s3sum), &x->has_s3sum);
 	return len;
 }
 
@@ -353,9 +391,12 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 	/* Every body goes with a digest S3 checks, so a byte damaged on the
 	 * way is refused (BadDigest, retried), never stored: CRC32C on a PUT,
 	 * Content-MD5 on a POST (a Complete's x-amz-checksum-* would describe
-	 * the object, not the body). */
+	 * the object, not the body).  A PUT's CRC32C is also stored with the
+	 * object (S3_SUM_HEADER), so that a byte damaged on the way back is
+	 * caught as well: a GET checks the body it got against it. */
 	const char *hdrs[XFER_HDR_MAX + 1] = { 0 };
-	char digest[64];
+	char digest[64], stored[64], why[192];
+	bool verify = r->verify != S3_VERIFY_NONE && !strcmp(r->method, "GET") && !r->range_len;
 	size_t nh = 0;
 
 	while (nh < S3_HDR_MAX && r->headers[nh]) {
@@ -366,13 +407,21 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 		char b64[9];
 
 		s3_crc32c_b64(crc32c(r->body, (size_t)r->body_len, 0), b64);
-		snprintf(digest, sizeof(digest), "x-amz-checksum-crc32c: %s", b64);
+		snprintf(digest, sizeof(digest), S3_CRC32C_HEADER ": %s", b64);
+		snprintf(stored, sizeof(stored), S3_SUM_HEADER ": %s", b64);
 		hdrs[nh++] = digest;
+		hdrs[nh++] = stored;
 	} else if (r->body && !strcmp(r->method, "POST")) {
 		s3_content_md5_hdr(r->body, (size_t)r->body_len, digest, sizeof(digest));
 		hdrs[nh++] = digest;
+	} else if (verify) {
+		/* S3's own checksum too, where it keeps one: objects of
+		 * earlier versions carry no S3_SUM_HEADER, but S3 kept the
+		 * x-amz-checksum-crc32c every ckptd PUT has sent. */
+		hdrs[nh++] = "x-amz-checksum-mode: ENABLED";
 	}
 	for (unsigned attempt = 1;; attempt++) {
+		bool bad_sum = false;
 		struct xfer x;
 		CURLcode cc;
 
@@ -389,6 +438,23 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 		judge(&x, cc, r->method, &o);
 		r->attempts = attempt;
 		enum s3_verdict v = s3_classify(o.net, o.status, o.code);
+		if (v == S3_DONE && verify) {
+			/* A damaged answer is never handed on: asked again, on a
+			 * fresh connection, as a 5xx would be. */
+			int k = s3_sum_check(r->into ? r->into : x.resp, x.resp_len,
+					     x.has_sum ? x.sum : NULL, x.has_s3sum ? x.s3sum : NULL,
+					     why, sizeof(why));
+			if (k == 0 && r->verify == S3_VERIFY_REQUIRED) {
+				snprintf(why, sizeof(why), "checksum mismatch: the answer carries no "
+							   "checksum (no %s), and ckptd stores one "
+							   "with every such object", S3_SUM_HEADER);
+				k = -EBADMSG;
+			}
+			if (k < 0) {
+				bad_sum = true;
+				v = S3_RETRY;
+			}
+		}
 		if (v == S3_DONE || v == S3_FAIL || attempt > c->conf.retries) {
 			r->status = o.status;
 			snprintf(r->code, sizeof(r->code), "%s", o.code);
@@ -416,6 +482,14 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 				stat_add(&c->st.bytes_down, x.resp_len);
 				x.resp = NULL;
 				res = 0;
+			} else if (bad_sum) {
+				char where[S3_KEY_MAX + S3_BUCKET_MAX + 8];
+
+				res = -EBADMSG;
+				stat_add(&c->st.failures, 1);
+				s3_where(r->bucket, r->key, where, sizeof(where));
+				snprintf(err, errlen, "S3 GET %.300s: %s (after %u attempt%s)", where,
+					 why, attempt, attempt == 1 ? "" : "s");
 			} else {
 				res = o.net == S3_NET_OTHER && x.resp_over ? -EFBIG :
 								s3_errno(o.net, o.status, o.code);

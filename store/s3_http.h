@@ -23,6 +23,8 @@
  * exponential, full jitter); each request gets at most 1 + `retries`
  * attempts.  A request that stops making progress for `stall_ms` is a
  * timeout (curl's low-speed limit), and is retried on a fresh connection.
+ * So is a GET whose body does not match the checksum stored with the object
+ * (enum s3_verify): a damaged answer counts as a failed attempt.
  *
  * Secrets: the secret key and session token go to curl only.  No message
  * this module makes contains them (URLs, codes and S3's messages only).
@@ -75,6 +77,22 @@ void s3_client_stats(const struct s3_client *c, struct s3_stats *ret);
 
 #define S3_HDR_MAX 6
 
+/*
+ * Whether a GET of a whole object checks the body against the checksum
+ * stored with it (s3_digest.h): every PUT with a body stores one.  A body
+ * that does not match is never handed on: the GET is tried again on a fresh
+ * connection, as a 5xx would be, and once the attempts are spent it fails
+ * with -EBADMSG and "checksum mismatch" in the message.
+ */
+enum s3_verify {
+	S3_VERIFY_NONE = 0,   /* ranged reads (the manifest's CRCs cover them),
+	                       * listings, HEADs */
+	S3_VERIFY_IF_STORED,  /* an object an earlier ckptd may have written
+	                       * without one: checked if the answer has one */
+	S3_VERIFY_REQUIRED,   /* ours, written by this version: an answer
+	                       * without a checksum is as bad as a wrong one */
+};
+
 struct s3_req {
 	/* in */
 	const char *method;          /* GET PUT POST DELETE HEAD */
@@ -89,6 +107,7 @@ struct s3_req {
 	void *into;                  /* GET: the body goes here (max_resp bytes),
 	                              * not into resp */
 	bool fail_404_quietly;       /* 404 is an expected answer (-ENOENT) */
+	enum s3_verify verify;       /* GET without a range: check the body */
 	/* out (s3_req_free releases) */
 	long status;
 	char *resp;                  /* NUL-terminated; NULL if no body */
@@ -105,7 +124,11 @@ struct s3_req {
  * 0 on a 2xx answer with no <Error> body (a 200 that carries one, as
  * CompleteMultipartUpload can, is an error), else -errno (s3_errno()) with
  * err: "S3 PUT s3://bucket/key: 403 AccessDenied: S3's message (after 3
- * attempts)".  A response body over max_resp is -EFBIG.
+ * attempts)".  A response body over max_resp is -EFBIG.  A PUT with a body
+ * sends its CRC32C twice: as x-amz-checksum-crc32c, which S3 checks on
+ * arrival, and as S3_SUM_HEADER, stored with the object for later GETs
+ * (r->verify) to check; a body that fails that check after every attempt
+ * is -EBADMSG (err: "S3 GET s3://bucket/key: checksum mismatch: ...").
  */
 int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen);
 void s3_req_free(struct s3_req *r);

@@ -467,9 +467,10 @@ static void sp_shard_close(struct store_shard *x)
 }
 
 static int sp_attempt_count(struct store_attempt *x, uint32_t world, const char *nonce,
-			    const uint32_t *local, size_t n_local, uint32_t *io_n)
+			    const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			    size_t errlen)
 {
-	return store_s3.attempt_count(SA(x)->s3, world, nonce, local, n_local, io_n);
+	return store_s3.attempt_count(SA(x)->s3, world, nonce, local, n_local, io_n, err, errlen);
 }
 
 /* Newest first by source.json's time; entries without one are oldest. */

@@ -258,9 +258,12 @@ struct store_ops {
 	 * whatever the count: a daemon marks while it still holds its ranks'
 	 * shards and removes them only after, so a rank re-created by anyone
 	 * since (another run saving the same attempt) cannot be counted
-	 * without the marker being seen. */
+	 * without the marker being seen.  Another -errno with the reason in
+	 * err (an index that could not be read, or whose bytes did not match
+	 * their checksum). */
 	int (*attempt_count)(struct store_attempt *a, uint32_t world, const char *nonce,
-			     const uint32_t *local, size_t n_local, uint32_t *io_n);
+			     const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
+			     size_t errlen);
 	/* [worker] Merges the delivered indexes (and m->local) into the
 	 * manifest and commits it: after a successful return the checkpoint is
 	 * visible and complete, and nothing writes into it again. */

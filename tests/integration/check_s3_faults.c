@@ -34,6 +34,20 @@
  *              parts (BadDigest: their CRC32C is of the bytes checked) or
  *              the check finds it; the save fails, no manifest, no spill
  *              area and nothing cached.
+ *   answer_index  The proxy damages the answer (not the stored object) to
+ *              rank 0's daemon's GET of rank 1's index: one digit of its
+ *              JSON changed, so that only a checksum can tell.  Once (the
+ *              GET the merge makes): the save commits, reads back whole and
+ *              `ckptctl verify` passes (the GET was asked again).  Every
+ *              time: the save fails on both ranks, rank 0's message says
+ *              "checksum mismatch", no manifest is written, and a checkpoint
+ *              saved before in the same root still reads back and verifies.
+ *   answer_manifest  The same for a load: the reader (ckpt_reader_open and
+ *              `ckptctl verify`, through the proxy here) gets the manifest
+ *              with a digit changed.  Once: it opens and every tensor reads
+ *              back right; every time: it refuses (-EBADMSG, "checksum
+ *              mismatch"; ckptctl exits 1), and opens again once the
+ *              answers are whole.
  *
  * It prints "campaign: faults=N ... commits_verified=C failures_clean=F";
  * s3_faults.sh then lists the bucket with boto3: one manifest per commit,
@@ -242,13 +256,13 @@ out:
 }
 
 /* Runs one save of both ranks; returns its result (0 committed, else the
- * shared -errno) and the message in msg.  Both ranks must agree. */
-static int save_once(struct testd *t, const char *root, const char *name, uint64_t seed,
-		     char *msg, size_t msglen)
+ * shared -errno) and each rank's result line ("RC MESSAGE").  Both ranks
+ * must agree. */
+static int save_ranks(struct testd *t, const char *root, const char *name, uint64_t seed,
+		      char line[2][1024])
 {
 	struct td_child ch[2];
 	struct rank_args a[2];
-	char line[2][1024];
 	int res[2];
 
 	for (uint32_t r = 0; r < 2; r++) {
@@ -270,8 +284,18 @@ static int save_once(struct testd *t, const char *root, const char *name, uint64
 	ck_assert_msg((res[0] == 0) == (res[1] == 0),
 		      "%s: the ranks disagree on the outcome:\n  rank 0: %s\n  rank 1: %s", name,
 		      line[0], line[1]);
-	snprintf(msg, msglen, "%s", res[0] ? line[0] : line[1]);
 	return res[0];
+}
+
+/* save_ranks, with the message of rank 0 if the save failed, else rank 1's. */
+static int save_once(struct testd *t, const char *root, const char *name, uint64_t seed,
+		     char *msg, size_t msglen)
+{
+	char line[2][1024];
+	int res = save_ranks(t, root, name, seed, line);
+
+	snprintf(msg, msglen, "%s", res ? line[0] : line[1]);
+	return res;
 }
 
 /* Reads checkpoint `name` back from moto itself and compares every byte. */
@@ -789,6 +813,164 @@ START_TEST(test_spill_torn)
 }
 END_TEST
 
+/* ---- damaged answers ---- */
+
+/* From now on the proxy changes one digit in the body of 200 answers to
+ * GETs whose path matches `re` (a regex without backslashes, in JSON):
+ * `skip` pass whole first, then `times` are changed (-1: all).  A digit
+ * that follows a digit: the JSON still parses, a number stays a number. */
+static void damage_answers(const char *re, int skip, int times)
+{
+	proxy_config("{\"answer_match\": \"%s\", \"answer_skip\": %d, \"answer_times\": %d, "
+		     "\"answer_how\": \"digit\"}", re, skip, times);
+}
+
+static uint64_t answers_damaged(void)
+{
+	json_t *st = proxy_call("/__proxy/stats", NULL);
+	uint64_t n = jnum(st, "answers_damaged");
+
+	json_decref(st);
+	return n;
+}
+
+/* `ckptctl verify ROOT/NAME`: its exit status, and its output in out. */
+static int ctl_verify(const char *root, const char *name, char **out)
+{
+	char url[1024];
+	int st;
+
+	snprintf(url, sizeof(url), "%s/%s", root, name);
+	st = td_ckptctl(out, "verify", url, NULL);
+	ck_assert_msg(st >= 0 && WIFEXITED(st), "ckptctl verify %s: %s", url, td_status_str(st));
+	return WEXITSTATUS(st);
+}
+
+static void ctl_verify_ok(const char *root, const char *name)
+{
+	char *out = NULL;
+	int rc = ctl_verify(root, name, &out);
+
+	ck_assert_msg(rc == 0 && out && strstr(out, ": OK,"),
+		      "ckptctl verify %s/%s: exit %d:\n%s", root, name, rc, out ? out : "");
+	free(out);
+}
+
+/* Rank 1's index in the work area: only rank 0's daemon (the coordinator)
+ * GETs it, once to count the ranks delivered and once to merge. */
+#define RANK1_INDEX "/[.]ckpt-work-[^/]*/rank-00001[.]index[.]json$"
+
+START_TEST(test_answer_index)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT");
+	char root[1024], msg[1024], line[2][1024];
+	struct testd t;
+	int res;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_answer_index");
+	snprintf(root, sizeof(root), "%s/answer", base);
+	start_daemons(&t, root);
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"hold\": false, "
+		     "\"fault_methods\": \"all\", \"fault_kinds\": \"all\"}");
+	res = save_once(&t, root, "before", SEED_BASE + 30, msg, sizeof(msg));
+	ck_assert_msg(res == 0, "the first save failed: %s", msg);
+	ck_assert_uint_eq(answers_damaged(), 0);
+
+	/* Once, on the merge's GET (the count's passes whole): the answer is
+	 * refused and asked again, and the true bytes are merged. */
+	damage_answers(RANK1_INDEX, 1, 1);
+	res = save_once(&t, root, "once", SEED_BASE + 31, msg, sizeof(msg));
+	ck_assert_uint_eq(answers_damaged(), 1);
+	ck_assert_msg(res == 0, "a save whose index answer was damaged once failed: %s", msg);
+	verify_commit(root, "once", SEED_BASE + 31);
+	ctl_verify_ok(root, "once");
+
+	/* Every time: no answer is ever whole, so the save must fail. */
+	damage_answers(RANK1_INDEX, 0, -1);
+	res = save_ranks(&t, root, "always", SEED_BASE + 32, line);
+	snprintf(msg, sizeof(msg), "%s", line[0]);
+	printf("answer_index: rank 1: %s\n", line[1]);
+	ck_assert_msg(answers_damaged() >= 2, "only %llu answers damaged",
+		      (unsigned long long)answers_damaged());
+	proxy_config("{\"answer_match\": \"\"}");
+	ck_assert_msg(res < 0, "a save whose index answers were all damaged committed");
+	printf("answer_index: the save failed: %s\n", msg);
+	verify_no_commit(root, "always");
+	/* Rank 0's daemon read the index: its rank and its log say why. */
+	ck_assert_msg(strstr(msg, "checksum mismatch") && strstr(msg, "rank-00001.index.json"),
+		      "rank 0's failure does not name the checksum mismatch: %s", msg);
+	char *log = malloc(1 << 20);
+	ck_assert_ptr_nonnull(log);
+	ssize_t n = td_read_log(&t, 0, log, 1 << 20);
+	ck_assert_msg(n > 0 && strstr(log, "checksum mismatch"),
+		      "rank 0's daemon does not log the checksum mismatch:\n%s", n > 0 ? log : "");
+	free(log);
+	/* The checkpoint saved before is untouched. */
+	verify_commit(root, "before", SEED_BASE + 30);
+	ctl_verify_ok(root, "before");
+	td_fini(&t);
+}
+END_TEST
+
+START_TEST(test_answer_manifest)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT");
+	char root[1024], msg[1024], url[1100];
+	struct ckpt_reader *r = NULL;
+	struct testd t;
+	char *out = NULL;
+	int res, rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	/* This test's process (and the ckptctl it runs) reads S3 through the
+	 * proxy: before the first read, which starts the process's client. */
+	ck_assert_int_eq(setenv("AWS_ENDPOINT_URL_S3", getenv("CKPT_TEST_S3_PROXY"), 1), 0);
+	td_init(&t, "s3_answer_manifest");
+	snprintf(root, sizeof(root), "%s/answer-load", base);
+	start_daemons(&t, root);
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"hold\": false, "
+		     "\"fault_methods\": \"all\", \"fault_kinds\": \"all\"}");
+	res = save_once(&t, root, "m", SEED_BASE + 40, msg, sizeof(msg));
+	ck_assert_msg(res == 0, "the save failed: %s", msg);
+	snprintf(url, sizeof(url), "%s/m", root);
+
+	/* Once: asked again, and every tensor reads back right. */
+	damage_answers("/answer-load/m/manifest[.]json$", 0, 1);
+	verify_commit(root, "m", SEED_BASE + 40);
+	ck_assert_uint_eq(answers_damaged(), 1);
+	damage_answers("/answer-load/m/manifest[.]json$", 0, 1);
+	ctl_verify_ok(root, "m");
+	ck_assert_uint_eq(answers_damaged(), 2); /* the count goes on */
+
+	/* Every time: refused, with the reason. */
+	damage_answers("/answer-load/m/manifest[.]json$", 0, -1);
+	rc = ckpt_reader_open(url, &r);
+	ck_assert_msg(rc == -EBADMSG, "a reader opened %s from damaged answers: %d (%s)", url,
+		      rc, rc == 0 ? "opened" : ckpt_last_error());
+	ck_assert_msg(strstr(ckpt_last_error(), "checksum mismatch") &&
+			      strstr(ckpt_last_error(), "manifest.json"),
+		      "the reader's error does not say why: %s", ckpt_last_error());
+	rc = ctl_verify(root, "m", &out);
+	ck_assert_msg(rc == 1 && out && strstr(out, "checksum mismatch"),
+		      "ckptctl verify of damaged answers: exit %d:\n%s", rc, out ? out : "");
+	free(out);
+	ck_assert_uint_ge(answers_damaged(), 4);
+
+	/* Whole answers again: it opens (nothing was stored damaged). */
+	proxy_config("{\"answer_match\": \"\"}");
+	verify_commit(root, "m", SEED_BASE + 40);
+	ctl_verify_ok(root, "m");
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("integration_s3_faults");
@@ -797,6 +979,8 @@ static Suite *faults_suite(void)
 	td_case(s, "budget", test_budget, 300, 0, 1);
 	td_case(s, "spill", test_spill, 300, 0, 1);
 	td_case(s, "spill_torn", test_spill_torn, 300, 0, 1);
+	td_case(s, "answer_index", test_answer_index, 600, 0, 1);
+	td_case(s, "answer_manifest", test_answer_manifest, 600, 0, 1);
 	return s;
 }
 

@@ -6,7 +6,8 @@
 # the bucket is listed with boto3: one manifest per commit verified, no
 # work area, no open multipart upload, nothing outside a committed
 # checkpoint.  The spill tier's cases run here too (they need the proxy to
-# hold parts): see check_s3_faults.c.
+# hold parts), and those of damaged answers (the proxy changes a byte of
+# what a GET returns, the stored object intact): see check_s3_faults.c.
 #
 # CKPT_TEST_FAULTS (default 200) is how many faults the campaign injects;
 # `make test-s3-faults` runs the longer one (1000).
@@ -92,8 +93,10 @@ for u in uploads[:10]:
 PYEOF
 ) || fail "listing the bucket"
 echo "bucket: $audit"
-# campaign's commits plus the budget case's one ("after") and the spill
-# case's ("held"; spill_torn commits nothing and may leave nothing)
-want="manifests=$((commits + 2)) work=0 uploads=0 stray=0"
+# campaign's commits plus the budget case's one ("after"), the spill
+# case's ("held"; spill_torn commits nothing and may leave nothing), and
+# the damaged answers' three ("before" and "once" of answer_index, whose
+# "always" commits nothing, and answer_manifest's "m")
+want="manifests=$((commits + 2 + 3)) work=0 uploads=0 stray=0"
 [ "$audit" = "$want" ] || fail "the bucket holds $audit, want $want"
 echo "ok: $faults+ faults survived; every commit verified, every failure clean, nothing left"

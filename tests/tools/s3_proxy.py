@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""s3_proxy.py - an S3 proxy for tests: checks checksums as S3 does, injects faults.
+"""s3_proxy.py - an S3 proxy for tests: checks checksums as S3 does, injects faults,
+damages answers.
 
 Usage:
   s3_proxy.py --listen-port-file FILE (--upstream http://127.0.0.1:PORT | --sink)
@@ -39,6 +40,18 @@ apply to it:
 Reproducible whatever the interleaving: a request's RNG is seeded with
 (--seed, method, path, query but uploadId, times that request was seen).
 
+Damaged answers (set through /__proxy/config only): a 200 answer to a GET
+whose path (decoded, bucket included) matches the regex answer_match is
+forwarded with one byte of its body changed, the stored object, the headers
+and the length untouched: what a client must catch with the checksum
+stored with the object.  The first answer_skip such answers pass whole,
+then answer_times are damaged (-1: every one after the skipped).
+answer_how says which byte: "byte" XORs a random byte with a random
+non-zero value; "digit" makes the body's last digit that follows another
+digit a different digit (JSON stays JSON, a number stays a number: only a
+checksum tells).  Bodies framed by Content-Length only (moto's).  Counted
+in stats "answers_damaged"; the log's "fault" says "answer-<how>".
+
 --sink: no upstream; answers like S3, storing nothing: Create (UploadIds
 with '+', '/', '='), UploadPart (checked; ETag, echoes the CRC32C), Complete,
 PutObject, Abort/DELETE (204), DeleteObjects, GET/HEAD (404 NoSuchKey).  With
@@ -48,18 +61,23 @@ SignatureDoesNotMatch / InvalidAccessKeyId, 400 XAmzContentSHA256Mismatch.
 Control API on the same port (never forwarded), JSON:
   GET  /__proxy/stats   {"requests", "forwarded", "faults": {kind: n},
                          "baddigest", "invalid", "flip_caught",
-                         "flip_missed", "bytes_in", "upstream_errors"}
+                         "flip_missed", "bytes_in", "upstream_errors",
+                         "held_now", "answers_damaged"}
   GET  /__proxy/config  the settings
   POST /__proxy/config  {"rate": R, "faults": [..] | "a,b" | "all", "seed": N,
                          "fault_methods": [..] | "PUT,POST",
                          "fault_kinds": [..] | "part,complete", "stall_s": S,
                          "fail_all": bool, "hold": bool,
+                         "answer_match": REGEX ("" off), "answer_skip": N,
+                         "answer_times": N (-1 all), "answer_how": HOW,
                          "reset": true}: all or nothing
                         (400 {"error"}); answers the settings.  fail_all:
                         each request of fault_methods and fault_kinds
                         gets 503 SlowDown; hold: each such request
                         waits, its body unread, until hold is cleared
                         (stats "held_now" counts them);
+                        answer_*: see above (setting any of them starts
+                        the skip and times counts over);
                         reset: zero counters, log and draw history
   GET  /__proxy/log     last 1000 requests, in arrival order: {"method",
                         "path" (with query), "status" (null: not sent, yet or
@@ -97,6 +115,7 @@ import crc32c
 FAULTS = ("500", "503", "reset-request", "reset-response", "stall",
           "truncate", "flip", "complete-error")
 METHODS = ("PUT", "POST", "GET", "HEAD", "DELETE")
+ANSWER_HOW = ("byte", "digit")
 KINDS = ("create", "part", "complete", "abort", "put", "delete", "delete-objects", "post",
          "read", "other")
 MAX_HEAD = 64 << 10          # request heads; longer is answered 431
@@ -168,6 +187,26 @@ def v_bool(value):
     return value
 
 
+def v_regex(value):
+    if not isinstance(value, str):
+        raise Bad("answer_match: a regular expression (\"\" for none)")
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise Bad(f"answer_match: {e}") from None
+    return value
+
+
+def v_how(value):
+    if value not in ANSWER_HOW:
+        raise Bad(f"answer_how: one of {','.join(ANSWER_HOW)}")
+    return value
+
+
+v_skip = functools.partial(_number, kind=int, lo=0, hi=1 << 31, what="answer_skip")
+v_times = functools.partial(_number, kind=int, lo=-1, hi=1 << 31, what="answer_times")
+
+
 # JSON key -> (setting, validator); the CLI's spellings work too
 CONFIG_KEYS = {
     "rate": ("rate", v_rate), "faults": ("faults", v_faults), "seed": ("seed", v_seed),
@@ -175,6 +214,8 @@ CONFIG_KEYS = {
     "fault_kinds": ("fault_kinds", v_kinds), "fault-kinds": ("fault_kinds", v_kinds),
     "stall_s": ("stall_s", v_stall), "stall-s": ("stall_s", v_stall),
     "fail_all": ("fail_all", v_bool), "hold": ("hold", v_bool),
+    "answer_match": ("answer_match", v_regex), "answer_skip": ("answer_skip", v_skip),
+    "answer_times": ("answer_times", v_times), "answer_how": ("answer_how", v_how),
 }
 
 
@@ -343,6 +384,19 @@ def body_framing(method, status, headers):
     return "length", int(cl)
 
 
+def damage_body(body, how, rng):
+    """body with one byte changed as answer_how says (see the docstring)."""
+    b = bytearray(body)
+    if how == "digit":
+        for i in range(len(b) - 1, 0, -1):
+            if 48 <= b[i] <= 57 and 48 <= b[i - 1] <= 57:
+                b[i] = 48 + (b[i] - 48 + 1) % 10
+                return bytes(b)
+    if b:               # "byte", or no digit that follows a digit
+        b[rng.randrange(len(b))] ^= rng.randrange(1, 256)
+    return bytes(b)
+
+
 def rst_close(sock):
     """Close with SO_LINGER 0: the peer gets a RST, not a FIN."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -414,7 +468,9 @@ class Proxy:
         self.creds = (args.access_key, args.secret_key) if args.access_key else None
         self.cfg = {"rate": args.rate, "faults": args.faults, "seed": args.seed,
                     "fault_methods": args.fault_methods, "fault_kinds": args.fault_kinds,
-                    "stall_s": args.stall_s, "fail_all": False, "hold": False}
+                    "stall_s": args.stall_s, "fail_all": False, "hold": False,
+                    "answer_match": "", "answer_skip": 0, "answer_times": 0,
+                    "answer_how": "byte"}
         self.lock = threading.Lock()
         self.unheld = threading.Condition(self.lock)
         self.crc_uploads = {}            # uploadId -> None, oldest first
@@ -426,9 +482,11 @@ class Proxy:
             self.stats = {"requests": 0, "forwarded": 0,
                           "faults": dict.fromkeys(FAULTS + ("fail_all",), 0),
                           "baddigest": 0, "invalid": 0, "flip_caught": 0, "flip_missed": 0,
-                          "bytes_in": 0, "upstream_errors": 0, "held_now": 0}
+                          "bytes_in": 0, "upstream_errors": 0, "held_now": 0,
+                          "answers_damaged": 0}
             self.log = collections.deque(maxlen=LOG_KEEP)
             self.seen = {}
+            self.answers_seen = self.answers_hit = 0
 
     def count(self, name, n=1):
         with self.lock:
@@ -451,6 +509,8 @@ class Proxy:
         with self.lock:
             if "seed" in new:
                 self.seen = {}          # a new seed replays from the first try
+            if any(k.startswith("answer_") for k in new):
+                self.answers_seen = self.answers_hit = 0
             self.cfg.update(new)
             self.unheld.notify_all()
             return dict(self.cfg)
@@ -500,6 +560,22 @@ class Proxy:
                 self.stats["faults"][fault] += 1
             self.log.append(entry)
         return fault, rng, cfg, entry
+
+    def damage_answer(self, req, status, framing):
+        """How to damage this answer ("byte", "digit"), or None."""
+        with self.lock:
+            c = self.cfg
+            if not c["answer_match"] or c["answer_times"] == 0 or req.method != "GET" \
+                    or status != 200 or framing != "length" \
+                    or not re.search(c["answer_match"], unquote(req.path)):
+                return None
+            self.answers_seen += 1
+            if self.answers_seen <= c["answer_skip"] or \
+                    0 <= c["answer_times"] <= self.answers_hit:
+                return None
+            self.answers_hit += 1
+            self.stats["answers_damaged"] += 1
+            return c["answer_how"]
 
     def done(self, entry):
         if self.logfile:
@@ -750,11 +826,16 @@ class Connection:
             return self.answer(entry, req, 502, "BadGateway", f"s3_proxy: upstream: {e}")
         up_close = framing == "close" or "close" in tokens(headers.get("connection"))
         close = req.close or framing == "close"
+        damage = self.p.damage_answer(req, status, framing)
         try:
-            if fault in ("reset-response", "truncate") or req.kind == "create":
+            if fault in ("reset-response", "truncate") or req.kind == "create" or damage:
                 rbody = bytearray()
                 self.copy_body(framing, length, rbody.extend)
                 self.learn(req, status, rbody)
+                if damage:
+                    rbody = damage_body(rbody, damage, rng)
+                    entry["fault"] = f"{entry['fault']},answer-{damage}" if entry["fault"] \
+                        else f"answer-{damage}"
                 return self.deliver(req, status, head, bytes(rbody), fault, rng, entry, close)
             entry["status"] = status
             self.send(client_head(head, close))

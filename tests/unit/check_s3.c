@@ -4,7 +4,9 @@
  * checks, path and query encoding for libcurl 7.88's SigV4, object URLs,
  * the XML scanner on S3 answers (and on hostile bodies), the
  * CompleteMultipartUpload body, part plans up to 10,000 parts and 5 TiB,
- * retry classification and backoff.
+ * retry classification and backoff, and the check of a GET's body against
+ * the checksums its answer carries (moto keeps ours but returns S3's own
+ * only in some cases: every combination is checked here).
  */
 #include <check.h>
 #include <errno.h>
@@ -428,6 +430,54 @@ START_TEST(crc_b64)
 	ck_assert_str_eq(out, "4waSgw==");
 	s3_crc32c_b64(0xffffffffu, out);
 	ck_assert_str_eq(out, "/////w==");
+}
+END_TEST
+
+/* A GET's body against the checksums its answer carried: ours
+ * (x-amz-meta-ckpt-crc32c), S3's (x-amz-checksum-crc32c), both or none.
+ * CRC32C("123456789") is "4waSgw==" (above), of nothing "AAAAAA==". */
+static const struct {
+	const char *body, *sum, *s3sum;
+	int ret;
+	const char *names;  /* the header the message blames */
+} sum_cases[] = {
+	{ "123456789", "4waSgw==", NULL, 1, NULL },
+	{ "123456789", NULL, "4waSgw==", 1, NULL },
+	{ "123456789", "4waSgw==", "4waSgw==", 1, NULL },
+	{ "123456789", NULL, NULL, 0, NULL },                       /* an older object */
+	{ "", "AAAAAA==", NULL, 1, NULL },
+	{ "123456780", "4waSgw==", NULL, -EBADMSG, S3_SUM_HEADER }, /* a byte changed */
+	{ "12345678", "4waSgw==", NULL, -EBADMSG, S3_SUM_HEADER },  /* cut short */
+	{ "123456789", "4waSgx==", NULL, -EBADMSG, S3_SUM_HEADER }, /* the header changed */
+	{ "123456789", "4WASGW==", NULL, -EBADMSG, S3_SUM_HEADER }, /* base64 has case */
+	{ "123456789", "", NULL, -EBADMSG, S3_SUM_HEADER },         /* too long, or twice */
+	{ "123456789", "4waSgw==", "AAAAAA==", -EBADMSG, S3_CRC32C_HEADER },
+	{ "123456789", NULL, "", -EBADMSG, S3_CRC32C_HEADER },
+	/* An object uploaded in parts: S3's value is of the parts' checksums. */
+	{ "123456789", NULL, "4waSgw==-3", 0, NULL },
+	{ "123456789", "4waSgw==", "AAAAAA==-2", 1, NULL },
+	{ "123456789", "AAAAAA==", "4waSgw==-2", -EBADMSG, S3_SUM_HEADER },
+};
+
+START_TEST(sum_check)
+{
+	char why[256] = "";
+	const char *b = sum_cases[_i].body;
+	int r = s3_sum_check(b, strlen(b), sum_cases[_i].sum, sum_cases[_i].s3sum, why,
+			     sizeof(why));
+
+	ck_assert_msg(r == sum_cases[_i].ret, "case %d: %d, want %d (%s)", _i, r,
+		      sum_cases[_i].ret, why);
+	if (r < 0) {
+		ck_assert_msg(strstr(why, "checksum mismatch") && strstr(why, sum_cases[_i].names),
+			      "case %d: '%s'", _i, why);
+		/* It says what arrived: the length and its CRC32C. */
+		char want[64];
+		snprintf(want, sizeof(want), "the %zu bytes received", strlen(b));
+		ck_assert_msg(strstr(why, want), "case %d: '%s'", _i, why);
+	} else {
+		ck_assert_str_eq(why, "");
+	}
 }
 END_TEST
 
@@ -882,6 +932,7 @@ static Suite *s3_suite(void)
 	tcase_add_loop_test(tc, xml_hostile, 0, sizeof(bad_bodies) / sizeof(bad_bodies[0]));
 	tcase_add_test(tc, complete_xml);
 	tcase_add_test(tc, crc_b64);
+	tcase_add_loop_test(tc, sum_check, 0, sizeof(sum_cases) / sizeof(sum_cases[0]));
 	tcase_add_loop_test(tc, answer, 0, sizeof(answers) / sizeof(answers[0]));
 	tcase_add_loop_test(tc, md5, 0, sizeof(md5_cases) / sizeof(md5_cases[0]));
 	tcase_add_test(tc, md5_lengths);

@@ -249,20 +249,20 @@ START_TEST(test_shards_claims_counts)
 	/* Only deliveries addressed to the claim count; local ranks do. */
 	publish(b, 1, "");
 	n = 0;
-	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 1);
 	publish(b, 1, nonce);
 	publish(b, 2, "ffffffffffffffffffffffffffffffff");
-	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 2);
 	publish(b, 2, nonce);
-	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, nonce, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 3);
 	/* A new claim makes every earlier delivery void. */
 	ck_assert_int_eq(S->attempt_claim(a, &me, n2, err, sizeof(err)), 0);
 	ck_assert_str_ne(n2, nonce);
 	n = 0;
-	ck_assert_int_eq(S->attempt_count(a, 3, n2, local, 1, &n), 0);
+	ck_assert_int_eq(S->attempt_count(a, 3, n2, local, 1, &n, err, sizeof(err)), 0);
 	ck_assert_uint_eq(n, 1);
 	S->shard_close(s0);
 	S->shard_close(s1);
@@ -351,7 +351,7 @@ START_TEST(test_fail_after_commit_and_marker)
 	struct store_fail own = { .mark = true, .made = &one, .n_made = 1, .msg = "rank 1 failed" };
 	S->attempt_fail(nc, &own);
 	n = 0;
-	ck_assert_int_eq(S->attempt_count(co, 2, nonce, local, 2, &n), -ECANCELED);
+	ck_assert_int_eq(S->attempt_count(co, 2, nonce, local, 2, &n, err, sizeof(err)), -ECANCELED);
 
 	/* The area is renamed into place (as a commit does) before the
 	 * coordinator's cleanup runs: the cleanup finds nothing to remove. */
