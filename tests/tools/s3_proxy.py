@@ -54,12 +54,18 @@ Control API on the same port (never forwarded), JSON:
                          "fault_methods": [..] | "PUT,POST",
                          "fault_kinds": [..] | "part,complete", "stall_s": S,
                          "fail_all": bool, "hold": bool,
+                         "fault_path": S, "fault_limit": N,
                          "reset": true}: all or nothing
                         (400 {"error"}); answers the settings.  fail_all:
                         each request of fault_methods and fault_kinds
                         gets 503 SlowDown; hold: each such request
                         waits, its body unread, until hold is cleared
                         (stats "held_now" counts them);
+                        fault_path: only requests whose path (query
+                        left out) contains S get faults, fail_all or
+                        hold ("": every path); fault_limit: at most N
+                        more random faults from now on (-1: no limit)
+                        (neither is on the command line);
                         reset: zero counters, log and draw history
   GET  /__proxy/log     last 1000 requests, in arrival order: {"method",
                         "path" (with query), "status" (null: not sent, yet or
@@ -157,6 +163,7 @@ def _number(value, kind, lo, hi, what):
 v_rate = functools.partial(_number, kind=float, lo=0.0, hi=1.0, what="rate")
 v_seed = functools.partial(_number, kind=int, lo=-(1 << 63), hi=(1 << 63) - 1, what="seed")
 v_stall = functools.partial(_number, kind=float, lo=0.0, hi=86400.0, what="stall-s")
+v_limit = functools.partial(_number, kind=int, lo=-1, hi=(1 << 62), what="fault_limit")
 v_faults = functools.partial(_names, allowed=FAULTS, what="faults")
 v_methods = functools.partial(_names, allowed=METHODS, what="fault methods", fold=str.upper)
 v_kinds = functools.partial(_names, allowed=KINDS, what="fault kinds", fold=str.lower)
@@ -168,6 +175,12 @@ def v_bool(value):
     return value
 
 
+def v_path(value):
+    if not isinstance(value, str) or len(value) > 1024:
+        raise Bad("fault_path: a string of at most 1024 characters")
+    return value
+
+
 # JSON key -> (setting, validator); the CLI's spellings work too
 CONFIG_KEYS = {
     "rate": ("rate", v_rate), "faults": ("faults", v_faults), "seed": ("seed", v_seed),
@@ -175,6 +188,7 @@ CONFIG_KEYS = {
     "fault_kinds": ("fault_kinds", v_kinds), "fault-kinds": ("fault_kinds", v_kinds),
     "stall_s": ("stall_s", v_stall), "stall-s": ("stall_s", v_stall),
     "fail_all": ("fail_all", v_bool), "hold": ("hold", v_bool),
+    "fault_path": ("fault_path", v_path), "fault_limit": ("fault_limit", v_limit),
 }
 
 
@@ -414,7 +428,8 @@ class Proxy:
         self.creds = (args.access_key, args.secret_key) if args.access_key else None
         self.cfg = {"rate": args.rate, "faults": args.faults, "seed": args.seed,
                     "fault_methods": args.fault_methods, "fault_kinds": args.fault_kinds,
-                    "stall_s": args.stall_s, "fail_all": False, "hold": False}
+                    "stall_s": args.stall_s, "fail_all": False, "hold": False,
+                    "fault_path": "", "fault_limit": -1}
         self.lock = threading.Lock()
         self.unheld = threading.Condition(self.lock)
         self.crc_uploads = {}            # uploadId -> None, oldest first
@@ -462,7 +477,7 @@ class Proxy:
             def held():
                 c = self.cfg
                 return c["hold"] and req.method in c["fault_methods"] \
-                    and req.kind in c["fault_kinds"]
+                    and req.kind in c["fault_kinds"] and c["fault_path"] in req.path
             if not held():
                 return
             self.stats["held_now"] += 1
@@ -483,7 +498,8 @@ class Proxy:
             nth = self.seen[key] = self.seen.get(key, 0) + 1
         rng = random.Random(f"{cfg['seed']}|{key}|{nth}")
         fault = None
-        if req.method not in cfg["fault_methods"] or req.kind not in cfg["fault_kinds"]:
+        if req.method not in cfg["fault_methods"] or req.kind not in cfg["fault_kinds"] \
+                or cfg["fault_path"] not in req.path:
             pass
         elif cfg["fail_all"]:
             fault = "fail_all"
@@ -493,9 +509,16 @@ class Proxy:
                      and (k != "flip" or req.length > 0)
                      and (k != "truncate" or req.method != "HEAD")]
             fault = rng.choice(kinds) if kinds else None
-        entry = {"method": req.method, "path": req.target, "status": None,
-                 "fault": fault, "bytes": req.length}
         with self.lock:
+            # The limit is taken under the lock: two requests drawn at once
+            # never both spend its last fault.
+            if fault and fault != "fail_all" and self.cfg["fault_limit"] >= 0:
+                if self.cfg["fault_limit"] == 0:
+                    fault = None
+                else:
+                    self.cfg["fault_limit"] -= 1
+            entry = {"method": req.method, "path": req.target, "status": None,
+                     "fault": fault, "bytes": req.length}
             if fault:
                 self.stats["faults"][fault] += 1
             self.log.append(entry)
