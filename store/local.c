@@ -855,22 +855,21 @@ static int local_attempt_poll(struct store_attempt *a, const char *id, char *err
 	return 0;
 }
 
-static void local_attempt_fail(struct store_attempt *a, bool coordinator, bool delivered,
-			       const uint32_t *ranks, size_t n, const char *msg)
+static int local_attempt_fail(struct store_attempt *a, bool coordinator, bool delivered,
+			      const uint32_t *ranks, size_t n, const char *msg)
 {
 	char name[64];
 
-	if (coordinator) {
-		fs_rm_rf_at(a->rootfd, a->work);
-		return;
-	}
+	if (coordinator)
+		return fs_rm_rf_at(a->rootfd, a->work);
 	if (delivered)
-		return;
+		return 0;
 	fs_write_file_at(a->workfd, FAILED_MARKER, msg, strlen(msg), FS_ATOMIC);
 	for (size_t i = 0; i < n; i++) {
 		index_shard_name(ranks[i], name, sizeof(name));
 		unlinkat(a->workfd, name, 0);
 	}
+	return 0;
 }
 
 /* ---- for the spill tier (store_local.h) ------------------------------------ */

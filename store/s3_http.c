@@ -68,6 +68,7 @@ struct xfer {
 	bool resp_over;
 	bool status_seen;        /* on_write looked at the status */
 	char etag[132];
+	char date[64];           /* the answer's Date header, as sent */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -139,6 +140,22 @@ static size_t on_write(char *src, size_t size, size_t n, void *ud)
 	return len;
 }
 
+/* The value of header line [0, len) after its name (skip bytes), trimmed,
+ * into out if it fits (else out is left alone). */
+static void header_value(const char *line, size_t len, size_t skip, char *out, size_t outlen)
+{
+	size_t b = skip, e = len;
+
+	while (b < e && (line[b] == ' ' || line[b] == '\t'))
+		b++;
+	while (e > b && (line[e - 1] == '\r' || line[e - 1] == '\n' || line[e - 1] == ' '))
+		e--;
+	if (e - b < outlen) {
+		memcpy(out, line + b, e - b);
+		out[e - b] = '\0';
+	}
+}
+
 static size_t on_header(char *line, size_t size, size_t n, void *ud)
 {
 	struct xfer *x = ud;
@@ -146,18 +163,11 @@ static size_t on_header(char *line, size_t size, size_t n, void *ud)
 
 	/* A new status line (after a 100 Continue) starts the headers over. */
 	if (len >= 5 && !strncmp(line, "HTTP/", 5))
-		x->etag[0] = '\0';
-	if (len > 5 && !strncasecmp(line, "etag:", 5)) {
-		size_t b = 5, e = len;
-		while (b < e && (line[b] == ' ' || line[b] == '\t'))
-			b++;
-		while (e > b && (line[e - 1] == '\r' || line[e - 1] == '\n' || line[e - 1] == ' '))
-			e--;
-		if (e - b < sizeof(x->etag)) {
-			memcpy(x->etag, line + b, e - b);
-			x->etag[e - b] = '\0';
-		}
-	}
+		x->etag[0] = x->date[0] = '\0';
+	if (len > 5 && !strncasecmp(line, "etag:", 5))
+		header_value(line, len, 5, x->etag, sizeof(x->etag));
+	else if (len > 5 && !strncasecmp(line, "date:", 5))
+		header_value(line, len, 5, x->date, sizeof(x->date));
 	return len;
 }
 
@@ -350,6 +360,7 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 	r->resp = NULL;
 	r->resp_len = 0;
 	r->etag[0] = r->code[0] = r->message[0] = '\0';
+	r->date = 0;
 	/* Every body goes with a digest S3 checks, so a byte damaged on the
 	 * way is refused (BadDigest, retried), never stored: CRC32C on a PUT,
 	 * Content-MD5 on a POST (a Complete's x-amz-checksum-* would describe
@@ -394,6 +405,8 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 			snprintf(r->code, sizeof(r->code), "%s", o.code);
 			snprintf(r->message, sizeof(r->message), "%s", o.message);
 			memcpy(r->etag, x.etag, sizeof(r->etag));
+			time_t date = x.date[0] ? curl_getdate(x.date, NULL) : -1;
+			r->date = date > 0 ? (int64_t)date : 0;
 			curl_off_t cl = -1;
 			if (curl_easy_getinfo(x.h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK ||
 			    cl < 0)

@@ -36,6 +36,9 @@ apply to it:
   flip            XOR a byte of the body before the checks: flip_caught when
                   refused, flip_missed when forwarded (no checksum: a bug)
   complete-error  on CompleteMultipartUpload only: 200 with an <Error> body
+  drop-response   forward; RST the client connection before any byte of the
+                  answer (libcurl then sends the request again by itself on
+                  a reused connection); only when named, never in "all"
 Reproducible whatever the interleaving: a request's RNG is seeded with
 (--seed, method, path, query but uploadId, times that request was seen).
 
@@ -102,6 +105,7 @@ import crc32c
 
 FAULTS = ("500", "503", "reset-request", "reset-response", "stall",
           "truncate", "flip", "complete-error")
+EXTRA_FAULTS = ("drop-response",)   # named only: "all" is FAULTS
 METHODS = ("PUT", "POST", "GET", "HEAD", "DELETE")
 KINDS = ("create", "part", "complete", "abort", "put", "delete", "delete-objects", "post",
          "read", "other")
@@ -134,13 +138,13 @@ class UpstreamError(Exception):
 
 
 # --- settings: one validator per key, shared by the CLI and /__proxy/config
-def _names(value, allowed, what, fold=str):
+def _names(value, allowed, what, fold=str, every=None):
     if isinstance(value, str):
         value = value.split(",") if value.strip() else []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise Bad(f"{what}: a list or a comma-separated string")
     if [v.strip() for v in value] == ["all"]:
-        return list(allowed)
+        return list(every or allowed)
     value = [fold(v.strip()) for v in value]
     unknown = [v for v in value if v not in allowed]
     if unknown:
@@ -164,7 +168,7 @@ v_rate = functools.partial(_number, kind=float, lo=0.0, hi=1.0, what="rate")
 v_seed = functools.partial(_number, kind=int, lo=-(1 << 63), hi=(1 << 63) - 1, what="seed")
 v_stall = functools.partial(_number, kind=float, lo=0.0, hi=86400.0, what="stall-s")
 v_limit = functools.partial(_number, kind=int, lo=-1, hi=(1 << 62), what="fault_limit")
-v_faults = functools.partial(_names, allowed=FAULTS, what="faults")
+v_faults = functools.partial(_names, allowed=FAULTS + EXTRA_FAULTS, what="faults", every=FAULTS)
 v_methods = functools.partial(_names, allowed=METHODS, what="fault methods", fold=str.upper)
 v_kinds = functools.partial(_names, allowed=KINDS, what="fault kinds", fold=str.lower)
 
@@ -439,7 +443,7 @@ class Proxy:
     def reset(self):
         with self.lock:
             self.stats = {"requests": 0, "forwarded": 0,
-                          "faults": dict.fromkeys(FAULTS + ("fail_all",), 0),
+                          "faults": dict.fromkeys(FAULTS + EXTRA_FAULTS + ("fail_all",), 0),
                           "baddigest": 0, "invalid": 0, "flip_caught": 0, "flip_missed": 0,
                           "bytes_in": 0, "upstream_errors": 0, "held_now": 0}
             self.log = collections.deque(maxlen=LOG_KEEP)
@@ -774,7 +778,7 @@ class Connection:
         up_close = framing == "close" or "close" in tokens(headers.get("connection"))
         close = req.close or framing == "close"
         try:
-            if fault in ("reset-response", "truncate") or req.kind == "create":
+            if fault in ("reset-response", "truncate", "drop-response") or req.kind == "create":
                 rbody = bytearray()
                 self.copy_body(framing, length, rbody.extend)
                 self.learn(req, status, rbody)
@@ -796,6 +800,9 @@ class Connection:
         """Send a buffered answer whole, or broken as the fault says."""
         entry["status"] = status
         head = client_head(head, close or fault == "truncate")
+        if fault == "drop-response":
+            rst_close(self.client.sock)
+            return False
         if fault == "reset-response":
             whole = head + rbody
             self.send(whole[:rng.randrange(head.index(b"\r\n") + 2, len(whole))])
