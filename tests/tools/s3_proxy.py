@@ -442,10 +442,12 @@ class Proxy:
 
     def reset(self):
         with self.lock:
+            # held_now is a gauge of requests waiting now, not a counter
+            held = self.stats["held_now"] if hasattr(self, "stats") else 0
             self.stats = {"requests": 0, "forwarded": 0,
                           "faults": dict.fromkeys(FAULTS + EXTRA_FAULTS + ("fail_all",), 0),
                           "baddigest": 0, "invalid": 0, "flip_caught": 0, "flip_missed": 0,
-                          "bytes_in": 0, "upstream_errors": 0, "held_now": 0}
+                          "bytes_in": 0, "upstream_errors": 0, "held_now": held}
             self.log = collections.deque(maxlen=LOG_KEEP)
             self.seen = {}
 
