@@ -300,6 +300,8 @@ static int s3_entry(void *ud, const char *name, enum store_entry kind)
 		snprintf(dir, sizeof(dir), "%s%s%s", L->root, L->rel[0] ? "/" : "", L->rel);
 		r = store_s3_gc_work(dir, name + sizeof(STORE_WORK_PREFIX) - 1, g->grace_s,
 				     g->dry_run, &age, err, sizeof(err));
+		if (r == -ENOENT)
+			return 0; /* committed or cleaned up meanwhile */
 		snprintf(why, sizeof(why), "a save's work area, last active %llds ago: within the "
 			 "grace period", (long long)age);
 		s3_result(g, child, r, age, why,

@@ -2822,7 +2822,7 @@ int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_
 	r = work_idle(&a, &idle, err, errlen);
 	if (r == -ENOENT) {
 		snprintf(err, errlen, "its work area was emptied meanwhile");
-		return -EBADMSG;
+		return r;
 	}
 	if (r < 0)
 		return r;

@@ -90,8 +90,9 @@ int store_s3_gc_lease(const char *dir, const char *name, int64_t grace_s, bool d
  * its daemons' heartbeats included, by S3's clock), aborts the attempt's
  * unfinished multipart uploads, deletes its tagged shards unless a
  * manifest names a checkpoint there, and removes the work area.  Returns
- * 1 removed (dry_run: would be), 0 younger, -EBADMSG not ours to judge
- * (err), or -errno (err; what is left is found again next time).
+ * 1 removed (dry_run: would be), 0 younger, -ENOENT emptied meanwhile (a
+ * commit or a cleanup), -EBADMSG not ours to judge (err), or -errno (err;
+ * what is left is found again next time).
  */
 int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_run,
 		     int64_t *ret_age_s, char *err, size_t errlen);
