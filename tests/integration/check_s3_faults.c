@@ -1186,7 +1186,7 @@ END_TEST
 
 START_TEST(test_cleanup_retry)
 {
-	char root[1024], *st;
+	char root[1024], areas[4096], *st;
 	struct one_args oa;
 	struct td_child ch;
 	struct testd t;
@@ -1226,6 +1226,9 @@ START_TEST(test_cleanup_retry)
 			      line_has(st, ".ckpt-work-", "attempt.json"),
 		      "nothing left to clean up:\n%s", st);
 	free(st);
+	/* ... and the daemon has not forgotten it: its registry entry stays. */
+	td_path(areas, sizeof(areas), "%s/state-0/areas", t.dir);
+	ck_assert_int_eq(td_count_entries(areas, ""), 1);
 	/* S3 is back: the periodic sweep finishes the cleanup. */
 	proxy_config("{\"fail_all\": false, \"fault_kinds\": \"all\"}");
 	st = wait_state(root, "upload ", NULL, false, 120000);
@@ -1236,6 +1239,8 @@ START_TEST(test_cleanup_retry)
 			      !line_has(st, "outage/", NULL),
 		      "the cleanup was not done once S3 was back:\n%s", st);
 	free(st);
+	ck_assert_msg(td_wait_count(areas, "", 0, 30000), "the registry entry stays after the "
+		      "cleanup was done");
 	td_fini(&t);
 }
 END_TEST
