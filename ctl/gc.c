@@ -18,11 +18,14 @@
  * per-job directories), never through symbolic links and never into a
  * checkpoint.  Only the caller's own directories are removed (any, for
  * root).  On S3 (no owners: the credentials decide) a work area's age is
- * its attempt.json's "created" time; with it go the attempt's tagged
- * shards and unfinished multipart uploads, unless a manifest names a
- * checkpoint there (store_s3_gc_work); then unfinished multipart uploads
- * of our shards whose work area is gone, older than the grace period
- * (store_s3_gc_uploads); other uploads are reported; and readers'
+ * that of its last activity: its newest object, the heartbeat each daemon
+ * of a live save renews every s3_heartbeat included, by S3's own clock.  A
+ * dead one goes with the attempt's unfinished multipart uploads and, unless
+ * a manifest names a checkpoint there, its tagged shards
+ * (store_s3_gc_work).  Then every unfinished multipart upload under the
+ * root is listed and reported: one of our shards whose work area is gone,
+ * older than the grace period, is aborted; one whose work area is there is
+ * kept; any other is reported only (store_s3_gc_uploads).  And readers'
  * leases (remove.h) under a prefix that holds no checkpoint, ended more
  * than the grace period ago (store_s3_gc_lease).
  */
@@ -53,6 +56,7 @@ struct gc {
 	bool dry_run, json;
 	time_t now;
 	size_t removed, would, young, unknown, failed, foreign;
+	long long open_uploads;      /* S3: multipart uploads found (-1: not S3) */
 };
 
 static bool is_work(const char *name)
@@ -296,8 +300,10 @@ static int s3_entry(void *ud, const char *name, enum store_entry kind)
 		snprintf(dir, sizeof(dir), "%s%s%s", L->root, L->rel[0] ? "/" : "", L->rel);
 		r = store_s3_gc_work(dir, name + sizeof(STORE_WORK_PREFIX) - 1, g->grace_s,
 				     g->dry_run, &age, err, sizeof(err));
-		snprintf(why, sizeof(why), "a save's work area, begun %llds ago: within the grace "
-			 "period", (long long)age);
+		if (r == -ENOENT)
+			return 0; /* committed or cleaned up meanwhile */
+		snprintf(why, sizeof(why), "a save's work area, last active %llds ago: within the "
+			 "grace period", (long long)age);
 		s3_result(g, child, r, age, why,
 			  "a dead save's work area (its uploads and tagged shards too)", err);
 		return 0;
@@ -370,21 +376,25 @@ static void upload_seen(void *ud, const char *rel, const char *action, const cha
 int ctl_gc(const char *root, int64_t grace_s, bool dry_run, bool json)
 {
 	struct gc g = { .grace_s = grace_s, .dry_run = dry_run, .json = json,
-			.now = time(NULL) };
+			.now = time(NULL), .open_uploads = -1 };
 	int fd;
 
 	if (s3_is_url(root)) {
 		char err[512];
+		int n;
 
 		if (ctl_s3_start(root) < 0)
 			return CTL_EXIT_ERROR;
 		walk_s3(&g, root, "", GC_DEPTH);
-		/* Then uploads whose work area is gone (a crash after it went,
-		 * or an abort that failed). */
-		if (store_s3_gc_uploads(root, grace_s, dry_run, upload_seen, &g, err,
-					sizeof(err)) < 0) {
+		/* Then every upload still open (a live save's, one whose work
+		 * area is gone after a crash or an abort that failed, one whose
+		 * Create answer was lost, another tool's): each is reported. */
+		n = store_s3_gc_uploads(root, grace_s, dry_run, upload_seen, &g, err, sizeof(err));
+		if (n < 0) {
 			say(&g, ".", "ERROR", err, -1);
 			g.failed++;
+		} else {
+			g.open_uploads = n;
 		}
 		goto summary;
 	}
@@ -405,15 +415,23 @@ summary:
 				      "not_yours", (json_int_t)g.foreign, "failed",
 				      (json_int_t)g.failed);
 
+		if (o && g.open_uploads >= 0)
+			json_object_set_new(json_object_get(o, "summary"), "open_uploads",
+					    json_integer(g.open_uploads));
 		if (o)
 			(void)ctl_json_line(o);
 		json_decref(o);
 	} else {
+		char ups[64] = "";
+
+		if (g.open_uploads >= 0)
+			snprintf(ups, sizeof(ups), "; %lld unfinished multipart upload%s found",
+				 g.open_uploads, g.open_uploads == 1 ? "" : "s");
 		printf("%s: %zu leftover%s %s, %zu within the grace period, %zu unknown "
-		       "(reported only), %zu not yours, %zu failed\n", dry_run ? "dry run" : "gc",
+		       "(reported only), %zu not yours, %zu failed%s\n", dry_run ? "dry run" : "gc",
 		       dry_run ? g.would : g.removed, (dry_run ? g.would : g.removed) == 1 ? "" : "s",
 		       dry_run ? "would be removed" : "removed", g.young, g.unknown, g.foreign,
-		       g.failed);
+		       g.failed, ups);
 	}
 	return g.failed ? CTL_EXIT_ERROR : 0;
 }

@@ -99,6 +99,9 @@ const struct config_key config_keys[] = {
 	    "an S3 request moving no byte this long is retried"),
 	KEY("s3_connect_timeout", CONFIG_DURATION, 100, 10 * MS_PER_M, s3_connect_timeout_ms,
 	    "10s", "connecting to S3"),
+	KEY("s3_heartbeat", CONFIG_DURATION, 100, MS_PER_H, s3_heartbeat_ms, "1m",
+	    "a live S3 save renews its work area's heartbeat this often (ckptctl gc's --grace "
+	    "must be longer)"),
 	KEY("s3_credentials_file", CONFIG_PATH, 1, PATH_MAX - 1, s3_credentials_file, NULL,
 	    "AWS shared-credentials file"),
 	KEY("s3_profile", CONFIG_STRING, 1, 63, s3_profile, "default",

@@ -137,6 +137,7 @@ struct config {
 	uint64_t s3_backoff_cap_ms;
 	uint64_t s3_stall_timeout_ms;
 	uint64_t s3_connect_timeout_ms;
+	uint64_t s3_heartbeat_ms;         /* store_ops.attempt_renew, this often */
 	char *s3_credentials_file;
 	char *s3_profile;
 	char *s3_spill_dir;              /* NULL: no spill tier */

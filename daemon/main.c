@@ -58,6 +58,9 @@
  * hands parts to the S3 transport, which has the network concurrency; two
  * keep it fed while leaving the file-system workers to other saves. */
 #define UPLOAD_WORKERS 2
+/* Heartbeats of S3 saves: one small PUT and a HEAD each, every s3_heartbeat
+ * per save; two threads keep them on time while S3 retries one. */
+#define RENEW_WORKERS 2
 
 static int listen_socket(struct server *srv)
 {
@@ -327,6 +330,11 @@ static int setup(struct server *srv)
 		if (r == 0)
 			r = add_ev(srv, srv->s3_reads.efd, &srv->ev_s3_reads, EV_WORK,
 				   &srv->s3_reads);
+		if (r == 0)
+			r = workers_start(&srv->renewals, RENEW_WORKERS, 0);
+		if (r == 0)
+			r = add_ev(srv, srv->renewals.efd, &srv->ev_renewals, EV_WORK,
+				   &srv->renewals);
 		if (r < 0)
 			return r;
 	}
@@ -359,7 +367,7 @@ struct sweep_job {
 	struct server *srv;     /* read in done() only (the loop) */
 	struct registry *reg;
 	char instance[STORE_ID_LEN + 1];
-	int64_t min_age_ms;
+	int64_t min_age_ms, idle_ms;
 	size_t n_live;
 	char live[][STORE_ID_LEN + 1];
 };
@@ -368,7 +376,7 @@ static void sweep_run(struct work *w)
 {
 	struct sweep_job *j = (struct sweep_job *)w;
 
-	registry_sweep(j->reg, j->instance, j->min_age_ms, j->live, j->n_live);
+	registry_sweep(j->reg, j->instance, j->min_age_ms, j->idle_ms, j->live, j->n_live);
 }
 
 static void sweep_done(struct work *w)
@@ -400,6 +408,12 @@ static void sweep_start(struct server *srv)
 	j->reg = &srv->reg;
 	memcpy(j->instance, srv->self.instance, sizeof(j->instance));
 	j->min_age_ms = (int64_t)srv->cfg.commit_deadline_ms;
+	/* An S3 area another daemon still works in is renewed every
+	 * s3_heartbeat: three missed ones, and at least a deadline, before
+	 * it counts as dead. */
+	j->idle_ms = j->min_age_ms;
+	if ((int64_t)srv->cfg.s3_heartbeat_ms * 3 > j->idle_ms)
+		j->idle_ms = (int64_t)srv->cfg.s3_heartbeat_ms * 3;
 	j->n_live = saves_live_ids(srv, j->live, n);
 	srv->sweeping = true;
 	srv->last_sweep_ms = now_ms();
@@ -574,19 +588,24 @@ static void teardown(struct server *srv)
 		workers_complete(&srv->uploads);
 		if (srv->s3_reads.n)
 			workers_complete(&srv->s3_reads);
+		if (srv->renewals.n)
+			workers_complete(&srv->renewals);
 		reap(srv);
 		if (!io && list_empty(&srv->saves) && list_empty(&srv->conns) &&
 		    !workers_in_flight(&srv->crcs) && !workers_in_flight(&srv->work) &&
 		    !workers_in_flight(&srv->arenas) && !workers_in_flight(&srv->uploads) &&
-		    !(srv->s3_reads.n && workers_in_flight(&srv->s3_reads)))
+		    !(srv->s3_reads.n && workers_in_flight(&srv->s3_reads)) &&
+		    !(srv->renewals.n && workers_in_flight(&srv->renewals)))
 			break;
-		struct pollfd pfd[5] = { { .fd = srv->work.efd, .events = POLLIN },
+		struct pollfd pfd[6] = { { .fd = srv->work.efd, .events = POLLIN },
 					 { .fd = srv->arenas.efd, .events = POLLIN },
 					 { .fd = srv->crcs.efd, .events = POLLIN },
 					 { .fd = srv->uploads.efd, .events = POLLIN },
 					 { .fd = srv->s3_reads.n ? srv->s3_reads.efd : -1,
+					   .events = POLLIN },
+					 { .fd = srv->renewals.n ? srv->renewals.efd : -1,
 					   .events = POLLIN } };
-		poll(pfd, 5, 10);
+		poll(pfd, 6, 10);
 	}
 	if (!list_empty(&srv->saves) || !list_empty(&srv->conns))
 		log_warn("stopping with work still in flight");
@@ -597,6 +616,8 @@ static void teardown(struct server *srv)
 	retention_stop(srv); /* the pass in flight ends first */
 	if (srv->s3_reads.n)
 		workers_stop(&srv->s3_reads); /* no arena is freed before they end */
+	if (srv->renewals.n)
+		workers_stop(&srv->renewals);
 	metrics_stop(srv); /* after the workers: a textfile job's done() ran */
 	images_free_all(srv); /* no job is left that could copy into one */
 	share_free_all(srv);
@@ -660,7 +681,7 @@ int main(int argc, char **argv)
 		/* The threads setup started stop before exit() runs the
 		 * libraries' destructors under them. */
 		struct workers *pools[] = { &srv.work, &srv.arenas, &srv.crcs, &srv.uploads,
-					    &srv.s3_reads, &srv.prunes };
+					    &srv.s3_reads, &srv.renewals, &srv.prunes };
 		for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
 			if (pools[i]->n)
 				workers_stop(pools[i]);

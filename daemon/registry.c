@@ -125,9 +125,11 @@ void registry_del(struct registry *reg, const char *id)
 			 strerror(errno));
 }
 
-/* Removes the work area noted in entry j, acting as its owner.  Returns 0 if
- * it is gone (or was never made), -errno if it could not be removed. */
-static int remove_area(json_t *j, const char *id)
+/* Removes the work area noted in entry j, acting as its owner (an S3 one
+ * only once idle for idle_ms).  Returns 0 if it is gone (or was never
+ * made), -EBUSY if it is still active, -errno if it could not be removed:
+ * the entry stays for the next sweep. */
+static int remove_area(json_t *j, const char *id, int64_t idle_ms)
 {
 	const char *root = json_string_value(json_object_get(j, "root"));
 	json_t *groups = json_object_get(j, "groups");
@@ -146,9 +148,12 @@ static int remove_area(json_t *j, const char *id)
 		/* The daemon's S3 credentials, not the owner's: S3 knows no
 		 * uids.  The area's attempt.json must name this entry's life. */
 		const char *inst = json_string_value(json_object_get(j, "instance"));
-		r = inst ? store_s3_sweep(root, id, inst, err, sizeof(err)) : -EBADMSG;
-		if (r < 0 && r != -EBADMSG)
-			log_warn("sweep: %s", err);
+		r = inst ? store_s3_sweep(root, id, inst, idle_ms / 1000, err, sizeof(err)) :
+			   -EBADMSG;
+		if (r == -EBUSY)
+			log_debug("sweep: %s: kept", err);
+		else if (r < 0 && r != -EBADMSG)
+			log_warn("sweep: %s (tried again at the next sweep)", err);
 		else if (r > 0)
 			log_info("removed stale work area '%s/%s%s'", root, STORE_WORK_PREFIX, id);
 		if (r < 0)
@@ -245,7 +250,7 @@ static bool entry_still(struct registry *reg, const char *name, const char *inst
 }
 
 unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_age_ms,
-			char (*live)[STORE_ID_LEN + 1], size_t n_live)
+			int64_t idle_ms, char (*live)[STORE_ID_LEN + 1], size_t n_live)
 {
 	int fd = dup(reg->dirfd);
 	unsigned removed = 0;
@@ -283,7 +288,7 @@ unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_
 			json_decref(j);
 			continue;
 		}
-		if (remove_area(j, id) == 0 && entry_still(reg, de->d_name, inst)) {
+		if (remove_area(j, id, idle_ms) == 0 && entry_still(reg, de->d_name, inst)) {
 			unlinkat(reg->dirfd, de->d_name, 0);
 			removed++;
 		}

@@ -45,11 +45,15 @@ void registry_del(struct registry *reg, const char *id);
 
 /*
  * Removes every noted work area not live: those of other instances at once,
- * those of this instance once older than min_age_ms.  Only a directory whose
- * attempt.json carries the noted id is removed, as its owner (creds noted).
- * Returns how many areas were removed; messages go to the log.
+ * those of this instance once older than min_age_ms; an S3 one only once
+ * nothing happened in it for idle_ms (another daemon of the save may still
+ * be at work: store_s3_sweep), with its uploads and shards.  Only an area
+ * whose attempt.json carries the noted id and life is removed, as its owner
+ * (creds noted).  An entry whose area could not be removed whole (S3 not
+ * answering) stays for the next sweep.  Returns how many areas were
+ * removed; messages go to the log.
  */
 unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_age_ms,
-			char (*live)[STORE_ID_LEN + 1], size_t n_live);
+			int64_t idle_ms, char (*live)[STORE_ID_LEN + 1], size_t n_live);
 
 #endif

@@ -445,6 +445,7 @@ static void open_done(struct work *w)
 		return;
 	}
 	s->state = SAVE_ACTIVE;
+	s->renew_due_ms = now_ms() + (int64_t)s->srv->cfg.s3_heartbeat_ms;
 	log_info("save '%s/%s' (job '%s', attempt %s): work area %s", s->root, s->key.name,
 		 s->key.job, s->id, s->created ? "created" : "joined (made by another daemon)");
 	list_for_each_safe(p, t, &s->ranks)
@@ -980,18 +981,82 @@ static void save_progress(struct save *s)
 	/* Other daemons poll for rank 0's commit at every tick. */
 }
 
+/* ---- heartbeat ---------------------------------------------------------------- */
+
+static void renew_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+
+	w->res = j->store->attempt_renew(j->att, &j->self, w->err, sizeof(w->err));
+}
+
+static void renew_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct save *s = j->s;
+
+	s->renew_busy = false;
+	if (w->res == -EOPNOTSUPP || w->res == -ENOENT) {
+		s->renew_off = true; /* nothing (more) to renew */
+	} else if (w->res < 0 && !s->renew_failing) {
+		/* Once per run of failures: an outage is not a log line a
+		 * heartbeat. */
+		log_warn("save '%s/%s' (attempt %s): its heartbeat failed (tried again every "
+			 "s3_heartbeat): %s", s->root, s->key.name, s->id, w->err);
+		s->renew_failing = true;
+	} else if (w->res == 0) {
+		s->renew_failing = false;
+	}
+	sjob_free(j);
+}
+
+/*
+ * Every s3_heartbeat while the save is not final, whatever job of it is in
+ * flight (a commit whose manifest PUT is slow included): the work area's
+ * activity, which `ckptctl gc` and other daemons' sweeps age it by.  On
+ * threads of its own (srv->renewals), so that no slow job holds it back.
+ */
+static void renew_submit(struct save *s, int64_t now)
+{
+	struct server *srv = s->srv;
+	struct sjob *j;
+
+	if (save_final(s) || !s->att || s->renew_busy || s->renew_off || !srv->renewals.n ||
+	    !srv->store->attempt_renew || now < s->renew_due_ms)
+		return;
+	j = sjob_new(s, NULL, renew_run, renew_done, NULL);
+	if (!j)
+		return;
+	s->renew_due_ms = now + (int64_t)srv->cfg.s3_heartbeat_ms;
+	s->renew_busy = true;
+	workers_submit(&srv->renewals, &j->w);
+}
+
 /* ---- cleanup ----------------------------------------------------------------- */
 
 static void cleanup_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
+	int r;
 
 	struct store_fail f = { .coordinator = j->coordinator, .delivered = j->delivered,
 				.mark = j->mark, .created = j->created, .made = j->ranks,
 				.n_made = j->n_ranks, .msg = j->msg };
 
 	testgate("cleanup");
-	j->store->attempt_fail(j->att, &f);
+	r = j->store->attempt_fail(j->att, &f);
+	if (r < 0 && j->noted) {
+		/* Not forgotten: the entry stays, and the periodic sweep
+		 * (registry_sweep) removes what is left once the storage
+		 * answers again. */
+		log_warn("save '%s/%s' (attempt %s): its cleanup is incomplete (%s): the sweep "
+			 "tries again", j->root, j->key.name, j->id, strerror(-r));
+		return;
+	}
+	if (r < 0)
+		log_warn("save '%s/%s' (attempt %s): its cleanup is incomplete (%s): left for "
+			 "the work area's creator and `ckptctl gc`", j->root, j->key.name, j->id,
+			 strerror(-r));
 	/* An area this daemon made stays noted while another daemon may
 	 * still commit it; a spill area alone is gone now. */
 	if ((j->created && (j->coordinator || !j->delivered)) || (j->noted && !j->created))
@@ -1014,7 +1079,7 @@ static void save_kick(struct save *s)
 	struct sjob *j;
 	size_t n = 0;
 
-	if (s->state != SAVE_FAILED || s->cleaned || s->job_busy || !s->att)
+	if (s->state != SAVE_FAILED || s->cleaned || s->job_busy || s->renew_busy || !s->att)
 		return;
 	list_for_each(p, &s->ranks)
 		if (list_entry(p, struct rank, slink)->job_busy)
@@ -1310,6 +1375,7 @@ void saves_tick(struct server *srv)
 				poll_submit(s);
 			}
 		}
+		renew_submit(s, now);
 		save_kick(s);
 	}
 }
@@ -1366,8 +1432,8 @@ void saves_reap(struct server *srv)
 		if (!save_final(s))
 			continue;
 		save_kick(s);
-		if (s->job_busy)
-			continue; /* a job of the save may read its ranks */
+		if (s->job_busy || s->renew_busy)
+			continue; /* a job of the save may read its ranks or attempt */
 		list_for_each_safe(q, u, &s->ranks)
 			rank_free(list_entry(q, struct rank, slink));
 		if (!list_empty(&s->ranks) || s->job_busy ||

@@ -26,7 +26,7 @@
  *
  * Lifetimes: a rank lives until its save is final, it holds no arena slot and
  * no job of it is in flight; a save until all its ranks are gone and no job
- * of it is in flight.  save_reap() frees them between loop rounds, so no
+ * of it (its heartbeat's included) is in flight.  save_reap() frees them between loop rounds, so no
  * handler frees what another event of the same round may point at.
  */
 #ifndef CKPTD_SAVE_H
@@ -113,6 +113,10 @@ struct save {
 	char msg[PROTO_MSG_LEN];
 	bool job_busy;
 	struct work job;
+	bool renew_busy;           /* a heartbeat job is in flight (save.c) */
+	bool renew_off;            /* the store needs none, or the area is gone */
+	bool renew_failing;        /* the last one failed (logged once) */
+	int64_t renew_due_ms;      /* the next heartbeat, on now_ms()'s clock */
 	uint64_t bytes;            /* local ranks' file bytes */
 	struct list ranks;
 	struct list link;          /* in server.saves */

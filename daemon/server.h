@@ -59,9 +59,12 @@ struct server {
 	struct retention *retention;
 	struct workers s3_reads;    /* ranged GETs for clients' loads (loadio.h);
 	                             * n == 0: S3 is not set up */
+	struct workers renewals;    /* saves' heartbeats (store_ops.attempt_renew):
+	                             * threads of their own, so that no slow job
+	                             * holds one back; n == 0: S3 is not set up */
 	int epfd, lfd, sigfd, tfd;
 	struct ev ev_listen, ev_sig, ev_timer, ev_work, ev_arenas, ev_crcs, ev_uploads, ev_s3_reads;
-	struct ev ev_prunes;
+	struct ev ev_prunes, ev_renewals;
 	struct list conns, saves;
 	unsigned n_conns;
 	uint32_t next_id;

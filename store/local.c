@@ -893,19 +893,20 @@ static int local_attempt_poll(struct store_attempt *a, const char *id, char *err
 	return 0;
 }
 
-static void local_attempt_fail(struct store_attempt *a, const struct store_fail *f)
+static int local_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 {
 	char name[64], err[256];
+	int r;
 
 	if (f->coordinator) {
 		/* -ENOENT: committed (renamed into place) or already gone:
 		 * either way nothing of it is ours to delete any more. */
-		(void)store_local_discard(a->rootfd, a->work, a->workfd, a->uid, true, err,
-					  sizeof(err));
-		return;
+		r = store_local_discard(a->rootfd, a->work, a->workfd, a->uid, true, err,
+					sizeof(err));
+		return r == -ENOENT ? 0 : r;
 	}
 	if (f->delivered)
-		return;
+		return 0;
 	/* The marker first, while our shards still hold their ranks: the
 	 * coordinator cannot count a rank of ours re-created by someone else
 	 * without seeing it (attempt_count). */
@@ -919,9 +920,12 @@ static void local_attempt_fail(struct store_attempt *a, const struct store_fail 
 	 * it (a claim that lands after this look finds the area renamed away
 	 * and fails, as it would on the marker). */
 	if (f->mark && f->created &&
-	    faccessat(a->workfd, CLAIM_FILE, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
-		(void)store_local_discard(a->rootfd, a->work, a->workfd, a->uid, true, err,
-					  sizeof(err));
+	    faccessat(a->workfd, CLAIM_FILE, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT) {
+		r = store_local_discard(a->rootfd, a->work, a->workfd, a->uid, true, err,
+					sizeof(err));
+		return r == -ENOENT ? 0 : r;
+	}
+	return 0;
 }
 
 /* ---- for the spill tier (store_local.h) ------------------------------------ */

@@ -316,9 +316,17 @@ static int r_attempt_poll(struct store_attempt *x, const char *id, char *err, si
 	return RT(x)->ops->attempt_poll(RT(x)->a, id, err, errlen);
 }
 
-static void r_attempt_fail(struct store_attempt *x, const struct store_fail *f)
+static int r_attempt_fail(struct store_attempt *x, const struct store_fail *f)
 {
-	RT(x)->ops->attempt_fail(RT(x)->a, f);
+	return RT(x)->ops->attempt_fail(RT(x)->a, f);
+}
+
+static int r_attempt_renew(struct store_attempt *x, const struct store_writer *self, char *err,
+			   size_t errlen)
+{
+	const struct store_ops *o = RT(x)->ops;
+
+	return o->attempt_renew ? o->attempt_renew(RT(x)->a, self, err, errlen) : -EOPNOTSUPP;
 }
 
 static void r_attempt_close(struct store_attempt *x)
@@ -375,6 +383,7 @@ const struct store_ops store_routed = {
 	.attempt_commit = r_attempt_commit,
 	.attempt_poll = r_attempt_poll,
 	.attempt_fail = r_attempt_fail,
+	.attempt_renew = r_attempt_renew,
 	.attempt_close = r_attempt_close,
 	.list = r_list,
 	.read_range = r_read_range,

@@ -9,6 +9,7 @@
  *   <prefix>/.ckpt-work-<id>/coordinator.json  rank 0's daemon's claim
  *   <prefix>/.ckpt-work-<id>/rank-NNNNN.index.json  addressed to the claim
  *   <prefix>/.ckpt-work-<id>/failed            a daemon failed the attempt
+ *   <prefix>/.ckpt-work-<id>/alive-<life>      a daemon's heartbeat (renewed)
  *   <prefix>/<name>/rank-NNNNN.<tag>.safetensors   the shards, in place
  *   <prefix>/<name>/manifest.json              written last: the commit
  *
@@ -19,7 +20,17 @@
  * attempt id: two attempts never write the same shard key, so a late upload
  * of a failed or crashed attempt can never land on a committed checkpoint's
  * shard, and what an attempt leaves behind never blocks the next one (it is
- * garbage for `ckptctl prune`).
+ * garbage for `ckptctl prune`).  Before the manifest goes up, the
+ * coordinator checks that every shard it names is there, whole: a shard
+ * removed meanwhile fails the save instead of committing.
+ *
+ * Leftovers.  A work area's age is that of its newest object (the
+ * heartbeats of the save's daemons keep it young: "heartbeat" below), so a
+ * collector never takes a slow save for a dead one.  A dead attempt's
+ * uploads, tagged shards (unless a manifest is there) and work area are
+ * removed by its daemon's sweep and by `ckptctl gc` (leftover_remove), and
+ * a cleanup that fails (S3 unreachable) leaves attempt.json so that a later
+ * one finds it again.
  *
  * A shard is one PUT if it fits one extent, else a multipart upload whose
  * parts are the arena's extents (part n = extent n-1), sent from the arena
@@ -299,14 +310,23 @@ static int del_key(const char *bucket, const char *key, char *err, size_t errlen
 
 /* ---- listing ---------------------------------------------------------------------- */
 
+/* What a listing saw besides the names. */
+struct list_info {
+	unsigned skipped;  /* keys under the prefix we cannot name (left out) */
+	int64_t newest;    /* the newest LastModified of a key, or 0 */
+	int64_t date;      /* the server's clock (Date) at the last page, or 0 */
+};
+
 struct lister {
 	int (*fn)(void *ud, const char *name, bool is_prefix);
 	void *ud;
 	const char *prefix;
 	size_t strip;   /* bytes of the listed prefix */
 	int res;
-	unsigned skipped; /* keys under the prefix we cannot name */
+	struct list_info info;
 };
+
+static int64_t iso_time(const char *s);
 
 /* Whether a listed key is one fn may see: under the prefix asked for
  * (a server that answers otherwise is wrong), and a key we could name. */
@@ -331,11 +351,17 @@ static int list_key(void *ud, const char *inner, size_t len)
 	struct lister *l = ud;
 	char key[S3_KEY_MAX + 1];
 	int n = s3_xml_text(inner, len, "Key", key, sizeof(key));
+	char when[64];
+	int64_t t;
 
 	if (n < 0 && n != -ENAMETOOLONG)
 		return -EBADMSG;
+	/* Every key counts for the newest change, also one we cannot name. */
+	if (s3_xml_text(inner, len, "LastModified", when, sizeof(when)) > 0 &&
+	    (t = iso_time(when)) > l->info.newest)
+		l->info.newest = t;
 	if (n < 0 || !listed_ok(l, key, (size_t)n)) {
-		l->skipped++;
+		l->info.skipped++;
 		return 0; /* not ours to name: skipped, never acted on */
 	}
 	return stop_if(l, l->fn(l->ud, key + l->strip, false));
@@ -363,15 +389,15 @@ static int list_prefix(void *ud, const char *inner, size_t len)
  * each name with `prefix` removed; its first non-zero return stops the
  * walk and is returned.
  */
-static int s3_list_n(const char *bucket, const char *prefix, bool delim,
-		     int (*fn)(void *ud, const char *name, bool is_prefix), void *ud,
-		     unsigned *ret_skipped, char *err, size_t errlen);
+static int s3_list_info(const char *bucket, const char *prefix, bool delim,
+			int (*fn)(void *ud, const char *name, bool is_prefix), void *ud,
+			struct list_info *ret_info, char *err, size_t errlen);
 
 static int s3_list(const char *bucket, const char *prefix, bool delim,
 		   int (*fn)(void *ud, const char *name, bool is_prefix), void *ud, char *err,
 		   size_t errlen)
 {
-	return s3_list_n(bucket, prefix, delim, fn, ud, NULL, err, errlen);
+	return s3_list_info(bucket, prefix, delim, fn, ud, NULL, err, errlen);
 }
 
 /* s3_list, and *ret_skipped (if not NULL): how many keys under the prefix
@@ -380,11 +406,27 @@ static int s3_list_n(const char *bucket, const char *prefix, bool delim,
 		     int (*fn)(void *ud, const char *name, bool is_prefix), void *ud,
 		     unsigned *ret_skipped, char *err, size_t errlen)
 {
+	struct list_info info;
+	int r = s3_list_info(bucket, prefix, delim, fn, ud, &info, err, errlen);
+
+	if (ret_skipped)
+		*ret_skipped = info.skipped;
+	return r;
+}
+
+/* s3_list, and what else it saw into *ret_info (if not NULL; also when
+ * it fails, then of the pages read). */
+static int s3_list_info(const char *bucket, const char *prefix, bool delim,
+			int (*fn)(void *ud, const char *name, bool is_prefix), void *ud,
+			struct list_info *ret_info, char *err, size_t errlen)
+{
 	char token[1024] = "", enc_tok[3 * sizeof(token)], enc_pre[3 * S3_KEY_MAX + 1];
 	char query[sizeof(enc_tok) + sizeof(enc_pre) + 128];
-	struct lister l = { fn, ud, prefix, strlen(prefix), 0, 0 };
+	struct lister l = { fn, ud, prefix, strlen(prefix), 0, { 0, 0, 0 } };
 	int r;
 
+	if (ret_info)
+		*ret_info = l.info;
 	if (s3_encode_query(prefix, enc_pre, sizeof(enc_pre)) < 0)
 		return -ENAMETOOLONG;
 	for (unsigned page = 0; page < 1000000; page++) {
@@ -405,6 +447,8 @@ static int s3_list_n(const char *bucket, const char *prefix, bool delim,
 			s3_req_free(&q);
 			return r;
 		}
+		if (q.date)
+			l.info.date = q.date;
 		r = q.resp ? s3_xml_each(q.resp, q.resp_len, "ListBucketResult/Contents", list_key, &l)
 			   : 0;
 		if (r >= 0 && delim && q.resp)
@@ -419,8 +463,8 @@ static int s3_list_n(const char *bucket, const char *prefix, bool delim,
 				sizeof(token)) <= 0)
 			r = -EBADMSG;
 		s3_req_free(&q);
-		if (ret_skipped)
-			*ret_skipped = l.skipped;
+		if (ret_info)
+			*ret_info = l.info;
 		if (r == -EBADMSG) {
 			snprintf(err, errlen, "S3 listing of s3://%s/%s: an answer we cannot read",
 				 bucket, prefix);
@@ -712,7 +756,7 @@ static int check_existing(struct store_attempt *a, const char *text, size_t len,
 	return r;
 }
 
-static void rm_work(struct store_attempt *a);
+static int rm_work(struct store_attempt *a, char *err, size_t errlen);
 
 /*
  * root_open (store.h): nothing to make or open in a bucket, but the same
@@ -830,8 +874,11 @@ static int s3_attempt_open(const char *root, int rootfd, const struct store_key 
 			/* A failed attempt's area: whoever finds it empties it
 			 * (the coordinator may never come; daemons still
 			 * writing find attempt.json gone and clean up). */
-			if (r == -ECANCELED)
-				rm_work(a);
+			if (r == -ECANCELED) {
+				char e[384];
+
+				(void)rm_work(a, e, sizeof(e));
+			}
 			if (r < 0)
 				goto fail;
 			if (r == 0)
@@ -906,16 +953,85 @@ static void upload_query(uint32_t part, const char *upload_id, char *buf, size_t
 		snprintf(buf, len, "uploadId=%s", enc);
 }
 
-/* AbortMultipartUpload; a failure leaves garbage, not an error. */
-static void abort_upload(const char *bucket, const char *key, const char *upload_id)
+/* AbortMultipartUpload: 0 (also if the upload is gone already) or -errno
+ * (err): the upload is still open, costing storage. */
+static int abort_upload(const char *bucket, const char *key, const char *upload_id, char *err,
+			size_t errlen)
 {
-	char q[800], err[512];
+	char q[800];
 	struct s3_req rq = { .method = "DELETE", .bucket = bucket, .key = key, .query = q,
 			     .fail_404_quietly = true };
+	int r;
 
 	upload_query(0, upload_id, q, sizeof(q));
-	(void)s3_call(g_s3, &rq, err, sizeof(err));
+	r = s3_call(g_s3, &rq, err, errlen);
 	s3_req_free(&rq);
+	return r == -ENOENT ? 0 : r;
+}
+
+/*
+ * ListMultipartUploads of every key that starts with `prefix` (a key, not
+ * encoded), following the markers: fn gets each <Upload> element; its
+ * negative return stops the walk and is returned.  Returns how many
+ * uploads were listed, or -errno (err).
+ */
+static int uploads_each(const char *bucket, const char *prefix,
+			int (*fn)(void *ud, const char *inner, size_t len), void *ud, char *err,
+			size_t errlen)
+{
+	char enc_pre[3 * S3_KEY_MAX + 1], km[S3_KEY_MAX + 1] = "", um[256] = "";
+	char enc_km[3 * sizeof(km)], enc_um[3 * sizeof(um)];
+	char q[sizeof(enc_pre) + sizeof(enc_km) + sizeof(enc_um) + 64];
+	unsigned seen = 0;
+	int r;
+
+	if (s3_encode_query(prefix, enc_pre, sizeof(enc_pre)) < 0)
+		return -ENAMETOOLONG;
+	for (unsigned page = 0; page < 100000; page++) {
+		struct s3_req rq = { .method = "GET", .bucket = bucket, .key = "", .query = q,
+				     .max_resp = 8u << 20 };
+		char trunc[8] = "";
+
+		if (s3_encode_query(km, enc_km, sizeof(enc_km)) < 0 ||
+		    s3_encode_query(um, enc_um, sizeof(enc_um)) < 0)
+			return -ENAMETOOLONG;
+		/* Parameters in sorted order (s3_list says why). */
+		snprintf(q, sizeof(q), "%s%s%sprefix=%s%s%s%suploads=", km[0] ? "key-marker=" : "",
+			 km[0] ? enc_km : "", km[0] ? "&" : "", enc_pre,
+			 um[0] ? "&upload-id-marker=" : "", um[0] ? enc_um : "", "&");
+		r = s3_call(g_s3, &rq, err, errlen);
+		if (r == 0 && rq.resp) {
+			r = s3_xml_each(rq.resp, rq.resp_len, "ListMultipartUploadsResult/Upload", fn,
+					ud);
+			if (r >= 0) {
+				seen += (unsigned)r;
+				r = 0;
+			} else if (r != -EBADMSG) {
+				s3_req_free(&rq);
+				return r; /* fn's own: it said why */
+			}
+		}
+		if (r == 0 && rq.resp &&
+		    s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/IsTruncated", trunc,
+				sizeof(trunc)) < 0)
+			trunc[0] = '\0';
+		if (r == 0 && !strcmp(trunc, "true") &&
+		    (s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/NextKeyMarker", km,
+				 sizeof(km)) < 0 ||
+		     s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/NextUploadIdMarker",
+				 um, sizeof(um)) < 0))
+			r = -EBADMSG;
+		s3_req_free(&rq);
+		if (r == -EBADMSG)
+			snprintf(err, errlen, "S3 ListMultipartUploads of s3://%s/%s: an answer we "
+				 "cannot read", bucket, prefix);
+		if (r < 0)
+			return r;
+		if (strcmp(trunc, "true"))
+			return (int)(seen > INT32_MAX ? INT32_MAX : seen);
+	}
+	snprintf(err, errlen, "S3 ListMultipartUploads of s3://%s/%s does not end", bucket, prefix);
+	return -ELOOP;
 }
 
 struct up_abort {
@@ -924,14 +1040,17 @@ struct up_abort {
 	const char *suffix;      /* the keys it ends, e.g. ".<tag>.safetensors";
 	                          * NULL: the key must be the prefix itself */
 	const char *keep;        /* an upload id to leave alone, or NULL */
+	int res;                 /* the first abort that failed */
+	char err[384];
 };
 
 static int abort_listed(void *ud, const char *inner, size_t len)
 {
 	struct up_abort *u = ud;
-	char key[S3_KEY_MAX + 1], id[256];
+	char key[S3_KEY_MAX + 1], id[256], e[384];
 	size_t kl, sl = u->suffix ? strlen(u->suffix) : 0;
 	bool match;
+	int r;
 
 	if (s3_xml_text(inner, len, "Key", key, sizeof(key)) <= 0 ||
 	    s3_xml_text(inner, len, "UploadId", id, sizeof(id)) <= 0)
@@ -939,35 +1058,43 @@ static int abort_listed(void *ud, const char *inner, size_t len)
 	kl = strlen(key);
 	match = u->suffix ? kl >= sl && !strcmp(key + kl - sl, u->suffix) :
 			    !strcmp(key, u->prefix);
-	if (match && !(u->keep && !strcmp(id, u->keep)))
-		abort_upload(u->bucket, key, id);
+	if (!match || (u->keep && !strcmp(id, u->keep)))
+		return 0;
+	r = abort_upload(u->bucket, key, id, e, sizeof(e));
+	if (r < 0 && !u->res) {
+		u->res = r;
+		snprintf(u->err, sizeof(u->err), "%s", e);
+	}
 	return 0;
 }
 
-/* Aborts the open multipart uploads of keys under `prefix` that end in
- * `suffix` (NULL: of the key `prefix` itself; one page of
- * ListMultipartUploads), except `keep`. */
-static void abort_uploads_under(const char *bucket, const char *prefix, const char *suffix,
-				const char *keep)
+/* Aborts every open multipart upload of keys under `prefix` that end in
+ * `suffix` (NULL: of the key `prefix` itself), except `keep` (NULL:
+ * none).  0, or -errno (err) if the listing or an abort failed: then some
+ * may be left open. */
+static int abort_uploads_under(const char *bucket, const char *prefix, const char *suffix,
+			       const char *keep, char *err, size_t errlen)
 {
-	char enc[3 * S3_KEY_MAX + 1], q[sizeof(enc) + 32], err[512];
-	struct up_abort u = { bucket, prefix, suffix, keep };
+	struct up_abort u = { bucket, prefix, suffix, keep, 0, "" };
+	int r = uploads_each(bucket, prefix, abort_listed, &u, err, errlen);
 
-	if (s3_encode_query(prefix, enc, sizeof(enc)) < 0)
-		return;
-	snprintf(q, sizeof(q), "prefix=%s&uploads=", enc);
-	struct s3_req rq = { .method = "GET", .bucket = bucket, .key = "", .query = q,
-			     .max_resp = 4u << 20 };
-	if (s3_call(g_s3, &rq, err, sizeof(err)) == 0 && rq.resp)
-		s3_xml_each(rq.resp, rq.resp_len, "ListMultipartUploadsResult/Upload", abort_listed,
-			    &u);
-	s3_req_free(&rq);
+	if (r >= 0 && u.res) {
+		snprintf(err, errlen, "%s", u.err);
+		r = u.res;
+	}
+	return r < 0 ? r : 0;
 }
 
-static void upload_abort(struct store_attempt *a, const char *key, const char *upload_id)
+/* Aborts an upload this attempt began; one that could not be aborted
+ * stays on the attempt's list (attempt_fail tries again). */
+static int upload_abort(struct store_attempt *a, const char *key, const char *upload_id,
+			char *err, size_t errlen)
 {
-	abort_upload(a->loc.bucket, key, upload_id);
-	upload_forget(a, upload_id);
+	int r = abort_upload(a->loc.bucket, key, upload_id, err, errlen);
+
+	if (r == 0)
+		upload_forget(a, upload_id);
+	return r;
 }
 
 /*
@@ -1068,12 +1195,11 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 					      "the answer", a->root, file);
 			r = -EBADMSG;
 		}
-		/* A Create retried after its answer was lost has made an
-		 * upload nobody would know of: abort all but ours. */
-		if (r == 0 && q.attempts > 1)
-			abort_uploads_under(a->loc.bucket, s->key, NULL, s->upload_id);
 		s3_req_free(&q);
 		if (r < 0) {
+			/* Its answer may be all that was lost: an upload we
+			 * have no id of may be open (attempt_fail aborts every
+			 * upload of our ranks' keys). */
 			free(u);
 			goto fail;
 		}
@@ -1234,10 +1360,27 @@ static int s3_shard_finish(struct store_shard *s, uint64_t size, char *err, size
 	s3_req_free(&rq);
 	free(xml);
 	if (r < 0) {
-		upload_abort(a, s->key, s->upload_id);
+		char e[384];
+
+		(void)upload_abort(a, s->key, s->upload_id, e, sizeof(e));
 		return r;
 	}
 	upload_forget(a, s->upload_id);
+	/*
+	 * A Create whose answer was lost made an upload nobody knows the id
+	 * of, and a retry need not show: libcurl sends a request again by
+	 * itself, on a fresh connection, when a reused one dies before any
+	 * byte of the answer came (s3_call sees one attempt).  The key is this
+	 * attempt's and this rank's alone (the rank marker), so every other
+	 * upload of it is such a leftover.  Looked for once the shard is
+	 * whole, by then any Create of ours has long been served; one that
+	 * cannot be aborted now is gc's (store_s3_gc_uploads).
+	 */
+	{
+		char e[384];
+
+		(void)abort_uploads_under(a->loc.bucket, s->key, NULL, s->upload_id, e, sizeof(e));
+	}
 	return 0;
 }
 
@@ -1336,25 +1479,81 @@ static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char 
 /*
  * Empties the work area: everything but attempt.json, then attempt.json,
  * then whatever came in meanwhile.  Another daemon that writes into the
- * work area after that (a `failed` marker, its index) finds attempt.json
- * gone when it checks next, and removes what it wrote (attempt_fail), so
- * nothing is left behind whichever comes first.
+ * work area after that (a `failed` marker, its index, its heartbeat) finds
+ * attempt.json gone when it checks next, and removes what it wrote
+ * (attempt_fail, attempt_renew), so nothing is left behind whichever comes
+ * first.  0, or -errno (err) if the area is not empty: attempt.json then
+ * stays unless the first pass was clean, so that a sweep or gc finds the
+ * area again and finishes.
  */
-static void rm_work(struct store_attempt *a)
+static int rm_work(struct store_attempt *a, char *err, size_t errlen)
 {
-	char pre[S3_KEY_MAX + 1], key[S3_KEY_MAX + 1], err[512];
+	char pre[S3_KEY_MAX + 1], key[S3_KEY_MAX + 1];
 	struct rm_all rm = { a->loc.bucket, pre, STORE_ATTEMPT_FILE, 0, "" };
+	int r;
 
-	if (dir_key(a, a->work, pre, sizeof(pre), err, sizeof(err)) < 0 ||
-	    work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err)) < 0)
-		return;
+	r = dir_key(a, a->work, pre, sizeof(pre), err, errlen);
+	if (r == 0)
+		r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, errlen);
+	if (r == 0 && rm.res < 0) {
+		snprintf(err, errlen, "%s", rm.err);
+		r = rm.res;
+	}
 	/* attempt.json goes only after a clean pass: it is what the registry
-	 * sweep finds a work area by, should anything be left. */
-	if (s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, sizeof(err)) < 0 || rm.res < 0 ||
-	    del_key(a->loc.bucket, key, err, sizeof(err)) < 0)
-		return;
+	 * sweep and gc find a work area by, should anything be left. */
+	if (r == 0)
+		r = del_key(a->loc.bucket, key, err, errlen);
+	if (r < 0)
+		return r;
 	rm.skip = NULL;
-	(void)s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, sizeof(err));
+	r = s3_list(a->loc.bucket, pre, false, rm_one, &rm, err, errlen);
+	if (r == 0 && rm.res < 0) {
+		snprintf(err, errlen, "%s", rm.err);
+		r = rm.res;
+	}
+	return r;
+}
+
+/*
+ * The commit's last check: every shard the merged manifest (text) names is
+ * in S3 with the size it gives (one HEAD each).  A work area that a
+ * collector took for dead, or a hand that deleted a shard, must fail the
+ * save, never commit a manifest of what is gone.  0, or -EIO naming the
+ * shard (-errno if S3 could not say).
+ */
+static int shards_whole(struct store_attempt *a, const char *text, char *err, size_t errlen)
+{
+	struct manifest m;
+	char key[S3_KEY_MAX + 1], why[256];
+	int r;
+
+	memset(&m, 0, sizeof(m));
+	r = manifest_parse(text, strlen(text), &m, why, sizeof(why));
+	if (r < 0) {
+		snprintf(err, errlen, "the merged manifest does not parse: %s", why);
+		return r;
+	}
+	for (size_t i = 0; r == 0 && i < m.n_files; i++) {
+		uint64_t size = 0;
+
+		r = ckpt_key(a, m.files[i].path, key, sizeof(key), err, errlen);
+		if (r == 0)
+			r = head_object(a->loc.bucket, key, &size);
+		if (r == -ENOENT || (r == 0 && size != m.files[i].size)) {
+			snprintf(err, errlen, "shard '%s/%s/%s' of rank %u is %s: not committed "
+				 "(was its save's work area removed while it ran?)", a->root, a->name,
+				 m.files[i].path, m.files[i].rank, r == -ENOENT ? "gone from S3" :
+				 "not the size the manifest gives");
+			r = -EIO;
+		} else if (r < 0) {
+			snprintf(err, errlen, "cannot tell whether shard '%s/%s/%s' is whole: %s",
+				 a->root, a->name, m.files[i].path, strerror(-r));
+		}
+	}
+	manifest_free(&m);
+	return r;
 }
 
 static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *m, char *err,
@@ -1372,6 +1571,11 @@ static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *
 			      m->time_utc, &o, m->local, m->n_local, &manifest, err, errlen);
 	if (r < 0)
 		return r;
+	r = shards_whole(a, manifest, err, errlen);
+	if (r < 0) {
+		free(manifest);
+		return r; /* never PUT: the manifest would name what is gone */
+	}
 	r = ckpt_key(a, MANIFEST_FILE, key, sizeof(key), err, errlen);
 	if (r == 0)
 		r = put_text(a->loc.bucket, key, manifest, true, err, errlen);
@@ -1394,8 +1598,13 @@ static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *
 		if (r < 0 && !(r == -EEXIST && own == -EEXIST))
 			a->commit_unclear = true;
 	}
-	if (r == 0)
-		rm_work(a); /* the checkpoint stands without it */
+	if (r == 0) {
+		char e[384];
+
+		/* The checkpoint stands without it; what is left of it is
+		 * gc's (a work area next to its own committed manifest). */
+		(void)rm_work(a, e, sizeof(e));
+	}
 	return r;
 }
 
@@ -1438,9 +1647,24 @@ static int s3_attempt_poll(struct store_attempt *a, const char *id, char *err, s
 	return -ECANCELED;
 }
 
+/* The first failure of several steps: kept with its message. */
+struct first_err {
+	int res;
+	char err[512];
+};
+
+static void first_err_note(struct first_err *f, int r, const char *err)
+{
+	if (r < 0 && !f->res) {
+		f->res = r;
+		snprintf(f->err, sizeof(f->err), "%s", err);
+	}
+}
+
 struct tag_rm {
 	struct store_attempt *a;
 	const char *suffix;       /* ".<tag>.safetensors" */
+	struct first_err fe;
 };
 
 static int rm_tagged(void *ud, const char *name, bool is_prefix)
@@ -1448,34 +1672,59 @@ static int rm_tagged(void *ud, const char *name, bool is_prefix)
 	struct tag_rm *t = ud;
 	size_t n = strlen(name), sl = strlen(t->suffix);
 	char key[S3_KEY_MAX + 1], err[512];
+	int r;
 
 	if (is_prefix || n <= sl || strcmp(name + n - sl, t->suffix) || strncmp(name, "rank-", 5))
 		return 0;
-	if (ckpt_key(t->a, name, key, sizeof(key), err, sizeof(err)) == 0)
-		(void)del_key(t->a->loc.bucket, key, err, sizeof(err));
+	r = ckpt_key(t->a, name, key, sizeof(key), err, sizeof(err));
+	if (r == 0)
+		r = del_key(t->a->loc.bucket, key, err, sizeof(err));
+	first_err_note(&t->fe, r, err);
 	return 0;
 }
 
-/* Deletes the tagged shards of `ranks`. */
-static void del_shards(struct store_attempt *a, const uint32_t *ranks, size_t n)
+/* Deletes every shard of attempt a under its checkpoint's name (its tag
+ * says which: never another attempt's).  0 or -errno (err). */
+static int rm_tagged_all(struct store_attempt *a, char *err, size_t errlen)
 {
-	char key[S3_KEY_MAX + 1], err[512], file[INDEX_SHARD_NAME_MAX];
+	char pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
+	struct tag_rm t = { a, suffix, { 0, "" } };
+	int r;
 
-	for (size_t i = 0; i < n; i++) {
-		index_shard_name_tag(ranks[i], a->tag, file, sizeof(file));
-		if (ckpt_key(a, file, key, sizeof(key), err, sizeof(err)) == 0)
-			(void)del_key(a->loc.bucket, key, err, sizeof(err));
+	snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
+	r = dir_key(a, a->name, pre, sizeof(pre), err, errlen);
+	if (r == 0)
+		r = s3_list(a->loc.bucket, pre, true, rm_tagged, &t, err, errlen);
+	if (r == 0 && t.fe.res) {
+		snprintf(err, errlen, "%s", t.fe.err);
+		r = t.fe.res;
 	}
+	return r;
 }
 
-static void s3_attempt_fail(struct store_attempt *a, const struct store_fail *f)
+/* Aborts every multipart upload of attempt a under its checkpoint's name
+ * (all ranks', and any whose Create answer was lost).  0 or -errno (err). */
+static int abort_attempt_uploads(struct store_attempt *a, char *err, size_t errlen)
+{
+	char pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
+	int r;
+
+	snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
+	r = dir_key(a, a->name, pre, sizeof(pre), err, errlen);
+	return r < 0 ? r : abort_uploads_under(a->loc.bucket, pre, suffix, NULL, err, errlen);
+}
+
+static int s3_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 {
 	char key[S3_KEY_MAX + 1], err[512];
+	struct first_err fe = { 0, "" };
+	int r;
 
 	if (!g_s3)
-		return;
+		return -ENOTSUP;
 	/* Uploads this daemon began and did not finish cost storage until
-	 * aborted. */
+	 * aborted: the ones it knows of, then any of its ranks' keys (a
+	 * Create whose answer was lost made one it has no id of). */
 	for (;;) {
 		char k[S3_KEY_MAX + 1], id[256];
 		pthread_mutex_lock(&a->lock);
@@ -1487,23 +1736,39 @@ static void s3_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 		pthread_mutex_unlock(&a->lock);
 		if (!u)
 			break;
-		upload_abort(a, k, id);
+		r = upload_abort(a, k, id, err, sizeof(err));
+		if (r < 0) {
+			first_err_note(&fe, r, err);
+			break; /* S3 is not answering: the rest waits for the retry */
+		}
+	}
+	/* Only the keys of shards this daemon made: a rank refused as a
+	 * duplicate has the same key as the winner's upload. */
+	for (size_t i = 0; fe.res == 0 && i < f->n_made; i++) {
+		char file[INDEX_SHARD_NAME_MAX];
+
+		index_shard_name_tag(f->made[i], a->tag, file, sizeof(file));
+		r = ckpt_key(a, file, key, sizeof(key), err, sizeof(err));
+		if (r == 0)
+			r = abort_uploads_under(a->loc.bucket, key, NULL, NULL, err, sizeof(err));
+		first_err_note(&fe, r, err);
 	}
 	if (f->coordinator) {
 		/* Never undo a commit that happened (its answer may be what
-		 * was lost). */
-		if (manifest_owner(a, err, sizeof(err)) != 0)
-			return;
-		char pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
-		struct tag_rm t = { a, suffix };
-		snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
+		 * was lost); if that cannot be told, nothing goes now. */
+		r = manifest_owner(a, err, sizeof(err));
+		if (r > 0 || r == -EEXIST)
+			return fe.res;
+		first_err_note(&fe, r, err);
 		/* After a manifest PUT of unknown outcome the shards stay (it
-		 * may still land): garbage at worst, for the collector. */
-		if (!a->commit_unclear &&
-		    dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) == 0)
-			(void)s3_list(a->loc.bucket, pre, true, rm_tagged, &t, err, sizeof(err));
-		rm_work(a);
-		return;
+		 * may still land): garbage at worst, for the collector.  The
+		 * work area goes last, and only once the rest is gone: its
+		 * attempt.json is how a later try finds the attempt. */
+		if (fe.res == 0 && !a->commit_unclear)
+			first_err_note(&fe, rm_tagged_all(a, err, sizeof(err)), err);
+		if (fe.res == 0)
+			first_err_note(&fe, rm_work(a, err, sizeof(err)), err);
+		return fe.res;
 	}
 	/* Never addressed to a claim (not even by an upload whose answer
 	 * was lost): the coordinator cannot commit without our ranks, so
@@ -1513,13 +1778,22 @@ static void s3_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 	if (!f->delivered) {
 		if (f->mark && work_key(a, FAILED_MARKER, key, sizeof(key), err, sizeof(err)) == 0)
 			(void)put_text(a->loc.bucket, key, f->msg, false, err, sizeof(err));
-		del_shards(a, f->made, f->n_made);
+		for (size_t i = 0; i < f->n_made; i++) {
+			char file[INDEX_SHARD_NAME_MAX];
+
+			index_shard_name_tag(f->made[i], a->tag, file, sizeof(file));
+			r = ckpt_key(a, file, key, sizeof(key), err, sizeof(err));
+			if (r == 0)
+				r = del_key(a->loc.bucket, key, err, sizeof(err));
+			first_err_note(&fe, r, err);
+		}
 		/* Our area, failed by our own marker, and no coordinator to
 		 * remove it: removed as the coordinator would. */
 		char nonce[STORE_ID_LEN + 1];
-		if (f->mark && f->created && s3_attempt_addressee(a, nonce) == -ENOENT) {
-			rm_work(a);
-			return;
+		if (fe.res == 0 && f->mark && f->created &&
+		    s3_attempt_addressee(a, nonce) == -ENOENT) {
+			first_err_note(&fe, rm_work(a, err, sizeof(err)), err);
+			return fe.res;
 		}
 	}
 	/* attempt.json gone: the coordinator has emptied the work area (after
@@ -1527,16 +1801,125 @@ static void s3_attempt_fail(struct store_attempt *a, const struct store_fail *f)
 	 * remove. */
 	char *text;
 	size_t len;
-	if (work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err)) < 0)
-		return;
-	int r = get_own(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, sizeof(err));
+	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, sizeof(err));
+	if (r == 0)
+		r = get_own(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, sizeof(err));
 	if (r == 0)
 		free(text);
-	if (r == -ENOENT && dir_key(a, a->work, key, sizeof(key), err, sizeof(err)) == 0) {
+	if (r == -ENOENT) {
 		struct rm_all rm = { a->loc.bucket, key, NULL, 0, "" };
 
-		(void)s3_list(a->loc.bucket, key, false, rm_one, &rm, err, sizeof(err));
+		r = dir_key(a, a->work, key, sizeof(key), err, sizeof(err));
+		if (r == 0)
+			r = s3_list(a->loc.bucket, key, false, rm_one, &rm, err, sizeof(err));
+		if (r == 0 && rm.res < 0) {
+			snprintf(err, sizeof(err), "%s", rm.err);
+			r = rm.res;
+		}
 	}
+	first_err_note(&fe, r, err);
+	return fe.res;
+}
+
+/* ---- heartbeat -------------------------------------------------------------------- */
+
+/*
+ * A work area's activity is the newest LastModified of what it holds:
+ * attempt.json, rank markers, indexes, the claim, and each daemon's
+ * heartbeat "alive-<life>", which every daemon in the save rewrites every
+ * s3_heartbeat for as long as its part of the save lives (while it uploads
+ * parts, which a listing of the area would not show, and while a commit's
+ * manifest PUT is slow).  The age a collector compares with its grace
+ * period is the listing's own Date less that time: both S3's clock, so no
+ * other machine's clock takes part.
+ */
+#define ALIVE_PREFIX "alive-"
+
+static int s3_attempt_renew(struct store_attempt *a, const struct store_writer *self, char *err,
+			    size_t errlen)
+{
+	char file[sizeof(ALIVE_PREFIX) + STORE_ID_LEN], key[S3_KEY_MAX + 1], akey[S3_KEY_MAX + 1];
+	char text[160], e[256];
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	snprintf(file, sizeof(file), "%s%s", ALIVE_PREFIX, self->instance);
+	snprintf(text, sizeof(text), "{\"daemon\":\"%s\",\"instance\":\"%s\",\"time\":%lld}",
+		 self->id, self->instance, (long long)time(NULL));
+	r = work_key(a, file, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = work_key(a, STORE_ATTEMPT_FILE, akey, sizeof(akey), err, errlen);
+	if (r == 0)
+		r = put_text(a->loc.bucket, key, text, false, err, errlen);
+	if (r < 0)
+		return r;
+	/* Written after the area was emptied (committed, or failed): ours to
+	 * take back (rm_work says why this order leaves nothing). */
+	r = head_object(a->loc.bucket, akey, NULL);
+	if (r == -ENOENT) {
+		(void)del_key(a->loc.bucket, key, e, sizeof(e));
+		snprintf(err, errlen, "the work area '%s/%s' is gone", a->root, a->work);
+	} else if (r < 0) {
+		snprintf(err, errlen, "S3 HEAD of '%s/%s/%s': %s", a->root, a->work,
+			 STORE_ATTEMPT_FILE, strerror(-r));
+	}
+	return r;
+}
+
+static int count_key(void *ud, const char *name, bool is_prefix)
+{
+	(void)name, (void)is_prefix;
+	(*(unsigned *)ud)++;
+	return 0;
+}
+
+/* The seconds since the newest change in a's work area, by S3's clock,
+ * into *ret_idle_s.  0, -ENOENT (nothing there), or -errno (err). */
+static int work_idle(struct store_attempt *a, int64_t *ret_idle_s, char *err, size_t errlen)
+{
+	char pre[S3_KEY_MAX + 1];
+	struct list_info info;
+	unsigned n = 0;
+	int64_t now;
+	int r;
+
+	r = dir_key(a, a->work, pre, sizeof(pre), err, errlen);
+	if (r == 0)
+		r = s3_list_info(a->loc.bucket, pre, false, count_key, &n, &info, err, errlen);
+	if (r < 0)
+		return r;
+	if (!info.newest)
+		return -ENOENT;
+	/* A server that sends no Date: this machine's clock instead. */
+	now = info.date ? info.date : (int64_t)time(NULL);
+	*ret_idle_s = now > info.newest ? now - info.newest : 0;
+	return 0;
+}
+
+/*
+ * Removes what dead attempt a left: its multipart uploads, its tagged
+ * shards under the checkpoint's name unless a manifest is there (a
+ * commit, ours or another's, owns what it names), then its work area.
+ * 0, or -errno (err) with attempt.json left in place, so that the next
+ * sweep or gc finds the attempt and goes on where this one stopped.
+ */
+static int leftover_remove(struct store_attempt *a, char *err, size_t errlen)
+{
+	int r = manifest_owner(a, err, errlen);
+
+	if (r < 0 && r != -EEXIST)
+		return r;
+	/* Uploads are never a checkpoint's: all of them go either way. */
+	int u = abort_attempt_uploads(a, err, errlen);
+	if (u < 0)
+		return u;
+	if (r == 0) {
+		r = rm_tagged_all(a, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	return rm_work(a, err, errlen);
 }
 
 /* ---- tools --------------------------------------------------------------------------- */
@@ -2559,17 +2942,6 @@ static int s3_remove(const char *root, const char *name)
 
 /* ---- leftovers ------------------------------------------------------------------------ */
 
-/* Aborts the multipart uploads of attempt a left under its name (one page
- * of ListMultipartUploads: a crashed life leaves at most one per rank). */
-static void abort_leftover_uploads(struct store_attempt *a)
-{
-	char pre[S3_KEY_MAX + 1], err[512], suffix[TAG_DIGITS + 16];
-
-	snprintf(suffix, sizeof(suffix), ".%s.safetensors", a->tag);
-	if (dir_key(a, a->name, pre, sizeof(pre), err, sizeof(err)) == 0)
-		abort_uploads_under(a->loc.bucket, pre, suffix, NULL);
-}
-
 /*
  * The attempt `id` (32 hex digits) whose work area is in dir, for a sweep
  * or gc: *a set up, and its attempt.json into *ret (json_decref it) when
@@ -2621,12 +2993,13 @@ static int leftover_open(const char *dir, const char *id, struct store_attempt *
 	return 0;
 }
 
-int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
-		   size_t errlen)
+int store_s3_sweep(const char *root, const char *id, const char *instance, int64_t min_idle_s,
+		   char *err, size_t errlen)
 {
 	struct store_attempt a;
-	char pre[S3_KEY_MAX + 1], e[512];
+	char e[512];
 	const char *inst;
+	int64_t idle;
 	json_t *j;
 	bool ours;
 	int r;
@@ -2643,20 +3016,29 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, char 
 	json_decref(j);
 	if (!ours)
 		return 0;
-	abort_leftover_uploads(&a);
-	r = dir_key(&a, a.work, pre, sizeof(pre), err, errlen);
-	if (r == 0)
-		r = rm_prefix(a.loc.bucket, pre, err, errlen);
+	/* Another daemon may still be in the save (its heartbeat): only an
+	 * area idle for min_idle_s is a dead attempt's. */
+	r = work_idle(&a, &idle, err, errlen);
+	if (r == -ENOENT)
+		return 0; /* emptied meanwhile */
+	if (r < 0)
+		return r;
+	if (idle < min_idle_s) {
+		snprintf(err, errlen, "work area '%s/%s' was active %llds ago", a.root, a.work,
+			 (long long)idle);
+		return -EBUSY;
+	}
+	r = leftover_remove(&a, err, errlen);
 	return r < 0 ? r : 1;
 }
 
 int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_run,
 		     int64_t *ret_age_s, char *err, size_t errlen)
 {
+	char key[S3_KEY_MAX + 1];
 	struct store_attempt a;
-	char key[S3_KEY_MAX + 1], pre[S3_KEY_MAX + 1], suffix[TAG_DIGITS + 16];
-	json_t *j, *created;
-	int64_t age;
+	int64_t idle;
+	json_t *j;
 	int r;
 
 	r = leftover_open(dir, id, &a, &j, err, errlen);
@@ -2666,34 +3048,25 @@ int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_
 	}
 	if (r < 0)
 		return r;
-	created = json_object_get(j, "created");
-	if (!json_is_integer(created)) {
-		json_decref(j);
-		snprintf(err, errlen, "its %s has no creation time: not ours to judge",
-			 STORE_ATTEMPT_FILE);
-		return -EBADMSG;
-	}
-	age = (int64_t)time(NULL) - (int64_t)json_integer_value(created);
 	json_decref(j);
-	*ret_age_s = age;
-	if (age < grace_s)
+	/* Its age is its last activity's (a live save's daemons renew their
+	 * heartbeat in it), never its creation's: a save that runs longer
+	 * than the grace period is still a save. */
+	r = work_idle(&a, &idle, err, errlen);
+	if (r == -ENOENT) {
+		snprintf(err, errlen, "its work area was emptied meanwhile");
+		return r;
+	}
+	if (r < 0)
+		return r;
+	*ret_age_s = idle;
+	if (idle < grace_s)
 		return 0;
 	if (dry_run)
 		return 1;
-	/* The attempt's shards and uploads go only if no manifest names a
-	 * checkpoint there: a commit (ours or another's) owns them. */
-	r = manifest_owner(&a, err, errlen);
-	if (r == 0) {
-		struct tag_rm t = { &a, suffix };
-
-		abort_leftover_uploads(&a);
-		snprintf(suffix, sizeof(suffix), ".%s.safetensors", a.tag);
-		if (dir_key(&a, a.name, pre, sizeof(pre), err, errlen) == 0)
-			(void)s3_list(a.loc.bucket, pre, true, rm_tagged, &t, err, errlen);
-	} else if (r < 0 && r != -EEXIST) {
+	r = leftover_remove(&a, err, errlen);
+	if (r < 0)
 		return r;
-	}
-	rm_work(&a);
 	r = work_key(&a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
 	if (r == 0 && head_object(a.loc.bucket, key, NULL) == 0) {
 		snprintf(err, errlen, "its work area could not be removed whole");
@@ -2797,15 +3170,21 @@ static int gc_upload(void *ud, const char *inner, size_t len)
 		g->report(g->ud, key + g->strip, "FAILED", err, age);
 		return 0;
 	}
-	if (work)
+	if (work) {
+		g->report(g->ud, key + g->strip, "KEEP",
+			  "an unfinished upload of a shard whose save's work area is there (its "
+			  "activity decides)", age);
 		return 0;
+	}
 	if (age < g->grace_s) {
 		g->report(g->ud, key + g->strip, "KEEP",
 			  "an unfinished upload of a shard, within the grace period", age);
 		return 0;
 	}
-	if (!g->dry_run)
-		abort_upload(g->bucket, key, id);
+	if (!g->dry_run && abort_upload(g->bucket, key, id, err, sizeof(err)) < 0) {
+		g->report(g->ud, key + g->strip, "FAILED", err, age);
+		return 0;
+	}
 	g->report(g->ud, key + g->strip, g->dry_run ? "REMOVE" : "REMOVED",
 		  "an unfinished upload of a shard whose save is gone (aborted)", age);
 	return 0;
@@ -2814,9 +3193,7 @@ static int gc_upload(void *ud, const char *inner, size_t len)
 int store_s3_gc_uploads(const char *root, int64_t grace_s, bool dry_run,
 			store_gc_report_fn report, void *ud, char *err, size_t errlen)
 {
-	char pre[S3_PREFIX_MAX + 2], enc_pre[3 * sizeof(pre)], km[S3_KEY_MAX + 1] = "";
-	char um[256] = "", enc_km[3 * sizeof(km)], enc_um[3 * sizeof(um)];
-	char q[sizeof(enc_pre) + sizeof(enc_km) + sizeof(enc_um) + 64];
+	char pre[S3_PREFIX_MAX + 2];
 	struct up_gc g = { 0 };
 	struct s3_loc loc;
 	int r;
@@ -2827,8 +3204,6 @@ int store_s3_gc_uploads(const char *root, int64_t grace_s, bool dry_run,
 	if (r < 0)
 		return r;
 	snprintf(pre, sizeof(pre), "%s%s", loc.prefix, loc.prefix[0] ? "/" : "");
-	if (s3_encode_query(pre, enc_pre, sizeof(enc_pre)) < 0)
-		return -ENAMETOOLONG;
 	g.bucket = loc.bucket;
 	g.strip = strlen(pre);
 	g.grace_s = grace_s;
@@ -2836,44 +3211,8 @@ int store_s3_gc_uploads(const char *root, int64_t grace_s, bool dry_run,
 	g.dry_run = dry_run;
 	g.report = report;
 	g.ud = ud;
-	for (unsigned page = 0; page < 100000; page++) {
-		struct s3_req rq = { .method = "GET", .bucket = loc.bucket, .key = "", .query = q,
-				     .max_resp = 8u << 20 };
-		char trunc[8] = "";
-
-		if (s3_encode_query(km, enc_km, sizeof(enc_km)) < 0 ||
-		    s3_encode_query(um, enc_um, sizeof(enc_um)) < 0)
-			return -ENAMETOOLONG;
-		/* Parameters in sorted order (s3_list says why). */
-		snprintf(q, sizeof(q), "%s%s%sprefix=%s%s%s%suploads=", km[0] ? "key-marker=" : "",
-			 km[0] ? enc_km : "", km[0] ? "&" : "", enc_pre,
-			 um[0] ? "&upload-id-marker=" : "", um[0] ? enc_um : "", "&");
-		r = s3_call(g_s3, &rq, err, errlen);
-		if (r == 0 && rq.resp &&
-		    s3_xml_each(rq.resp, rq.resp_len, "ListMultipartUploadsResult/Upload", gc_upload,
-				&g) < 0)
-			r = -EBADMSG;
-		if (r == 0 && rq.resp &&
-		    s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/IsTruncated", trunc,
-				sizeof(trunc)) < 0)
-			trunc[0] = '\0';
-		if (r == 0 && !strcmp(trunc, "true") &&
-		    (s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/NextKeyMarker", km,
-				 sizeof(km)) < 0 ||
-		     s3_xml_text(rq.resp, rq.resp_len, "ListMultipartUploadsResult/NextUploadIdMarker",
-				 um, sizeof(um)) < 0))
-			r = -EBADMSG;
-		s3_req_free(&rq);
-		if (r == -EBADMSG)
-			snprintf(err, errlen, "S3 ListMultipartUploads of %s: an answer we cannot read",
-				 root);
-		if (r < 0)
-			return r;
-		if (strcmp(trunc, "true"))
-			return (int)(g.seen > INT32_MAX ? INT32_MAX : g.seen);
-	}
-	snprintf(err, errlen, "S3 ListMultipartUploads of %s does not end", root);
-	return -ELOOP;
+	r = uploads_each(loc.bucket, pre, gc_upload, &g, err, errlen);
+	return r < 0 ? r : (int)(g.seen > INT32_MAX ? INT32_MAX : g.seen);
 }
 
 const struct store_ops store_s3 = {
@@ -2901,6 +3240,7 @@ const struct store_ops store_s3 = {
 	.attempt_commit = s3_attempt_commit,
 	.attempt_poll = s3_attempt_poll,
 	.attempt_fail = s3_attempt_fail,
+	.attempt_renew = s3_attempt_renew,
 	.attempt_close = s3_attempt_close,
 	.list = s3_list_root,
 	.read_range = s3_read_range,

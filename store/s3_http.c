@@ -75,6 +75,7 @@ struct xfer {
 	 * one came too long, or twice, to be a checksum of ours. */
 	char sum[16], s3sum[80];
 	bool has_sum, has_s3sum;
+	char date[64];           /* the answer's Date header, as sent */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -190,10 +191,11 @@ static size_t on_header(char *line, size_t size, size_t n, void *ud)
 
 	/* A new status line (after a 100 Continue) starts the headers over. */
 	if (len >= 5 && !strncmp(line, "HTTP/", 5)) {
-		x->etag[0] = x->sum[0] = x->s3sum[0] = '\0';
+		x->etag[0] = x->sum[0] = x->s3sum[0] = x->date[0] = '\0';
 		x->has_sum = x->has_s3sum = false;
 	}
 	(void)header_value(line, len, "etag", x->etag, sizeof(x->etag));
+	(void)header_value(line, len, "date", x->date, sizeof(x->date));
 	sum_header(line, len, S3_SUM_HEADER, x->sum, sizeof(x->sum), &x->has_sum);
 	sum_header(line, len, S3_CRC32C_HEADER, x->s3sum, sizeof(x->s3sum), &x->has_s3sum);
 	return len;
@@ -388,6 +390,7 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 	r->resp = NULL;
 	r->resp_len = 0;
 	r->etag[0] = r->code[0] = r->message[0] = '\0';
+	r->date = 0;
 	/* Every body goes with a digest S3 checks, so a byte damaged on the
 	 * way is refused (BadDigest, retried), never stored: CRC32C on a PUT,
 	 * Content-MD5 on a POST (a Complete's x-amz-checksum-* would describe
@@ -460,6 +463,8 @@ int s3_call(struct s3_client *c, struct s3_req *r, char *err, size_t errlen)
 			snprintf(r->code, sizeof(r->code), "%s", o.code);
 			snprintf(r->message, sizeof(r->message), "%s", o.message);
 			memcpy(r->etag, x.etag, sizeof(r->etag));
+			time_t date = x.date[0] ? curl_getdate(x.date, NULL) : -1;
+			r->date = date > 0 ? (int64_t)date : 0;
 			curl_off_t cl = -1;
 			if (curl_easy_getinfo(x.h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK ||
 			    cl < 0)

@@ -114,6 +114,8 @@ struct s3_req {
 	size_t resp_len;
 	uint64_t content_length;     /* Content-Length of the answer (HEAD) */
 	char etag[132];
+	int64_t date;                /* the answer's Date (the server's clock,
+	                              * seconds since the epoch), or 0 */
 	char code[64];               /* S3's Error/Code, or "" */
 	char message[256];           /* S3's Error/Message, or "" */
 	unsigned attempts;

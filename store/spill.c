@@ -598,19 +598,27 @@ static int sp_attempt_poll(struct store_attempt *x, const char *id, char *err, s
 	return r;
 }
 
-static void sp_attempt_fail(struct store_attempt *x, const struct store_fail *f)
+static int sp_attempt_fail(struct store_attempt *x, const struct store_fail *f)
 {
 	struct spattempt *at = SA(x);
+	int r = store_s3.attempt_fail(at->s3, f);
 
-	store_s3.attempt_fail(at->s3, f);
 	/* The local area is this daemon's own (a spill directory is never
 	 * shared): all of it goes. */
 	if (!at->kept) {
 		struct store_fail lf = { .coordinator = at->loc_created, .made = f->made,
 					 .n_made = f->n_made, .msg = f->msg };
 
-		store_local.attempt_fail(at->loc, &lf);
+		(void)store_local.attempt_fail(at->loc, &lf);
 	}
+	return r;
+}
+
+/* The S3 side's work area is the shared one: its heartbeat is S3's. */
+static int sp_attempt_renew(struct store_attempt *x, const struct store_writer *self, char *err,
+			    size_t errlen)
+{
+	return store_s3.attempt_renew(SA(x)->s3, self, err, errlen);
 }
 
 static void sp_attempt_close(struct store_attempt *x)
@@ -668,6 +676,7 @@ const struct store_ops store_spill = {
 	.attempt_commit = sp_attempt_commit,
 	.attempt_poll = sp_attempt_poll,
 	.attempt_fail = sp_attempt_fail,
+	.attempt_renew = sp_attempt_renew,
 	.attempt_close = sp_attempt_close,
 	.list = sp_list,
 	.read_range = sp_read_range,

@@ -286,8 +286,22 @@ struct store_ops {
 	 *     coordinator will remove it), it removes the area as the
 	 *     coordinator would;
 	 *   - one that has delivered writes and deletes nothing (the area may
-	 *     be committed already). */
-	void (*attempt_fail)(struct store_attempt *a, const struct store_fail *f);
+	 *     be committed already).
+	 * Returns 0, or -errno if something it had to remove is still there
+	 * (the storage was unreachable, an answer unreadable): the caller
+	 * keeps the area noted, and its sweep tries again later. */
+	int (*attempt_fail)(struct store_attempt *a, const struct store_fail *f);
+	/* [worker] Optional (NULL: the store needs none): says that this
+	 * daemon's part of the save is alive, for `ckptctl gc` and other
+	 * daemons' sweeps, which age a work area from its last activity.
+	 * The daemon calls it every s3_heartbeat while the save is not final,
+	 * also while another hook of a (a slow commit) is in flight: it reads
+	 * only what attempt_open set.  Returns 0;
+	 * -ENOENT once the work area is gone (committed or removed: nothing
+	 * to renew any more, and nothing of the renewal is left behind);
+	 * -EOPNOTSUPP where this attempt needs no renewal; or -errno (err). */
+	int (*attempt_renew)(struct store_attempt *a, const struct store_writer *self, char *err,
+			     size_t errlen);
 	/* [any] Accepts NULL. */
 	void (*attempt_close)(struct store_attempt *a);
 

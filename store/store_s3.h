@@ -60,12 +60,18 @@ int store_s3_put_if(const char *url, const char *file, const char *text, const c
  * or -errno. */
 int store_s3_exists(const char *root, const char *rel);
 
-/* Removes the work area of attempt `id` under `root` if its attempt.json
- * names daemon life `instance` (a crashed life's leftover), aborting its
- * multipart uploads.  1 removed, 0 not there or not that life's, -errno
- * (err). */
-int store_s3_sweep(const char *root, const char *id, const char *instance, char *err,
-		   size_t errlen);
+/*
+ * Removes what attempt `id` under `root` left if its attempt.json names
+ * daemon life `instance` (a crashed life's, or a failed save's whose
+ * cleanup failed) and nothing happened in its work area for min_idle_s
+ * (by S3's clock: another daemon of the save renews its heartbeat there):
+ * its multipart uploads, its tagged shards unless a manifest is there, and
+ * the work area, attempt.json last.  1 removed, 0 not there or not that
+ * life's, -EBUSY still active (err says since when), -errno (err) with
+ * attempt.json left for a later try.
+ */
+int store_s3_sweep(const char *root, const char *id, const char *instance, int64_t min_idle_s,
+		   char *err, size_t errlen);
 
 /*
  * gc of lease object `name` (remove.h) in directory `dir` (an S3 URL)
@@ -78,24 +84,28 @@ int store_s3_gc_lease(const char *dir, const char *name, int64_t grace_s, bool d
 		      int64_t *ret_age_s, char *err, size_t errlen);
 
 /*
- * gc of the work area of attempt `id` in directory `dir` (an S3 URL): if
- * its attempt.json (ours: the id, a name, a "created" time) is at least
- * grace_s old (*ret_age_s), removes the work area and, unless a manifest
- * names a checkpoint there, the attempt's tagged shards and unfinished
- * multipart uploads.  Returns 1 removed (dry_run: would be), 0 younger,
- * -EBADMSG not ours to judge (err), or -errno (err).
+ * gc of the work area of attempt `id` in directory `dir` (an S3 URL) whose
+ * attempt.json is ours (the id, a name): if nothing in it changed for
+ * grace_s (*ret_age_s: the seconds since its newest object was written,
+ * its daemons' heartbeats included, by S3's clock), aborts the attempt's
+ * unfinished multipart uploads, deletes its tagged shards unless a
+ * manifest names a checkpoint there, and removes the work area.  Returns
+ * 1 removed (dry_run: would be), 0 younger, -ENOENT emptied meanwhile (a
+ * commit or a cleanup), -EBADMSG not ours to judge (err), or -errno (err;
+ * what is left is found again next time).
  */
 int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_run,
 		     int64_t *ret_age_s, char *err, size_t errlen);
 
 /*
- * gc of the unfinished multipart uploads under root (an S3 URL): an upload
- * of a ckptd shard ("rank-NNNNN.<tag>.safetensors") whose attempt has no
- * work area left is aborted once it is grace_s old (dry_run: only said);
- * one whose work area is there is left to that work area's gc; any other
- * upload is reported, never aborted.  report() gets each decision (key
- * relative to root, action, why, age in seconds or -1).  Returns how many
- * uploads were listed, or -errno (err).
+ * gc of the unfinished multipart uploads under root (an S3 URL): every
+ * upload found is reported.  One of a ckptd shard
+ * ("rank-NNNNN.<tag>.safetensors") whose attempt has no work area left is
+ * aborted once it is grace_s old (dry_run: only said); one whose work area
+ * is there is kept (that work area's activity decides: store_s3_gc_work);
+ * any other upload is reported, never aborted.  report() gets each
+ * decision (key relative to root, action, why, age in seconds or -1).
+ * Returns how many uploads were listed, or -errno (err).
  */
 typedef void (*store_gc_report_fn)(void *ud, const char *rel, const char *action,
 				   const char *why, int64_t age_s);

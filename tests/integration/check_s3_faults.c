@@ -49,6 +49,27 @@
  *              mismatch"; ckptctl exits 1), and opens again once the
  *              answers are whole.
  *
+ * Leftovers and gc (each under s3://BUCKET/s3gc/<case>, outside the audited
+ * prefix; the bucket is read back with boto3 from moto itself):
+ *   gc_live    A save whose manifest PUT the proxy holds, with its work area
+ *              created longer ago than gc's --grace: `ckptctl gc --grace 3s`
+ *              keeps the work area (its daemons' heartbeats are fresh) and
+ *              every shard; released, the save commits and reads back whole.
+ *   commit_gone  Rank 1's index PUT held; rank 0's finished shard deleted
+ *              meanwhile: the commit fails on both ranks naming the shard,
+ *              and no manifest is written.
+ *   lost_create  The first CreateMultipartUpload is forwarded but its
+ *              answer dropped (libcurl then sends it again by itself): the
+ *              save commits and no upload is left open.
+ *   crash_sweep  kill -9 of ckptd while its manifest PUT is held (the shard
+ *              whole in S3): gc past its grace says the attempt is dead; the
+ *              restarted daemon's sweep removes its shard and work area,
+ *              never a committed checkpoint's objects or another attempt's.
+ *   cleanup_retry  A save that fails while S3 refuses parts, aborts,
+ *              deletes and reads: its cleanup fails; once S3 answers
+ *              again, the periodic sweep aborts the upload and removes the
+ *              work area.
+ *
  * It prints "campaign: faults=N ... commits_verified=C failures_clean=F";
  * s3_faults.sh then lists the bucket with boto3: one manifest per commit,
  * no work area, no open upload, no object outside a committed checkpoint.
@@ -813,6 +834,441 @@ START_TEST(test_spill_torn)
 }
 END_TEST
 
+/* ---- leftovers and gc ---- */
+
+/* "s3://BUCKET/s3gc/<what>": outside the prefix s3_faults.sh audits. */
+static void gc_root(char *out, size_t len, const char *what)
+{
+	snprintf(out, len, "s3://%s/s3gc/%s", getenv("S3_BUCKET"), what);
+}
+
+/*
+ * Runs `code` in the test Python (boto3 on moto itself, as the
+ * environment says) with argv[1] = the root's key prefix ("s3gc/<what>/")
+ * and argv[2] = arg; its stdout into *out (malloc'd).  Asserts exit 0.
+ */
+static void s3py(const char *root, const char *arg, const char *code, char **out)
+{
+	const char *py = getenv("CKPT_TEST_PYTHON");
+	char prefix[1024], prog[4096];
+	const char *key = strchr(root + strlen("s3://"), '/');
+	char *o = NULL;
+
+	ck_assert_msg(py && py[0], "CKPT_TEST_PYTHON is not set");
+	snprintf(prefix, sizeof(prefix), "%s/", key ? key + 1 : "");
+	snprintf(prog, sizeof(prog),
+		 "import boto3, json, os, sys\n"
+		 "b = os.environ['S3_BUCKET']\n"
+		 "s3 = boto3.client('s3', endpoint_url=os.environ['S3_ENDPOINT'])\n"
+		 "pre = sys.argv[1]\n"
+		 "def keys(p=''):\n"
+		 "    out = []\n"
+		 "    for pg in s3.get_paginator('list_objects_v2').paginate(Bucket=b, Prefix=pre + p):\n"
+		 "        out += [o['Key'][len(pre):] for o in pg.get('Contents', [])]\n"
+		 "    return sorted(out)\n"
+		 "def uploads():\n"
+		 "    return sorted(u['Key'][len(pre):] for u in\n"
+		 "                  s3.list_multipart_uploads(Bucket=b, Prefix=pre).get('Uploads', []))\n"
+		 "%s\n", code);
+	char *argv[] = { (char *)py, "-c", prog, prefix, (char *)(arg ? arg : ""), NULL };
+	int st = td_run_capture(argv, 60000, &o);
+	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "python: %s:\n%s\n%s",
+		      td_status_str(st), o ? o : "", code);
+	*out = o;
+}
+
+/* The keys under root (one per line), and the open uploads ("upload KEY"). */
+static char *s3_state(const char *root)
+{
+	char *out = NULL;
+
+	s3py(root, NULL,
+	     "for k in keys(): print(k)\n"
+	     "for u in uploads(): print('upload', u)\n", &out);
+	return out;
+}
+
+/* Does any line of text start with `start` and hold `has` (NULL: any)? */
+static bool line_has(const char *text, const char *start, const char *has)
+{
+	for (const char *l = text; l && *l;) {
+		const char *nl = strchr(l, '\n');
+		size_t n = nl ? (size_t)(nl - l) : strlen(l);
+
+		if (n >= strlen(start) && !strncmp(l, start, strlen(start)) &&
+		    (!has || (memmem(l, n, has, strlen(has)) != NULL)))
+			return true;
+		l = nl ? nl + 1 : NULL;
+	}
+	return false;
+}
+
+/* Waits (bounded) until the state of root has (want) or lacks (!want) a line
+ * starting with `start` and holding `has`; returns the last state seen. */
+static char *wait_state(const char *root, const char *start, const char *has, bool want,
+			int timeout_ms)
+{
+	int64_t end = td_now_ms() + timeout_ms;
+	char *st = s3_state(root);
+
+	while (line_has(st, start, has) != want && td_now_ms() < end) {
+		free(st);
+		td_sleep_ms(200);
+		st = s3_state(root);
+	}
+	return st;
+}
+
+static void gc_daemons(struct testd *t, const char *root, int n, const char *more)
+{
+	char conf[2048];
+
+	for (int i = 0; i < n; i++) {
+		snprintf(conf, sizeof(conf),
+			 "arena_max = 64M\nroot = %s\ns3_endpoint = %s\n"
+			 "s3_retries = 2\ns3_backoff_base = 10ms\ns3_backoff_cap = 50ms\n"
+			 "s3_stall_timeout = 120s\ns3_heartbeat = 500ms\n%s",
+			 root, getenv("CKPT_TEST_S3_PROXY"), more);
+		ck_assert_int_eq(td_daemon_start(t, i, conf), 0);
+	}
+}
+
+/* ckpt_save_one as a helper process: one rank of a world of one, 20 MiB
+ * (three parts), waiting for the commit. */
+struct one_args {
+	const char *sock, *root, *name;
+};
+
+static int save_one_main(void *arg, int rep, int go)
+{
+	const struct one_args *a = arg;
+	char bin[4096];
+
+	(void)go;
+	snprintf(bin, sizeof(bin), "%s/tests/ckpt_save_one", td_build_dir());
+	dup2(rep, 1);
+	dup2(rep, 2);
+	execl(bin, bin, "-s", a->sock, "-r", a->root, "-n", a->name, "--world", "1", "--rank",
+	      "0", "--mib", "20", "--wait", "committed", (char *)NULL);
+	return 127;
+}
+
+/* Lets go of whatever an earlier case left held or failing (a failed case
+ * ends without its own clean-up), then applies cfg (a JSON object's
+ * members, without braces) over a reset. */
+static void proxy_fresh(const char *cfg)
+{
+	proxy_config("{\"hold\": false, \"fail_all\": false, \"fault_path\": \"\", "
+		     "\"fault_limit\": -1, \"rate\": 0}");
+	for (int i = 0; i < 600 && held_now() > 0; i++)
+		usleep(50000);
+	ck_assert_uint_eq(held_now(), 0);
+	proxy_config("{\"reset\": true, %s}", cfg);
+}
+
+START_TEST(test_gc_live)
+{
+	char root[1024], line[2][1024], *out = NULL, *st;
+	struct td_child ch[2];
+	struct rank_args a[2];
+	struct testd t;
+	int64_t t0;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_gc_live");
+	gc_root(root, sizeof(root), "live");
+	gc_daemons(&t, root, 2, "commit_deadline = 240s\n");
+	/* The manifest PUT waits at the proxy: every shard is whole, the save
+	 * is in its commit, and stays there as long as the test likes. */
+	proxy_fresh("\"fault_methods\": \"PUT\", \"fault_kinds\": \"put\", "
+		    "\"fault_path\": \"/manifest.json\", \"hold\": true");
+	t0 = td_now_ms();
+	for (uint32_t r = 0; r < 2; r++) {
+		a[r] = (struct rank_args){ .sock = td_sock(&t, (int)r), .root = root,
+					   .name = "slow", .rank = r, .seed = SEED_BASE + 30 };
+		ck_assert_int_eq(td_child_start(&ch[r], rank_main, &a[r]), 0);
+	}
+	for (int i = 0; i < 1200 && held_now() < 1; i++)
+		usleep(50000);
+	ck_assert_msg(held_now() >= 1, "the manifest PUT never reached the proxy");
+	/* The work area was made before t0 + the time so far: once 5 s have
+	 * passed, its attempt.json is older than gc's grace of 3 s. */
+	while (td_now_ms() - t0 < 5000)
+		td_sleep_ms(100);
+	rc = td_ckptctl(&out, "gc", root, "--grace", "3s", "--json", NULL);
+	ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "gc: %s\n%s",
+		      td_status_str(rc), out ? out : "");
+	printf("gc_live: %s", out);
+	ck_assert_msg(strstr(out, "\"action\":\"KEEP\"") && strstr(out, ".ckpt-work-") &&
+			      !strstr(out, "REMOVE"),
+		      "gc did not keep the live save's work area:\n%s", out);
+	free(out);
+	st = s3_state(root);
+	ck_assert_msg(line_has(st, "slow/rank-00000.", ".safetensors") &&
+			      line_has(st, "slow/rank-00001.", ".safetensors") &&
+			      line_has(st, ".ckpt-work-", "attempt.json") &&
+			      line_has(st, ".ckpt-work-", "/alive-"),
+		      "a shard, the work area or a heartbeat is missing:\n%s", st);
+	free(st);
+	proxy_config("{\"hold\": false, \"fault_kinds\": \"all\", \"fault_methods\": \"all\", "
+		     "\"fault_path\": \"\"}");
+	for (uint32_t r = 0; r < 2; r++) {
+		rc = td_child_expect(&ch[r], "result", 120000, line[r], sizeof(line[r]));
+		ck_assert_msg(rc == 0 && atoi(line[r]) == 0, "rank %u: %s\n%s", r, line[r],
+			      ch[r].out);
+		ck_assert_int_eq(td_child_wait(&ch[r], 30000), 0);
+	}
+	verify_commit(root, "slow", SEED_BASE + 30);
+	st = wait_state(root, ".ckpt-work-", NULL, false, 30000);
+	ck_assert_msg(!line_has(st, ".ckpt-work-", NULL), "a work area is left:\n%s", st);
+	free(st);
+	td_fini(&t);
+}
+END_TEST
+
+START_TEST(test_commit_gone)
+{
+	char root[1024], msg[1024], *st, *out = NULL;
+	struct td_child ch[2];
+	struct rank_args a[2];
+	char line[2][1024];
+	struct testd t;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_commit_gone");
+	gc_root(root, sizeof(root), "gone");
+	gc_daemons(&t, root, 2, "commit_deadline = 240s\n");
+	/* Rank 1's index waits: rank 0's daemon cannot merge yet. */
+	proxy_fresh("\"fault_methods\": \"PUT\", \"fault_kinds\": \"put\", "
+		    "\"fault_path\": \"rank-00001.index.json\", \"hold\": true");
+	for (uint32_t r = 0; r < 2; r++) {
+		a[r] = (struct rank_args){ .sock = td_sock(&t, (int)r), .root = root,
+					   .name = "victim", .rank = r, .seed = SEED_BASE + 40 };
+		ck_assert_int_eq(td_child_start(&ch[r], rank_main, &a[r]), 0);
+	}
+	for (int i = 0; i < 1200 && held_now() < 1; i++)
+		usleep(50000);
+	ck_assert_msg(held_now() >= 1, "rank 1's index never reached the proxy");
+	/* Rank 0's shard, once whole, is deleted behind the save's back. */
+	st = wait_state(root, "victim/rank-00000.", ".safetensors", true, 60000);
+	ck_assert_msg(line_has(st, "victim/rank-00000.", ".safetensors"), "no shard 0:\n%s", st);
+	free(st);
+	s3py(root, NULL,
+	     "ks = [k for k in keys('victim/') if k.startswith('victim/rank-00000.')]\n"
+	     "assert len(ks) == 1, ks\n"
+	     "s3.delete_object(Bucket=b, Key=pre + ks[0])\n"
+	     "print(ks[0])\n", &out);
+	free(out);
+	proxy_config("{\"hold\": false, \"fault_kinds\": \"all\", \"fault_methods\": \"all\", "
+		     "\"fault_path\": \"\"}");
+	for (uint32_t r = 0; r < 2; r++) {
+		rc = td_child_expect(&ch[r], "result", 120000, line[r], sizeof(line[r]));
+		ck_assert_msg(rc == 0, "rank %u gave no result:\n%s", r, ch[r].out);
+		ck_assert_int_eq(td_child_wait(&ch[r], 30000), 0);
+	}
+	ck_assert_msg(atoi(line[0]) < 0 && atoi(line[1]) < 0,
+		      "a save whose shard was deleted committed:\n  %s\n  %s", line[0], line[1]);
+	snprintf(msg, sizeof(msg), "%s", line[0]);
+	printf("commit_gone: rank 0: %s\n", msg);
+	ck_assert_msg(strstr(msg, "rank-00000.") && strstr(msg, "gone"),
+		      "the failure does not name the shard that is gone: %s", msg);
+	verify_no_commit(root, "victim");
+	st = s3_state(root);
+	ck_assert_msg(!line_has(st, "victim/manifest.json", NULL), "a manifest was written:\n%s",
+		      st);
+	free(st);
+	td_fini(&t);
+}
+END_TEST
+
+START_TEST(test_lost_create)
+{
+	char root[1024], *st;
+	struct testd t;
+	json_t *js;
+	char msg[1024];
+	int res;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_lost_create");
+	gc_root(root, sizeof(root), "create");
+	gc_daemons(&t, root, 2, "commit_deadline = 240s\n");
+	/* The first Create reaches moto; its answer never reaches ckptd. */
+	proxy_fresh("\"rate\": 1, \"faults\": \"drop-response\", \"fault_methods\": "
+		    "\"POST\", \"fault_kinds\": \"create\", \"fault_limit\": 1");
+	res = save_once(&t, root, "made", SEED_BASE + 50, msg, sizeof(msg));
+	js = proxy_call("/__proxy/stats", NULL);
+	uint64_t drops = jnum(json_object_get(js, "faults"), "drop-response");
+	json_decref(js);
+	proxy_config("{\"rate\": 0, \"faults\": \"all\", \"fault_methods\": \"all\", "
+		     "\"fault_kinds\": \"all\", \"fault_limit\": -1}");
+	ck_assert_msg(res == 0, "the save failed: %s", msg);
+	ck_assert_uint_eq(drops, 1);
+	verify_commit(root, "made", SEED_BASE + 50);
+	st = s3_state(root);
+	printf("lost_create: left in S3:\n%s", st);
+	ck_assert_msg(!line_has(st, "upload ", NULL), "an upload is left open:\n%s", st);
+	free(st);
+	td_fini(&t);
+}
+END_TEST
+
+START_TEST(test_crash_sweep)
+{
+	static const char other[] = "0123456789abcdef0123456789abcdef";
+	char root[1024], *st, *out = NULL, msg[1024];
+	struct one_args oa;
+	struct td_child ch;
+	struct testd t;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_crash_sweep");
+	gc_root(root, sizeof(root), "crash");
+	gc_daemons(&t, root, 2, "commit_deadline = 240s\n");
+	proxy_fresh("\"fault_methods\": \"all\", \"fault_kinds\": \"all\"");
+	/* A committed checkpoint, and another attempt's leftovers under the
+	 * same name (a work area of another daemon, a shard of its tag). */
+	ck_assert_int_eq(save_once(&t, root, "kept", SEED_BASE + 60, msg, sizeof(msg)), 0);
+	s3py(root, other,
+	     "o = sys.argv[2]\n"
+	     "s3.put_object(Bucket=b, Key=pre + '.ckpt-work-' + o + '/attempt.json', Body=json.dumps("
+	     "{'format': 'ckpt-attempt-1', 'id': o, 'name': 'dead', 'daemon': {'id': o, "
+	     "'instance': o}}))\n"
+	     "s3.put_object(Bucket=b, Key=pre + 'dead/rank-00003.' + o[:16] + '.safetensors', "
+	     "Body=b'x')\n", &out);
+	free(out);
+	out = NULL;
+	/* The manifest PUT of "dead" waits at the proxy: then ckptd dies. */
+	proxy_config("{\"fault_methods\": \"PUT\", \"fault_kinds\": \"put\", \"fault_path\": "
+		     "\"dead/manifest.json\", \"hold\": true}");
+	oa = (struct one_args){ td_sock(&t, 0), root, "dead" };
+	ck_assert_int_eq(td_child_start(&ch, save_one_main, &oa), 0);
+	for (int i = 0; i < 1200 && held_now() < 1; i++)
+		usleep(50000);
+	ck_assert_msg(held_now() >= 1, "the manifest PUT never reached the proxy:\n%s", ch.out);
+	td_daemon_kill(&t, 0);
+	td_child_kill(&ch);
+	st = s3_state(root);
+	ck_assert_msg(line_has(st, "dead/rank-00000.", ".safetensors") &&
+			      !line_has(st, "dead/manifest.json", NULL),
+		      "not the state of a crash before the commit:\n%s", st);
+	free(st);
+	/* gc past its grace takes it for dead (nothing renews it now). */
+	for (int i = 0; i < 100; i++) {
+		free(out);
+		out = NULL;
+		rc = td_ckptctl(&out, "gc", root, "--grace", "2s", "--dry-run", NULL);
+		ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "gc: %s",
+			      out ? out : "");
+		if (line_has(out, "REMOVE", ".ckpt-work-") &&
+		    !line_has(out, "KEEP", ".ckpt-work-"))
+			break;
+		td_sleep_ms(500);
+	}
+	printf("crash_sweep: gc --dry-run:\n%s", out);
+	ck_assert_msg(line_has(out, "REMOVE", ".ckpt-work-"), "gc keeps the dead attempt:\n%s",
+		      out);
+	free(out);
+	/* The daemon comes back; its sweep removes what its dead life left:
+	 * the shard too, after the usual idle time. */
+	td_daemon_stop(&t, 1);
+	gc_daemons(&t, root, 1, "commit_deadline = 2s\n");
+	st = wait_state(root, "dead/rank-00000.", NULL, false, 90000);
+	printf("crash_sweep: after the sweep:\n%s", st);
+	ck_assert_msg(!line_has(st, "dead/rank-00000.", NULL), "the dead attempt's shard is "
+		      "left:\n%s", st);
+	free(st);
+	st = wait_state(root, ".ckpt-work-", "attempt.json", false, 30000);
+	/* Only the planted one, another daemon's, is left. */
+	ck_assert_msg(line_has(st, ".ckpt-work-0123456789abcdef", "attempt.json") &&
+			      line_has(st, "dead/rank-00003.0123456789abcdef", NULL),
+		      "another attempt's leftovers were removed:\n%s", st);
+	ck_assert_msg(!line_has(st, "upload ", NULL), "an upload is left open:\n%s", st);
+	free(st);
+	proxy_config("{\"hold\": false, \"fault_kinds\": \"all\", \"fault_methods\": \"all\", "
+		     "\"fault_path\": \"\"}");
+	verify_commit(root, "kept", SEED_BASE + 60);
+	verify_no_commit(root, "dead");
+	td_fini(&t);
+}
+END_TEST
+
+START_TEST(test_cleanup_retry)
+{
+	char root[1024], areas[4096], *st;
+	struct one_args oa;
+	struct td_child ch;
+	struct testd t;
+	int st_rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_cleanup_retry");
+	gc_root(root, sizeof(root), "retry");
+	/* One part in flight: the first is held, the others meet the outage. */
+	gc_daemons(&t, root, 1, "commit_deadline = 8s\ns3_parts_in_flight = 1\n");
+	proxy_fresh("\"fault_methods\": \"all\", \"fault_kinds\": \"part\", \"hold\": true");
+	oa = (struct one_args){ td_sock(&t, 0), root, "outage" };
+	ck_assert_int_eq(td_child_start(&ch, save_one_main, &oa), 0);
+	for (int i = 0; i < 1200 && held_now() < 1; i++)
+		usleep(50000);
+	ck_assert_msg(held_now() >= 1, "no part reached the proxy:\n%s", ch.out);
+	/* S3 goes away for parts, aborts, reads, listings and deletes. */
+	proxy_config("{\"hold\": false, \"fail_all\": true, \"fault_kinds\": "
+		     "\"part,abort,read,delete,delete-objects,other\"}");
+	st_rc = td_child_wait(&ch, 120000);
+	ck_assert_msg(st_rc >= 0 && WIFEXITED(st_rc) && WEXITSTATUS(st_rc) == 1,
+		      "the save did not fail: %s\n%s", td_status_str(st_rc), ch.out);
+	/* Its cleanup has run, and failed: the upload and the area are there. */
+	for (int i = 0; i < 200; i++) {
+		char log[65536];
+
+		if (td_read_log(&t, 0, log, sizeof(log)) > 0 && strstr(log, "cleanup is incomplete"))
+			break;
+		td_sleep_ms(100);
+	}
+	st = s3_state(root);
+	printf("cleanup_retry: during the outage:\n%s", st);
+	ck_assert_msg(line_has(st, "upload outage/rank-00000.", NULL) &&
+			      line_has(st, ".ckpt-work-", "attempt.json"),
+		      "nothing left to clean up:\n%s", st);
+	free(st);
+	/* ... and the daemon has not forgotten it: its registry entry stays. */
+	td_path(areas, sizeof(areas), "%s/state-0/areas", t.dir);
+	ck_assert_int_eq(td_count_entries(areas, ""), 1);
+	/* S3 is back: the periodic sweep finishes the cleanup. */
+	proxy_config("{\"fail_all\": false, \"fault_kinds\": \"all\"}");
+	st = wait_state(root, "upload ", NULL, false, 120000);
+	free(st);
+	st = wait_state(root, ".ckpt-work-", NULL, false, 60000);
+	printf("cleanup_retry: after the outage:\n%s", st);
+	ck_assert_msg(!line_has(st, "upload ", NULL) && !line_has(st, ".ckpt-work-", NULL) &&
+			      !line_has(st, "outage/", NULL),
+		      "the cleanup was not done once S3 was back:\n%s", st);
+	free(st);
+	ck_assert_msg(td_wait_count(areas, "", 0, 30000), "the registry entry stays after the "
+		      "cleanup was done");
+	td_fini(&t);
+}
+END_TEST
+
 /* ---- damaged answers ---- */
 
 /* From now on the proxy changes one digit in the body of 200 answers to
@@ -981,6 +1437,11 @@ static Suite *faults_suite(void)
 	td_case(s, "spill_torn", test_spill_torn, 300, 0, 1);
 	td_case(s, "answer_index", test_answer_index, 600, 0, 1);
 	td_case(s, "answer_manifest", test_answer_manifest, 600, 0, 1);
+	td_case(s, "gc_live", test_gc_live, 300, 0, 1);
+	td_case(s, "commit_gone", test_commit_gone, 300, 0, 1);
+	td_case(s, "lost_create", test_lost_create, 300, 0, 1);
+	td_case(s, "crash_sweep", test_crash_sweep, 400, 0, 1);
+	td_case(s, "cleanup_retry", test_cleanup_retry, 400, 0, 1);
 	return s;
 }
 

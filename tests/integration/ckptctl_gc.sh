@@ -5,6 +5,8 @@
 # committed checkpoint, shard files without a manifest (reported as
 # unknown) and anything behind a symbolic link are left; --dry-run changes
 # nothing; another uid's work area is skipped (as root, with setpriv).
+# On S3 a work area's age is its last activity (its newest object), and
+# every unfinished multipart upload found is reported (table and JSON).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=tests/lib/moto.sh
@@ -85,24 +87,24 @@ else
 	echo "SKIP: [other-uid] needs root and setpriv"
 fi
 # ---- S3 (moto): a dead attempt's work area, tagged shards and unfinished
-# upload go; a young one, a committed checkpoint and stray keys stay ----
+# upload go; a young one (with its upload, reported), a committed
+# checkpoint and stray keys stay.  A work area's age is its newest object's
+# (S3's LastModified, by S3's clock): the dead one is written first, and
+# the young one once gc sees the dead one past a grace of 4 s ----
 if [ -n "$py" ] && "$py" -c 'import moto, boto3' 2>/dev/null; then
 	moto_start "$py" "$tmp/moto" || fail "moto did not start"
-	"$py" - "$S3_BUCKET" "$old" "$new" <<'PY' || fail "S3 fixture"
+	"$py" - "$S3_BUCKET" "$old" <<'PY' || fail "S3 fixture"
 import boto3, json, sys, time
-b, old, new = sys.argv[1:4]
+b, old = sys.argv[1:3]
 s3 = boto3.client("s3")
 def put(k, body):
     s3.put_object(Bucket=b, Key=k, Body=body)
-def attempt(id_, name, age):
-    return json.dumps({"format": "ckpt-attempt-1", "id": id_, "name": name,
-                       "created": int(time.time()) - age})
-put("g/job/.ckpt-work-%s/attempt.json" % old, attempt(old, "dead", 2 * 86400))
+put("g/job/.ckpt-work-%s/attempt.json" % old,
+    json.dumps({"format": "ckpt-attempt-1", "id": old, "name": "dead", "created": 0}))
 put("g/job/.ckpt-work-%s/rank-00000.index.json" % old, "{}")
 put("g/job/dead/rank-00000.%s.safetensors" % old[:16], "x")
 put("g/job/dead/unrelated.bin", "keep")
 s3.create_multipart_upload(Bucket=b, Key="g/job/dead/rank-00001.%s.safetensors" % old[:16])
-put("g/.ckpt-work-%s/attempt.json" % new, attempt(new, "young", 10))
 put("g/ok/manifest.json", "{}")
 put("g/ok/rank-00000.safetensors", "x")
 # An upload of a shard whose work area is gone (a crash after it went), and
@@ -120,8 +122,32 @@ lease("g/ghost/.ckpt-lease-live", now, now + 900)
 put("g/ghost/.ckpt-lease-junk", "junk")
 lease("g/ok/.ckpt-lease-x", now - 2 * 86400 - 900, now - 2 * 86400)
 PY
-	"$ctl" gc "s3://$S3_BUCKET/g" --dry-run >"$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
+	# Until the dead area is past the grace (S3's clock moves on).
+	for _ in $(seq 120); do
+		"$ctl" gc "s3://$S3_BUCKET/g" --grace 4s --dry-run >"$tmp/s3dry.out" 2>&1 || true
+		grep -Eq "^REMOVE +job/.ckpt-work-$old" "$tmp/s3dry.out" && break
+		sleep 0.25
+	done
+	# A live save: its work area (a minute ago, as attempt.json says, but
+	# written just now) and its unfinished upload.
+	"$py" - "$S3_BUCKET" "$new" <<'PY' || fail "S3 fixture (young)"
+import boto3, json, sys, time
+b, new = sys.argv[1:3]
+s3 = boto3.client("s3")
+s3.put_object(Bucket=b, Key="g/.ckpt-work-%s/attempt.json" % new,
+              Body=json.dumps({"format": "ckpt-attempt-1", "id": new, "name": "young",
+                               "created": int(time.time()) - 60}))
+s3.create_multipart_upload(Bucket=b, Key="g/young/rank-00000.%s.safetensors" % new[:16])
+PY
+	"$ctl" gc "s3://$S3_BUCKET/g" --grace 4s --dry-run >"$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
 	grep -Eq "^REMOVE +job/.ckpt-work-$old" "$tmp/s3dry.out" || fail "S3 dry run: $(cat "$tmp/s3dry.out")"
+	grep -Eq "^KEEP +.ckpt-work-$new .*last active" "$tmp/s3dry.out" ||
+		fail "S3 dry run, young: $(cat "$tmp/s3dry.out")"
+	# Every open upload is listed: the live save's is kept.
+	grep -Eq "^KEEP +young/rank-00000.${new:0:16}.safetensors .*work area is there" "$tmp/s3dry.out" ||
+		fail "S3 dry run, the live save's upload: $(cat "$tmp/s3dry.out")"
+	grep -Eq "unfinished multipart uploads found" "$tmp/s3dry.out" ||
+		fail "S3 dry run, no count of open uploads: $(cat "$tmp/s3dry.out")"
 	# (moto gives every upload the start time 2010-11-10T20:48:33Z: all
 	# are past the grace period here)
 	grep -Eq "^REMOVE +job/orphan/rank-00002" "$tmp/s3dry.out" || fail "S3 dry run, orphan: $(cat "$tmp/s3dry.out")"
@@ -130,11 +156,17 @@ PY
 		grep -Eq "^KEEP +ghost/.ckpt-lease-live" "$tmp/s3dry.out" &&
 		grep -Eq "^UNKNOWN +ghost/.ckpt-lease-junk" "$tmp/s3dry.out" ||
 		fail "S3 dry run, leases: $(cat "$tmp/s3dry.out")"
-	"$ctl" gc "s3://$S3_BUCKET/g" --json >"$tmp/s3gc.json" || fail "S3 gc: $(cat "$tmp/s3gc.json")"
-	grep -q '"removed":3' "$tmp/s3gc.json" && grep -q '"kept_young":2' "$tmp/s3gc.json" ||
+	"$ctl" gc "s3://$S3_BUCKET/g" --grace 4s --json >"$tmp/s3gc.json" || fail "S3 gc: $(cat "$tmp/s3gc.json")"
+	# Removed: the dead area, the orphan upload, the dead lease.  Kept:
+	# the young area, its upload, the live lease.  Open uploads listed
+	# after the dead area went: the orphan, the foreign one, the young one.
+	grep -q '"removed":3' "$tmp/s3gc.json" && grep -q '"kept_young":3' "$tmp/s3gc.json" &&
+		grep -q '"open_uploads":3' "$tmp/s3gc.json" ||
 		fail "S3 gc summary: $(cat "$tmp/s3gc.json")"
 	grep -q '"path":"job/orphan/rank-00002.aaaaaaaaaaaaaaaa.safetensors","action":"REMOVED"' \
 		"$tmp/s3gc.json" || fail "S3 gc: the orphan upload: $(cat "$tmp/s3gc.json")"
+	grep -q "\"path\":\"young/rank-00000.${new:0:16}.safetensors\",\"action\":\"KEEP\"" \
+		"$tmp/s3gc.json" || fail "S3 gc: the live save's upload: $(cat "$tmp/s3gc.json")"
 	"$py" - "$S3_BUCKET" <<'PY' || fail "S3 gc left the wrong keys"
 import boto3, sys
 b = sys.argv[1]
@@ -145,10 +177,10 @@ want = ["g/.ckpt-work-fedcba9876543210fedcba9876543210/attempt.json",
         "g/job/dead/unrelated.bin", "g/ok/.ckpt-lease-x", "g/ok/manifest.json",
         "g/ok/rank-00000.safetensors"]
 assert keys == want, keys
-ups = [u["Key"] for u in s3.list_multipart_uploads(Bucket=b, Prefix="g/").get("Uploads", [])]
-assert ups == ["g/job/someone-elses.bin"], ups
+ups = sorted(u["Key"] for u in s3.list_multipart_uploads(Bucket=b, Prefix="g/").get("Uploads", []))
+assert ups == ["g/job/someone-elses.bin", "g/young/rank-00000.fedcba9876543210.safetensors"], ups
 PY
-	echo "ok: S3 gc removed the dead attempt (work area, tagged shard, upload), a dead reader's lease, and nothing else"
+	echo "ok: S3 gc removed the dead attempt (work area, tagged shard, upload), a dead reader's lease, and nothing else; it listed every open upload"
 else
 	echo "SKIP: [s3] needs the test Python with moto and boto3"
 fi

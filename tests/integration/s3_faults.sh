@@ -6,8 +6,11 @@
 # the bucket is listed with boto3: one manifest per commit verified, no
 # work area, no open multipart upload, nothing outside a committed
 # checkpoint.  The spill tier's cases run here too (they need the proxy to
-# hold parts), and those of damaged answers (the proxy changes a byte of
-# what a GET returns, the stored object intact): see check_s3_faults.c.
+# hold parts), those of damaged answers (the proxy changes a byte of
+# what a GET returns, the stored object intact), and the leftover and gc
+# cases (a slow save that gc must keep, a shard deleted before the commit, a
+# lost Create answer, a crash before the manifest, a cleanup during an
+# outage) under s3gc/, outside the audited prefix: see check_s3_faults.c.
 #
 # CKPT_TEST_FAULTS (default 200) is how many faults the campaign injects;
 # `make test-s3-faults` runs the longer one (1000).

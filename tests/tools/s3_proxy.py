@@ -37,6 +37,9 @@ apply to it:
   flip            XOR a byte of the body before the checks: flip_caught when
                   refused, flip_missed when forwarded (no checksum: a bug)
   complete-error  on CompleteMultipartUpload only: 200 with an <Error> body
+  drop-response   forward; RST the client connection before any byte of the
+                  answer (libcurl then sends the request again by itself on
+                  a reused connection); only when named, never in "all"
 Reproducible whatever the interleaving: a request's RNG is seeded with
 (--seed, method, path, query but uploadId, times that request was seen).
 
@@ -70,6 +73,7 @@ Control API on the same port (never forwarded), JSON:
                          "fail_all": bool, "hold": bool,
                          "answer_match": REGEX ("" off), "answer_skip": N,
                          "answer_times": N (-1 all), "answer_how": HOW,
+                         "fault_path": S, "fault_limit": N,
                          "reset": true}: all or nothing
                         (400 {"error"}); answers the settings.  fail_all:
                         each request of fault_methods and fault_kinds
@@ -78,6 +82,11 @@ Control API on the same port (never forwarded), JSON:
                         (stats "held_now" counts them);
                         answer_*: see above (setting any of them starts
                         the skip and times counts over);
+                        fault_path: only requests whose path (query
+                        left out) contains S get faults, fail_all or
+                        hold ("": every path); fault_limit: at most N
+                        more random faults from now on (-1: no limit)
+                        (neither is on the command line);
                         reset: zero counters, log and draw history
   GET  /__proxy/log     last 1000 requests, in arrival order: {"method",
                         "path" (with query), "status" (null: not sent, yet or
@@ -114,6 +123,7 @@ import crc32c
 
 FAULTS = ("500", "503", "reset-request", "reset-response", "stall",
           "truncate", "flip", "complete-error")
+EXTRA_FAULTS = ("drop-response",)   # named only: "all" is FAULTS
 METHODS = ("PUT", "POST", "GET", "HEAD", "DELETE")
 ANSWER_HOW = ("byte", "digit")
 KINDS = ("create", "part", "complete", "abort", "put", "delete", "delete-objects", "post",
@@ -147,13 +157,13 @@ class UpstreamError(Exception):
 
 
 # --- settings: one validator per key, shared by the CLI and /__proxy/config
-def _names(value, allowed, what, fold=str):
+def _names(value, allowed, what, fold=str, every=None):
     if isinstance(value, str):
         value = value.split(",") if value.strip() else []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise Bad(f"{what}: a list or a comma-separated string")
     if [v.strip() for v in value] == ["all"]:
-        return list(allowed)
+        return list(every or allowed)
     value = [fold(v.strip()) for v in value]
     unknown = [v for v in value if v not in allowed]
     if unknown:
@@ -176,7 +186,8 @@ def _number(value, kind, lo, hi, what):
 v_rate = functools.partial(_number, kind=float, lo=0.0, hi=1.0, what="rate")
 v_seed = functools.partial(_number, kind=int, lo=-(1 << 63), hi=(1 << 63) - 1, what="seed")
 v_stall = functools.partial(_number, kind=float, lo=0.0, hi=86400.0, what="stall-s")
-v_faults = functools.partial(_names, allowed=FAULTS, what="faults")
+v_limit = functools.partial(_number, kind=int, lo=-1, hi=(1 << 62), what="fault_limit")
+v_faults = functools.partial(_names, allowed=FAULTS + EXTRA_FAULTS, what="faults", every=FAULTS)
 v_methods = functools.partial(_names, allowed=METHODS, what="fault methods", fold=str.upper)
 v_kinds = functools.partial(_names, allowed=KINDS, what="fault kinds", fold=str.lower)
 
@@ -207,6 +218,12 @@ v_skip = functools.partial(_number, kind=int, lo=0, hi=1 << 31, what="answer_ski
 v_times = functools.partial(_number, kind=int, lo=-1, hi=1 << 31, what="answer_times")
 
 
+def v_path(value):
+    if not isinstance(value, str) or len(value) > 1024:
+        raise Bad("fault_path: a string of at most 1024 characters")
+    return value
+
+
 # JSON key -> (setting, validator); the CLI's spellings work too
 CONFIG_KEYS = {
     "rate": ("rate", v_rate), "faults": ("faults", v_faults), "seed": ("seed", v_seed),
@@ -216,6 +233,7 @@ CONFIG_KEYS = {
     "fail_all": ("fail_all", v_bool), "hold": ("hold", v_bool),
     "answer_match": ("answer_match", v_regex), "answer_skip": ("answer_skip", v_skip),
     "answer_times": ("answer_times", v_times), "answer_how": ("answer_how", v_how),
+    "fault_path": ("fault_path", v_path), "fault_limit": ("fault_limit", v_limit),
 }
 
 
@@ -470,7 +488,7 @@ class Proxy:
                     "fault_methods": args.fault_methods, "fault_kinds": args.fault_kinds,
                     "stall_s": args.stall_s, "fail_all": False, "hold": False,
                     "answer_match": "", "answer_skip": 0, "answer_times": 0,
-                    "answer_how": "byte"}
+                    "answer_how": "byte", "fault_path": "", "fault_limit": -1}
         self.lock = threading.Lock()
         self.unheld = threading.Condition(self.lock)
         self.crc_uploads = {}            # uploadId -> None, oldest first
@@ -479,10 +497,12 @@ class Proxy:
 
     def reset(self):
         with self.lock:
+            # held_now is a gauge of requests waiting now, not a counter
+            held = self.stats["held_now"] if hasattr(self, "stats") else 0
             self.stats = {"requests": 0, "forwarded": 0,
-                          "faults": dict.fromkeys(FAULTS + ("fail_all",), 0),
+                          "faults": dict.fromkeys(FAULTS + EXTRA_FAULTS + ("fail_all",), 0),
                           "baddigest": 0, "invalid": 0, "flip_caught": 0, "flip_missed": 0,
-                          "bytes_in": 0, "upstream_errors": 0, "held_now": 0,
+                          "bytes_in": 0, "upstream_errors": 0, "held_now": held,
                           "answers_damaged": 0}
             self.log = collections.deque(maxlen=LOG_KEEP)
             self.seen = {}
@@ -522,7 +542,7 @@ class Proxy:
             def held():
                 c = self.cfg
                 return c["hold"] and req.method in c["fault_methods"] \
-                    and req.kind in c["fault_kinds"]
+                    and req.kind in c["fault_kinds"] and c["fault_path"] in req.path
             if not held():
                 return
             self.stats["held_now"] += 1
@@ -543,7 +563,8 @@ class Proxy:
             nth = self.seen[key] = self.seen.get(key, 0) + 1
         rng = random.Random(f"{cfg['seed']}|{key}|{nth}")
         fault = None
-        if req.method not in cfg["fault_methods"] or req.kind not in cfg["fault_kinds"]:
+        if req.method not in cfg["fault_methods"] or req.kind not in cfg["fault_kinds"] \
+                or cfg["fault_path"] not in req.path:
             pass
         elif cfg["fail_all"]:
             fault = "fail_all"
@@ -553,9 +574,16 @@ class Proxy:
                      and (k != "flip" or req.length > 0)
                      and (k != "truncate" or req.method != "HEAD")]
             fault = rng.choice(kinds) if kinds else None
-        entry = {"method": req.method, "path": req.target, "status": None,
-                 "fault": fault, "bytes": req.length}
         with self.lock:
+            # The limit is taken under the lock: two requests drawn at once
+            # never both spend its last fault.
+            if fault and fault != "fail_all" and self.cfg["fault_limit"] >= 0:
+                if self.cfg["fault_limit"] == 0:
+                    fault = None
+                else:
+                    self.cfg["fault_limit"] -= 1
+            entry = {"method": req.method, "path": req.target, "status": None,
+                     "fault": fault, "bytes": req.length}
             if fault:
                 self.stats["faults"][fault] += 1
             self.log.append(entry)
@@ -828,7 +856,8 @@ class Connection:
         close = req.close or framing == "close"
         damage = self.p.damage_answer(req, status, framing)
         try:
-            if fault in ("reset-response", "truncate") or req.kind == "create" or damage:
+            if (fault in ("reset-response", "truncate", "drop-response")
+                    or req.kind == "create" or damage):
                 rbody = bytearray()
                 self.copy_body(framing, length, rbody.extend)
                 self.learn(req, status, rbody)
@@ -854,6 +883,9 @@ class Connection:
         """Send a buffered answer whole, or broken as the fault says."""
         entry["status"] = status
         head = client_head(head, close or fault == "truncate")
+        if fault == "drop-response":
+            rst_close(self.client.sock)
+            return False
         if fault == "reset-response":
             whole = head + rbody
             self.send(whole[:rng.randrange(head.index(b"\r\n") + 2, len(whole))])
