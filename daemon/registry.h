@@ -8,8 +8,9 @@
  * in its state directory (one small file per area: where it is, whose it is,
  * which life of the daemon made it) before creating it, and forgets it once
  * the area is committed or removed.  The sweep removes the areas of earlier
- * lives (their saves died with them) and those of this life whose save is
- * gone, acting as the area's owner.
+ * lives (their saves died with them, but for the spilled saves a later life
+ * resumes: pending.h) and those of this life whose save is gone, acting as
+ * the area's owner.
  *
  * The state directory belongs to one daemon: it is locked (flock) for the
  * daemon's life.  Every function but registry_open runs on a worker thread
@@ -45,7 +46,8 @@ void registry_del(struct registry *reg, const char *id);
 
 /*
  * Removes every noted work area not live: those of other instances at once,
- * those of this instance once older than min_age_ms.  Only a directory whose
+ * those of this instance once older than min_age_ms, but never those of a
+ * save owed a commit (its records are in <state_dir>/spill: pending.h).  Only a directory whose
  * attempt.json carries the noted id is removed, as its owner (creds noted).
  * Returns how many areas were removed; messages go to the log.
  */
