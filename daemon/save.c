@@ -1711,6 +1711,15 @@ static void resume_run(struct work *w)
 		forget(j, true);
 		return;
 	}
+	/* A claim of this life: ranks of other daemons re-address their
+	 * indexes to it (store.h), and none addressed to the earlier life's
+	 * claim is merged. */
+	if (j->coordinator) {
+		w->res = j->store->attempt_claim(j->out_att, &j->self, j->nonce, w->err,
+						 sizeof(w->err));
+		if (w->res < 0)
+			return;
+	}
 	for (size_t i = 0; i < j->n_ranks; i++) {
 		const struct rank *rk = j->rk[i];
 
@@ -1730,10 +1739,17 @@ static void resume_done(struct work *w)
 	size_t i = 0;
 
 	s->job_busy = false;
-	if (j->out_att) {
-		s->att = j->out_att;
-		s->noted = j->noted;
+	if (j->noted)
+		s->noted = true;
+	/* Tried again from the start after the store's trouble; else kept
+	 * (for the failure's cleanup, or the commit). */
+	if (j->out_att && w->res < 0 && store_trouble(w->res) && w->res != -EBADMSG &&
+	    !save_final(s)) {
+		s->srv->store->attempt_close(j->out_att);
+		j->out_att = NULL;
 	}
+	if (j->out_att)
+		s->att = j->out_att;
 	if (save_final(s)) {
 		/* dropped, or parked, meanwhile */
 	} else if (j->out_committed) {
@@ -1753,6 +1769,7 @@ static void resume_done(struct work *w)
 			r->shard = j->out_shards[i];
 			j->out_shards[i++] = NULL;
 		}
+		memcpy(s->nonce, j->nonce, sizeof(s->nonce));
 		s->state = SAVE_ACTIVE;
 		log_info("resumed '%s/%s' (job '%s', attempt %s, %zu rank%s spilled here): "
 			 "uploading", s->root, s->key.name, s->key.job, s->id, i, i == 1 ? "" : "s");
@@ -1837,6 +1854,11 @@ static void resume_one(void *ud, struct pending_save *p)
 			(uint32_t)((r->layout.file_size + r->extent - 1) / r->extent);
 		r->bytes_in = r->bytes_written = r->layout.file_size;
 		r->t_begin = r->t_staged = r->t_written = now_us();
+		/* The earlier life may have delivered its index (sent is as good
+		 * as delivered): the coordinator may use it, so a failure here
+		 * must not delete the rank's shard (attempt_fail).  Not a nonce:
+		 * the current claim gets it again (poll_run). */
+		snprintf(r->to, sizeof(r->to), "?");
 		list_init(&r->clink);
 		list_add_tail(&s->ranks, &r->slink);
 		s->bytes += r->layout.file_size;

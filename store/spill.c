@@ -296,7 +296,22 @@ static const char *sp_shard_error(const struct store_shard *x)
 
 static int sp_shard_finish(struct store_shard *x, uint64_t size, char *err, size_t errlen)
 {
-	return store_local.shard_finish(SS(x)->loc, size, err, errlen);
+	struct spattempt *at = SS(x)->at;
+	const char *work;
+	int rootfd, workfd, r;
+
+	r = store_local.shard_finish(SS(x)->loc, size, err, errlen);
+	if (r < 0)
+		return r;
+	/* Durable on the node means the file's name too, and its area's: a
+	 * later life of the daemon must find them after a power loss. */
+	sp_area(at, &rootfd, &workfd, &work);
+	if (fsync(workfd) < 0 || fsync(rootfd) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "making the spill area '%s' durable: %s", work,
+			 strerror(errno));
+	}
+	return r;
 }
 
 static bool sp_shard_spills(const struct store_shard *x)

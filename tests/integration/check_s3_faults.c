@@ -552,7 +552,7 @@ static void start_spill_daemons(struct testd *t, const char *root)
 			 "arena_max = 64M\ncommit_deadline = 240s\nroot = %s\ns3_endpoint = %s\n"
 			 "s3_retries = 3\ns3_backoff_base = 10ms\ns3_backoff_cap = 100ms\n"
 			 "s3_stall_timeout = 120s\ns3_parts_in_flight = 4\n"
-			 "s3_spill_dir = %s/spill%d\n",
+			 "s3_spill_dir = %s/spill%d\ns3_spill_retry_cap = 200ms\n",
 			 root, getenv("CKPT_TEST_S3_PROXY"), t->dir, i);
 		ck_assert_int_eq(td_daemon_start(t, i, conf), 0);
 	}
@@ -888,6 +888,11 @@ static json_t *wait_pending(struct testd *t, const char *name, unsigned tries, b
 		json_t *pd;
 
 		s = save_status(t, name);
+		if (!s) {
+			td_dump_log(t, 0, 4000);
+			ck_abort_msg("save '%s' left the daemon's report before S3 took it: it "
+				     "failed (the log above says why)", name);
+		}
 		pd = json_object_get(s, "pending");
 		if (pd && jnum(pd, "tries") >= tries &&
 		    (!past_deadline ||
@@ -967,9 +972,10 @@ static void durable_start(struct td_child *ch, struct rank_args *a, struct testd
 }
 
 /* Up to "durable" with every part held at the proxy; then the trainer is
- * killed (-9) and S3 goes down: every request answers 503. */
-static void durable_then_outage(struct testd *t, const char *root, const char *name,
-				uint64_t seed, uid_t uid)
+ * killed (-9) and, if `outage`, S3 goes down: every request answers 503
+ * (else the parts stay held). */
+static void durable_then(struct testd *t, const char *root, const char *name, uint64_t seed,
+			 uid_t uid, bool outage)
 {
 	struct td_child ch;
 	struct rank_args a;
@@ -987,7 +993,34 @@ static void durable_then_outage(struct testd *t, const char *root, const char *n
 		td_sleep_ms(50);
 	ck_assert_msg(held_now() >= 1, "no part was waiting at the proxy");
 	td_child_kill(&ch);
-	proxy_config("{\"fail_all\": true, \"fault_kinds\": \"all\", \"hold\": false}");
+	if (outage)
+		proxy_config("{\"fail_all\": true, \"fault_kinds\": \"all\", \"hold\": false}");
+}
+
+static void durable_then_outage(struct testd *t, const char *root, const char *name,
+				uint64_t seed, uid_t uid)
+{
+	durable_then(t, root, name, seed, uid, true);
+}
+
+/* Waits (bounded) until checkpoint `name` is committed (its manifest read
+ * from moto itself). */
+static void wait_committed(struct testd *t, const char *root, const char *name)
+{
+	char url[1024];
+
+	snprintf(url, sizeof(url), "%s/%s", root, name);
+	for (int i = 0; i < 600; i++) {
+		struct ckpt_reader *r = NULL;
+
+		if (ckpt_reader_open(url, &r) == 0) {
+			ckpt_reader_close(r);
+			return;
+		}
+		td_sleep_ms(100);
+	}
+	td_dump_log(t, 0, 4000);
+	ck_abort_msg("%s never committed", url);
 }
 
 static void outage_over(void)
@@ -1043,6 +1076,7 @@ START_TEST(test_durable_outage)
 	free(out);
 
 	outage_over();
+	wait_committed(&t, root, "out");
 	wait_gone(&t, "out");
 	verify_commit_world(root, "out", SEED_BASE + 30, 1);
 	ckptctl_verify_ok(root, "out");
@@ -1052,8 +1086,8 @@ START_TEST(test_durable_outage)
 }
 END_TEST
 
-/* A pending save outlives its daemon: kill -9, then SIGTERM, each while S3
- * is down; each next life resumes it, and the last one commits it. */
+/* A pending save outlives its daemon: kill -9 while its upload is on its
+ * way, SIGTERM while S3 is down; each next life resumes it and commits. */
 START_TEST(test_durable_restart)
 {
 	char root[1024], id[64];
@@ -1068,35 +1102,46 @@ START_TEST(test_durable_restart)
 	td_init(&t, "s3_durable_restart");
 	durable_root("restart", root, sizeof(root));
 	start_durable_daemon(&t, root, NULL);
-	durable_then_outage(&t, root, "rs", SEED_BASE + 31, 0);
-	s = wait_pending(&t, "rs", 1, false);
+
+	/* kill -9 of ckptd with the trainer gone and the parts at the proxy. */
+	durable_then(&t, root, "rs", SEED_BASE + 31, 0, false);
+	s = save_status(&t, "rs");
+	ck_assert_ptr_nonnull(s);
 	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
 	json_decref(s);
-
 	td_daemon_kill(&t, 0);
-	ck_assert_msg(spilled_whole(&t, getuid(), id) && records_there(&t, id),
-		      "kill -9 of ckptd lost the spilled save");
+	ck_assert_msg(spilled_whole(&t, getuid(), id), "kill -9 of ckptd lost the spilled copy");
 	start_durable_daemon(&t, root, NULL);
-	s = wait_pending(&t, "rs", 1, false);
-	ck_assert_msg(json_is_true(json_object_get(json_object_get(s, "pending"), "resumed")),
-		      "the next life did not resume the save");
-	json_decref(s);
+	outage_over();
+	wait_committed(&t, root, "rs");
+	wait_gone(&t, "rs");
+	verify_commit_world(root, "rs", SEED_BASE + 31, 1);
+	ckptctl_verify_ok(root, "rs");
+	ck_assert_msg(!spilled_whole(&t, getuid(), id) && !records_there(&t, id),
+		      "the spilled copy or its records outlived the commit");
 
-	/* SIGTERM: the daemon exits promptly and cleanly, the save parked. */
+	/* SIGTERM with S3 down: the daemon exits promptly and cleanly, the
+	 * save parked; the next life resumes it. */
+	durable_then_outage(&t, root, "rs2", SEED_BASE + 35, 0);
+	s = wait_pending(&t, "rs2", 1, false);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
+	json_decref(s);
 	st = td_daemon_stop(&t, 0);
 	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGTERM: %s",
 		      td_status_str(st));
 	ck_assert_msg(spilled_whole(&t, getuid(), id) && records_there(&t, id),
 		      "a stop of ckptd lost the spilled save");
-	verify_no_commit(root, "rs");
+	verify_no_commit(root, "rs2");
 	start_durable_daemon(&t, root, NULL);
-	s = wait_pending(&t, "rs", 1, false);
+	s = wait_pending(&t, "rs2", 1, false);
+	ck_assert_msg(json_is_true(json_object_get(json_object_get(s, "pending"), "resumed")),
+		      "the next life did not resume the save");
 	json_decref(s);
-
 	outage_over();
-	wait_gone(&t, "rs");
-	verify_commit_world(root, "rs", SEED_BASE + 31, 1);
-	ckptctl_verify_ok(root, "rs");
+	wait_committed(&t, root, "rs2");
+	wait_gone(&t, "rs2");
+	verify_commit_world(root, "rs2", SEED_BASE + 35, 1);
+	ckptctl_verify_ok(root, "rs2");
 	ck_assert_msg(!spilled_whole(&t, getuid(), id) && !records_there(&t, id),
 		      "the spilled copy or its records outlived the commit");
 	td_fini(&t);
@@ -1229,9 +1274,9 @@ START_TEST(test_durable_retrain)
 	durable_root("retrain", root, sizeof(root));
 	start_durable_daemon(&t, root, NULL);
 
-	/* Pending: told, and the earlier attempt commits. */
-	durable_then_outage(&t, root, "again", SEED_BASE + 33, 0);
-	json_decref(wait_pending(&t, "again", 1, false));
+	/* Pending (its parts held at the proxy): told, and the earlier
+	 * attempt commits. */
+	durable_then(&t, root, "again", SEED_BASE + 33, 0, false);
 	durable_start(&ch, &a, &t, root, "again", SEED_BASE + 33, 0);
 	rc = spill_expect(&ch, "result", 0, line, sizeof(line));
 	ck_assert_msg(rc == -EALREADY && strstr(line, "already durable"),
@@ -1239,6 +1284,7 @@ START_TEST(test_durable_retrain)
 	reap_one(&ch, 0);
 	printf("durable_retrain: %s\n", line);
 	outage_over();
+	wait_committed(&t, root, "again");
 	wait_gone(&t, "again");
 	verify_commit_world(root, "again", SEED_BASE + 33, 1);
 
@@ -1263,6 +1309,51 @@ START_TEST(test_durable_retrain)
 }
 END_TEST
 
+/* Two ranks on two daemons, both spilled, the trainers gone and S3 down:
+ * both daemons are killed (-9) and started again.  The coordinator's next
+ * life claims the work area afresh, the other daemon's next life delivers
+ * its rank to that claim, and the save commits once S3 is back. */
+START_TEST(test_durable_two)
+{
+	char root[1024], line[1024];
+	struct td_child ch[2];
+	struct rank_args a[2];
+	struct testd t;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_two");
+	durable_root("two", root, sizeof(root));
+	start_spill_daemons(&t, root);
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"fault_methods\": "
+		     "\"all\", \"fault_kinds\": \"part\", \"hold\": true}");
+	spill_start(&t, ch, a, root, "two", SEED_BASE + 36);
+	for (uint32_t r = 0; r < 2; r++) {
+		int rc = spill_expect(&ch[r], "durable", r, line, sizeof(line));
+		ck_assert_msg(rc == 0, "rank %u: durable failed: %s", r, line);
+	}
+	for (int i = 0; i < 200 && held_now() < 2; i++)
+		td_sleep_ms(50);
+	ck_assert_msg(held_now() >= 2, "the parts never reached the proxy");
+	td_child_kill(&ch[0]);
+	td_child_kill(&ch[1]);
+	proxy_config("{\"fail_all\": true, \"fault_kinds\": \"all\", \"hold\": false}");
+	json_decref(wait_pending(&t, "two", 1, false));
+	td_daemon_kill(&t, 0);
+	td_daemon_kill(&t, 1);
+	start_spill_daemons(&t, root);
+	json_decref(wait_pending(&t, "two", 1, false));
+	outage_over();
+	wait_committed(&t, root, "two");
+	verify_commit(root, "two", SEED_BASE + 36);
+	ckptctl_verify_ok(root, "two");
+	wait_gone(&t, "two");
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("integration_s3_faults");
@@ -1275,6 +1366,7 @@ static Suite *faults_suite(void)
 	td_case(s, "durable_restart", test_durable_restart, 300, 0, 1);
 	td_case(s, "durable_drop", test_durable_drop, 300, 0, 1);
 	td_case(s, "durable_retrain", test_durable_retrain, 300, 0, 1);
+	td_case(s, "durable_two", test_durable_two, 300, 0, 1);
 	return s;
 }
 
