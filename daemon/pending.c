@@ -278,6 +278,8 @@ static int load_save(int dfd, const char *id, struct pending_save *p, char *why,
 	int r;
 
 	r = fs_read_file_at(dfd, SAVE_FILE, SAVE_MAX, &text, &len);
+	if (r == -ENOENT)
+		return -ENODATA;
 	if (r < 0) {
 		snprintf(why, whylen, "%s: %s", SAVE_FILE, strerror(-r));
 		return r;
@@ -495,7 +497,8 @@ fail:
 }
 
 unsigned pending_load_all(const char *state_dir, void (*fn)(void *ud, struct pending_save *p),
-			  void (*bad)(void *ud, const char *id, const char *why), void *ud)
+			  void (*bad)(void *ud, const char *id, const char *why, bool removed),
+			  void *ud)
 {
 	char path[4096];
 	struct dirent *e;
@@ -516,15 +519,25 @@ unsigned pending_load_all(const char *state_dir, void (*fn)(void *ud, struct pen
 	while ((e = readdir(d))) {
 		struct pending_save *p = NULL;
 		char why[512] = "";
+		int r;
 
 		if (e->d_name[0] == '.')
 			continue;
 		if (!id_ok(e->d_name)) {
-			bad(ud, e->d_name, "not an attempt id");
+			bad(ud, e->d_name, "not an attempt id", false);
 			continue;
 		}
-		if (load_one(pfd, e->d_name, &p, why, sizeof(why)) < 0) {
-			bad(ud, e->d_name, why);
+		r = load_one(pfd, e->d_name, &p, why, sizeof(why));
+		if (r == -ENODATA) {
+			/* A rank's record without its save's: the daemon stopped
+			 * in between, before any SAVE_DURABLE said so. */
+			bool gone = fs_rm_rf_at(pfd, e->d_name) == 0;
+			bad(ud, e->d_name, "no save was recorded (ckptd stopped before it reported "
+				"any rank durable)", gone);
+			continue;
+		}
+		if (r < 0) {
+			bad(ud, e->d_name, why, false);
 			continue;
 		}
 		fn(ud, p);

@@ -85,11 +85,14 @@ bool pending_exists(const char *state_dir, const char *id);
  * Calls fn for every attempt with records, loaded and checked (caps on
  * everything; the descriptor through desc_parse): fn takes *p over
  * (pending_free).  One that does not load is reported through bad(ud, id,
- * why) and left on disk: nothing is deleted silently.  Returns how many
- * loaded.
+ * why, false) and left on disk: nothing is deleted silently.  Only records
+ * of ranks whose save never got its save.json (the daemon stopped between
+ * the two writes, before any SAVE_DURABLE) are removed: bad(..., true).
+ * Returns how many loaded.
  */
 unsigned pending_load_all(const char *state_dir, void (*fn)(void *ud, struct pending_save *p),
-			  void (*bad)(void *ud, const char *id, const char *why), void *ud);
+			  void (*bad)(void *ud, const char *id, const char *why, bool removed),
+			  void *ud);
 
 void pending_free(struct pending_save *p);
 

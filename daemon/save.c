@@ -1884,13 +1884,16 @@ static void resume_one(void *ud, struct pending_save *p)
 	resume_submit(s);
 }
 
-static void resume_bad(void *ud, const char *id, const char *why)
+static void resume_bad(void *ud, const char *id, const char *why, bool removed)
 {
 	struct server *srv = ud;
 
-	log_err("spill: the save recorded in '%s/%s/%s' cannot be resumed: %s; it is left "
-		"there (remove that directory, and the attempt's work area in the spill "
-		"directory, to give it up)", srv->reg.path, PENDING_DIR, id, why);
+	if (removed)
+		log_info("spill: '%s/%s/%s': %s: removed", srv->reg.path, PENDING_DIR, id, why);
+	else
+		log_err("spill: the save recorded in '%s/%s/%s' cannot be resumed: %s; it is "
+			"left there (remove that directory, and the attempt's work area in the "
+			"spill directory, to give it up)", srv->reg.path, PENDING_DIR, id, why);
 }
 
 unsigned saves_resume(struct server *srv)
