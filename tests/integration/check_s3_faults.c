@@ -35,9 +35,34 @@
  *              the check finds it; the save fails, no manifest, no spill
  *              area and nothing cached.
  *
+ * The spill tier's promise (daemon/save.h: a spilled save is owed a
+ * commit), each with one daemon and a one-rank save (whole on the node),
+ * the trainer killed (-9) once durable, under a root of its own beside the
+ * campaign's (s3://bucket/durable/CASE):
+ *   durable_outage   S3 answers 503 to everything for longer than every
+ *              retry budget and the commit deadline: the save stays
+ *              pending (`ckptctl spill list` shows S3's error), its spilled
+ *              copy and records stay; S3 back, it commits, reads back and
+ *              `ckptctl verify` passes, and the copy and records go.
+ *   durable_restart  kill -9 of ckptd while the upload is on its way, then
+ *              SIGTERM while S3 is down (a prompt, clean exit): each next
+ *              life resumes the save and commits it.
+ *   durable_drop     another user's `ckptctl spill drop` is refused (as root
+ *              only: the ranks run as other uids); the owner's drops it:
+ *              copy and records gone, never committed.
+ *   durable_retrain  a restarted trainer saves the same key while the
+ *              earlier attempt is pending: told -EALREADY with why, and
+ *              the earlier one commits; after an attempt was dropped while
+ *              S3 was down (its work area and rank marker left in S3), the
+ *              retry commits.
+ *   durable_two      two ranks on two daemons, both killed (-9) while S3 is
+ *              down and started again: the save commits.
+ *
  * It prints "campaign: faults=N ... commits_verified=C failures_clean=F";
  * s3_faults.sh then lists the bucket with boto3: one manifest per commit,
- * no work area, no open upload, no object outside a committed checkpoint.
+ * no work area, no open upload, no object outside a committed checkpoint
+ * (under durable/ too, but for durable_drop's prefix: a save dropped
+ * while S3 is down leaves its work area there).
  */
 #include <curl/curl.h>
 #include <errno.h>
