@@ -13,9 +13,25 @@
  * file is mapped, and each part, checked block by block against the CRCs
  * the daemon computed from the arena, goes up from the mapping with the
  * CRC32C of the bytes checked: bytes that change on the node's disk after
- * the check are refused by S3 (BadDigest), never committed.  Everything else (indexes, the claim, the manifest, failure
- * markers, reading) is the S3 backend's, unchanged: the spill tier changes
- * where the bytes wait, never what commits.
+ * the check are refused by S3 (BadDigest), never committed.  Everything
+ * else (indexes, the claim, the manifest, failure markers, reading) is the
+ * S3 backend's, unchanged: the spill tier changes where the bytes wait,
+ * never what commits.
+ *
+ * Durable means it.  Once shard_finish returned, the file is the only copy
+ * the daemon promised to commit (daemon/save.h, daemon/pending.h): a
+ * forward that S3 does not take is retried by the daemon for as long as it
+ * takes, and this file never removes the copy but for the attempt's
+ * failure (attempt_fail) or its commit (the restore cache).  So a forward
+ * may run many times: each round after a failed one gives up the failed
+ * round's multipart upload and makes a new S3 shard (the rank's marker in
+ * S3 is this daemon's: shard_create takes it over), and checks every block
+ * again; only a copy that check() refuses, or that is gone, is an error no
+ * retry mends (-EBADMSG).  A later life of the daemon finds the attempt
+ * again with attempt_resume (the S3 work area joined, not replaced: the
+ * manifest looked at first, a commit that landed before the crash is
+ * final) and each spilled rank with shard_resume; the local area is then
+ * held by fds of its own, not the local backend's.
  *
  * Layout of spill_dir (made by the daemon, not writable by others):
  *

@@ -19,7 +19,8 @@
  * store_key_id(): (job, run, name, step, attempt, world) hashed to 32 hex
  * digits.  The work area records the whole key and the daemon that made it
  * (attempt.json); a daemon joins a work area only if the key is the same, and
- * never one made by an earlier life of itself.  Nothing in it is read by an
+ * never one made by an earlier life of itself (but to finish a spilled save
+ * that life owed a commit: attempt_resume).  Nothing in it is read by an
  * attempt with another key.  The commit makes the work area the checkpoint,
  * atomically, after which nothing writes into it.
  *
@@ -141,8 +142,9 @@ struct store_ops {
 	 * made again when it is gone and `coordinator` (rank 0 is ours).
 	 * Returns 0 (*ret), 1 (*ret: the attempt is committed already),
 	 * -ECANCELED (it failed, or rank 0's daemon gave it up), -EEXIST
-	 * (another save holds the name), or another -errno when the store
-	 * could not tell (unreachable: try again later); reason in err. */
+	 * (another save holds the name), -EBADMSG (what the node's disk kept
+	 * of it is gone), or another -errno when the store could not tell
+	 * (unreachable: try again later); reason in err. */
 	int (*attempt_resume)(const char *root, const struct store_key *k, const char *attempt_id,
 			      const struct store_writer *self, uid_t uid, bool coordinator,
 			      struct store_attempt **ret, char *err, size_t errlen);
