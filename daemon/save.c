@@ -379,8 +379,9 @@ static void save_park(struct save *s)
 /*
  * A step of pending save s met the store failing (err, msg): it is tried
  * again after a random wait of at most 1 s doubled each time up to
- * s3_spill_retry_cap, for as long as it takes (save.h).  A save not whole on this node
- * has its deadline moved: it counts only while the store answers.
+ * s3_spill_retry_cap, for as long as it takes (save.h).  A save not whole
+ * on this node has its deadline moved: it counts only while the store
+ * answers.
  */
 static void save_trouble(struct save *s, int err, const char *msg)
 {
