@@ -488,6 +488,31 @@ static void progress_print(const struct view *V, const json_t *s, int indent)
 	fputc('\n', V->f);
 }
 
+/* A save the spill tier owes a commit (status.h "pending"): durable on
+ * the node, and what S3 said last when it failed it. */
+static void pending_print(const struct view *V, const json_t *pd, int indent)
+{
+	const json_t *next = json_object_get(pd, "next_try_s");
+	char a[32], b[32];
+
+	if (!json_is_object(pd))
+		return;
+	fprintf(V->f, "%*sdurable on this node%s; ", indent, "",
+		json_is_true(json_object_get(pd, "resumed")) ? " (resumed after a restart)" : "");
+	if (!json_is_string(json_object_get(pd, "last_error"))) {
+		fprintf(V->f, "S3 has not failed it\n");
+		return;
+	}
+	fprintf(V->f, "%llu tr%s failed, the last %s ago: %s",
+		(unsigned long long)jget_u64(pd, "tries"), jget_u64(pd, "tries") == 1 ? "y" : "ies",
+		ctl_human_duration(jget_f64(pd, "last_error_age_s"), a, sizeof(a)),
+		jget_str(pd, "last_error"));
+	if (json_is_number(next))
+		fprintf(V->f, "; next try in %s",
+			ctl_human_duration(json_number_value(next), b, sizeof(b)));
+	fputc('\n', V->f);
+}
+
 /* The newest commit of this daemon (newer daemons): absent, null (none
  * since it started) or {"root","name","job","step","bytes","age_s"}. */
 static void last_commit_print(const struct view *V, const json_t *st)
@@ -637,6 +662,7 @@ static void status_print(const struct view *V, const json_t *st)
 					ctl_human_size(jget_u64(v, "s3_uploaded"), a, sizeof(a)));
 			fputc('\n', f);
 			progress_print(V, v, 2 + wj + 1 + wn + 1);
+			pending_print(V, json_object_get(v, "pending"), 2 + wj + 1 + wn + 1);
 		}
 	}
 	last_commit_print(V, st);

@@ -1923,8 +1923,8 @@ int save_drop(struct server *srv, uid_t uid, const char *what, char *msg, size_t
 		if (strcmp(what, s->id) && strcmp(what, path))
 			continue;
 		if (uid != 0 && uid != s->creds.uid) {
-			snprintf(msg, msglen, "the pending save %s belongs to uid %u: only its owner "
-				 "or root may drop it", s->id, (unsigned)s->creds.uid);
+			snprintf(msg, msglen, "the pending save %s belongs to another user: only its "
+				 "owner or root may drop it", s->id);
 			return -EPERM;
 		}
 		if (s->state == SAVE_COMMITTING) {

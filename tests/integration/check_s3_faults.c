@@ -1099,6 +1099,11 @@ START_TEST(test_durable_outage)
 		      "spill list does not show the pending save: %s", out ? out : "");
 	printf("durable_outage: %s", out);
 	free(out);
+	out = NULL;
+	rc = td_ckptctl(&out, "-s", td_sock(&t, 0), "status", NULL);
+	ck_assert_msg(rc == 0 && strstr(out, "durable on this node") && strstr(out, "503"),
+		      "status does not show the pending save: %s", out ? out : "");
+	free(out);
 
 	outage_over();
 	wait_committed(&t, root, "out");
@@ -1240,7 +1245,7 @@ START_TEST(test_durable_drop)
 	if (as_users) {
 		rc = ckptctl_as(UID_OTHER, &out, "-s", td_sock(&t, 0), "spill", "drop", id);
 		ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 6 &&
-				      strstr(out, "belongs to uid"),
+				      strstr(out, "belongs to another user"),
 			      "another user's drop: %s: %s", td_status_str(rc), out ? out : "");
 		free(out);
 		out = NULL;
