@@ -287,8 +287,8 @@ static int load_save(int dfd, const char *id, struct pending_save *p, char *why,
 	j = json_loadb(text, len, 0, NULL);
 	free(text);
 	r = -EBADMSG;
-	if (!json_is_object(j) ||
-	    strcmp(json_string_value(json_object_get(j, "format")) ?: "", SAVE_FORMAT) ||
+	if (!json_is_object(j) || !json_is_string(json_object_get(j, "format")) ||
+	    strcmp(json_string_value(json_object_get(j, "format")), SAVE_FORMAT) ||
 	    !str_into(j, "id", p->id, sizeof(p->id)) || strcmp(p->id, id) ||
 	    !str_into(j, "root", p->root, sizeof(p->root)) ||
 	    !str_into(j, "job", p->key.job, sizeof(p->key.job)) ||

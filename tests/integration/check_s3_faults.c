@@ -895,9 +895,12 @@ static json_t *save_status(struct testd *t, const char *name)
 	free(out);
 	ck_assert_ptr_nonnull(st);
 	saves = json_object_get(st, "saves");
-	json_array_foreach(saves, i, s)
-		if (!strcmp(json_string_value(json_object_get(s, "name")) ?: "", name))
+	json_array_foreach(saves, i, s) {
+		const char *n = json_string_value(json_object_get(s, "name"));
+
+		if (n && !strcmp(n, name))
 			found = json_incref(s);
+	}
 	json_decref(st);
 	return found;
 }
@@ -1086,10 +1089,10 @@ START_TEST(test_durable_outage)
 
 	s = wait_pending(&t, "out", 3, true);
 	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
-	ck_assert_msg(strstr(json_string_value(json_object_get(json_object_get(s, "pending"),
-							      "last_error")) ?: "",
-			     "503"),
-		      "the last error is not S3's 503");
+	const char *last = json_string_value(json_object_get(json_object_get(s, "pending"),
+							    "last_error"));
+	ck_assert_msg(last && strstr(last, "503"), "the last error is not S3's 503: %s",
+		      last ? last : "(none)");
 	json_decref(s);
 	ck_assert_msg(spilled_whole(&t, getuid(), id), "the spilled copy is gone or short");
 	ck_assert_msg(records_there(&t, id), "the save is not recorded for a restart");
