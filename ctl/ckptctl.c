@@ -10,8 +10,9 @@
  *   ckptctl wait ROOT NAME|--step N [--timeout SECONDS] [--json]    (wait.c)
  *   ckptctl prune ROOT --dry-run [--force] [--json] RULE...   (prune.c)
  *   ckptctl pin|unpin ROOT NAME                               (prune.c)
+ *   ckptctl spill list | spill drop ID|ROOT/NAME              (spill.c)
  *
- * `status` asks the running daemon (control role of proto.h); `list`,
+ * `status` and `spill` ask the running daemon (control role of proto.h); `list`,
  * `show` and `wait` only read the storage, so they work with no daemon at
  * all, on any copy of a root: a directory, or s3://bucket/prefix (read
  * through the S3 backend, store_s3.h, with the credentials and endpoint of
@@ -93,6 +94,8 @@ static void usage(FILE *f)
 		"       %s pin|unpin ROOT NAME [--json]\n"
 		"       %s verify ROOT/NAME [--json]\n"
 		"       %s gc ROOT [--dry-run] [--grace DURATION] [--json]\n"
+		"       %s [-s SOCKET] [-c CONFIG] spill list [--json]\n"
+		"       %s [-s SOCKET] [-c CONFIG] spill drop ID|ROOT/NAME [--json]\n"
 		"       %s --help | --version\n"
 		"\n"
 		"  status          what the running ckptd is doing: clients, saves in flight\n"
@@ -131,6 +134,12 @@ static void usage(FILE *f)
 		"                  default 24h) and unfinished removals at ROOT and below;\n"
 		"                  on S3 lists every unfinished multipart upload; anything\n"
 		"                  else unknown is reported, never removed\n"
+		"  spill list      the saves the running ckptd owes S3 (spill tier): durable\n"
+		"                  on this node, kept through S3 outages, the trainer's exit\n"
+		"                  and ckptd restarts until S3 takes them; tries that met S3\n"
+		"                  failing and the last error\n"
+		"  spill drop ID|ROOT/NAME  gives one of them up (its owner or root only):\n"
+		"                  its spilled copy is removed and it never commits\n"
 		"\n"
 		"  -s SOCKET       the daemon's socket (default: $CKPTD_SOCKET, else the\n"
 		"                  'socket' of the config file, else %s)\n"
@@ -143,9 +152,10 @@ static void usage(FILE *f)
 		"  -v, --verbose   show: every chunk of every tensor\n"
 		"\n"
 		"exit status: 0 done, 1 failed, 2 bad usage, 3 no ckptd answers on the\n"
-		"socket (status), 4 timed out (wait), 5 done but part of the input could\n"
-		"not be read, 6 refused by a safety rule\n",
-		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, CTL_WATCH_DEFAULT_S,
+		"socket (status, spill), 4 timed out (wait), 5 done but part of the input\n"
+		"could not be read, 6 refused by a safety rule (spill drop: not yours)\n",
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog,
+		CTL_WATCH_DEFAULT_S,
 		CTL_WATCH_MIN_S, CTL_WATCH_MAX_S, CTL_LIST_DEPTH, CKPT_DEFAULT_SOCKET,
 		config_default_path);
 }
@@ -1717,8 +1727,8 @@ int main(int argc, char **argv)
 			die_usage();
 		} else if (!arg) {
 			arg = a;
-		} else if (!arg2 &&
-			   (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin") || !strcmp(cmd, "wait"))) {
+		} else if (!arg2 && (!strcmp(cmd, "pin") || !strcmp(cmd, "unpin") ||
+				     !strcmp(cmd, "wait") || !strcmp(cmd, "spill"))) {
 			arg2 = a;
 		} else {
 			errmsg("%s: unexpected argument '%s'", cmd, a);
@@ -1794,6 +1804,17 @@ int main(int argc, char **argv)
 			die_usage();
 		}
 		ret = ctl_gc(arg, grace_s, dry_run, json);
+	} else if (strcmp(cmd, "spill") == 0) {
+		bool list = arg && !strcmp(arg, "list"), drop = arg && !strcmp(arg, "drop");
+
+		if ((!list && !drop) || verbose || (list && arg2) || (drop && !arg2)) {
+			errmsg(!list && !drop ? "spill takes list or drop" :
+			       list	      ? "spill list takes only --json" :
+			       arg2	      ? "spill drop takes ID|ROOT/NAME and --json" :
+						"spill drop: ID or ROOT/NAME is missing");
+			die_usage();
+		}
+		ret = ctl_spill(opt_socket, opt_config, arg, arg2, json);
 	} else if (strcmp(cmd, "verify") == 0) {
 		if (!arg || verbose) {
 			errmsg(arg ? "verify takes ROOT/NAME and --json" : "verify: ROOT/NAME is missing");

@@ -97,6 +97,29 @@ struct ctl_watch {
 int ctl_status(const char *opt_socket, const char *opt_config, bool json,
 	       const struct ctl_watch *w);
 
+/* Asking the daemon (status.c).  ctl_socket_path: the socket to ask: -s,
+ * else $CKPTD_SOCKET, else the config file's `socket` (an explicit -c must
+ * load; the default one is optional), else the built-in default; malloc'd,
+ * or NULL (reason printed).  ctl_session: a control connection, greeted
+ * (HELLO, HELLO_OK): its fd, or -errno (reason printed).  ctl_expect:
+ * receives one message into buf (PROTO_MSG_MAX bytes) and checks it is of
+ * type `want`; a PROTO_ERROR is printed and returned as -EREMOTEIO; the fd
+ * that came along into *ret_fd (-1: none) when ret_fd is given.
+ * ctl_status_get: the report as a JSON object (0 and *ret), or -errno with
+ * the reason printed.  ctl_daemon_gone: the error means no daemon is there
+ * (any more): nothing listens, or it hung up. */
+char *ctl_socket_path(const char *opt_socket, const char *opt_config);
+int ctl_session(const char *path);
+int ctl_expect(int sock, const char *path, unsigned want, void *buf, int *ret_fd);
+int ctl_status_get(const char *path, json_t **ret);
+bool ctl_daemon_gone(int err);
+
+/* ckptctl spill list|drop (spill.c): the spilled saves the daemon owes a
+ * commit, and an operator's giving one up (`what`: its attempt id or
+ * ROOT/NAME).  Returns the exit status. */
+int ctl_spill(const char *opt_socket, const char *opt_config, const char *sub,
+	      const char *what, bool json);
+
 /* ckptctl wait ROOT NAME | ROOT --step N (wait.c): name NULL waits for any
  * checkpoint of `step`; timeout_s < 0 waits forever, 0 checks once.
  * Returns the exit status (0, 1, CTL_EXIT_USAGE for a NAME no checkpoint

@@ -144,7 +144,7 @@ static int sanitize(json_t *j)
  * (an explicit -c must load; the default one is optional), else the built-in
  * default.  Returns a malloc'd path or NULL (reason printed).
  */
-static char *resolve_socket(const char *opt_socket, const char *opt_config)
+char *ctl_socket_path(const char *opt_socket, const char *opt_config)
 {
 	const char *env = getenv("CKPTD_SOCKET");
 	const char *path = opt_config ? opt_config : config_default_path;
@@ -177,14 +177,13 @@ static char *resolve_socket(const char *opt_socket, const char *opt_config)
 	return ret;
 }
 
-/* True for the errors that mean no daemon is there (any more): nothing
- * listens on the socket, or the daemon hung up on us. */
-static bool daemon_gone(int err)
+bool ctl_daemon_gone(int err)
 {
 	return err == -ENOENT || err == -ECONNREFUSED || err == -ENOTSOCK ||
 	       err == -ECONNRESET || err == -EPIPE;
 }
 
+/* A socket to the daemon, not yet greeted. */
 static int ctl_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -222,13 +221,7 @@ static int ctl_connect(const char *path)
 	return fd;
 }
 
-/*
- * Receives one message and checks it is of type `want`.  A PROTO_ERROR from
- * the daemon is printed with its reason and returned as -EREMOTEIO (its own
- * errno is the daemon's business, and must not read as "no daemon").
- * Returns the fd attached (or -1) in *ret_fd when ret_fd is given.
- */
-static int ctl_expect(int sock, const char *path, unsigned want, void *buf, int *ret_fd)
+int ctl_expect(int sock, const char *path, unsigned want, void *buf, int *ret_fd)
 {
 	char err[256];
 	ssize_t n;
@@ -274,22 +267,15 @@ out_bad:
 	return type;
 }
 
-/* Fetches the status report.  Returns 0 and the malloc'd JSON text, or
- * -errno with the reason printed (daemon_gone() tells "no daemon"). */
-static int status_fetch(const char *path, char **ret_text, size_t *ret_len)
+int ctl_session(const char *path)
 {
 	_Alignas(8) unsigned char buf[PROTO_MSG_MAX];
 	struct proto_hello hello;
-	struct proto_status_req req;
-	const struct proto_status_reply *rep;
-	size_t off = 0, len;
-	char *text = NULL;
 	int sock, mfd = -1, ret;
 
 	sock = ctl_connect(path);
 	if (sock < 0)
 		return sock;
-
 	memset(&hello, 0, sizeof(hello));
 	proto_init(&hello.h, PROTO_HELLO, sizeof(hello));
 	hello.role = PROTO_ROLE_CONTROL;
@@ -300,15 +286,33 @@ static int status_fetch(const char *path, char **ret_text, size_t *ret_len)
 	ret = proto_send(sock, &hello, sizeof(hello), -1);
 	if (ret < 0) {
 		ctl_err("sending to '%s': %s", path, strerror(-ret));
-		goto out_close;
+		close(sock);
+		return ret;
 	}
 	ret = ctl_expect(sock, path, PROTO_HELLO_OK, buf, &mfd);
-	if (ret < 0)
-		goto out_close;
-	if (mfd >= 0) { /* a control connection gets no arena */
+	if (mfd >= 0) /* a control connection gets no arena */
 		close(mfd);
-		mfd = -1;
+	if (ret < 0) {
+		close(sock);
+		return ret;
 	}
+	return sock;
+}
+
+/* Fetches the status report.  Returns 0 and the malloc'd JSON text, or
+ * -errno with the reason printed (ctl_daemon_gone() tells "no daemon"). */
+static int status_fetch(const char *path, char **ret_text, size_t *ret_len)
+{
+	_Alignas(8) unsigned char buf[PROTO_MSG_MAX];
+	struct proto_status_req req;
+	const struct proto_status_reply *rep;
+	size_t off = 0, len;
+	char *text = NULL;
+	int sock, mfd = -1, ret;
+
+	sock = ctl_session(path);
+	if (sock < 0)
+		return sock;
 
 	proto_init(&req.h, PROTO_STATUS_REQ, sizeof(req));
 	ret = proto_send(sock, &req, sizeof(req), -1);
@@ -365,9 +369,7 @@ out_close:
 	return ret;
 }
 
-/* Fetches and parses one report.  0 and *ret (a JSON object), or -errno
- * with the reason printed. */
-static int status_get(const char *path, json_t **ret)
+int ctl_status_get(const char *path, json_t **ret)
 {
 	json_error_t jerr;
 	char *text = NULL;
@@ -483,6 +485,31 @@ static void progress_print(const struct view *V, const json_t *s, int indent)
 	if (!isnan(rate) && rate >= 1.0 && done < total)
 		fprintf(V->f, "  ETA %s",
 			ctl_human_duration((double)(total - done) / rate, c, sizeof(c)));
+	fputc('\n', V->f);
+}
+
+/* A save the spill tier owes a commit (status.h "pending"): durable on
+ * the node, and what S3 said last when it failed it. */
+static void pending_print(const struct view *V, const json_t *pd, int indent)
+{
+	const json_t *next = json_object_get(pd, "next_try_s");
+	char a[32], b[32];
+
+	if (!json_is_object(pd))
+		return;
+	fprintf(V->f, "%*sdurable on this node%s; ", indent, "",
+		json_is_true(json_object_get(pd, "resumed")) ? " (resumed after a restart)" : "");
+	if (!json_is_string(json_object_get(pd, "last_error"))) {
+		fprintf(V->f, "S3 has not failed it\n");
+		return;
+	}
+	fprintf(V->f, "%llu tr%s failed, the last %s ago: %s",
+		(unsigned long long)jget_u64(pd, "tries"), jget_u64(pd, "tries") == 1 ? "y" : "ies",
+		ctl_human_duration(jget_f64(pd, "last_error_age_s"), a, sizeof(a)),
+		jget_str(pd, "last_error"));
+	if (json_is_number(next))
+		fprintf(V->f, "; next try in %s",
+			ctl_human_duration(json_number_value(next), b, sizeof(b)));
 	fputc('\n', V->f);
 }
 
@@ -635,6 +662,7 @@ static void status_print(const struct view *V, const json_t *st)
 					ctl_human_size(jget_u64(v, "s3_uploaded"), a, sizeof(a)));
 			fputc('\n', f);
 			progress_print(V, v, 2 + wj + 1 + wn + 1);
+			pending_print(V, json_object_get(v, "pending"), 2 + wj + 1 + wn + 1);
 		}
 	}
 	last_commit_print(V, st);
@@ -673,9 +701,9 @@ static int status_once(const char *path, bool json)
 	json_t *st;
 	int r;
 
-	r = status_get(path, &st);
+	r = ctl_status_get(path, &st);
 	if (r < 0)
-		return daemon_gone(r) ? CTL_EXIT_NO_DAEMON : CTL_EXIT_ERROR;
+		return ctl_daemon_gone(r) ? CTL_EXIT_NO_DAEMON : CTL_EXIT_ERROR;
 	if (json) {
 		r = ctl_json_print(st, JSON_REAL_PRECISION(15));
 	} else {
@@ -893,12 +921,12 @@ static int status_watch(const char *path, const struct ctl_watch *w, bool json)
 		double t;
 		int r;
 
-		r = status_get(path, &st);
+		r = ctl_status_get(path, &st);
 		if (r < 0) {
-			if (daemon_gone(r) && n)
+			if (ctl_daemon_gone(r) && n)
 				ctl_err("status --watch: ckptd went away after %llu report(s)",
 					(unsigned long long)n);
-			ret = daemon_gone(r) ? CTL_EXIT_NO_DAEMON : CTL_EXIT_ERROR;
+			ret = ctl_daemon_gone(r) ? CTL_EXIT_NO_DAEMON : CTL_EXIT_ERROR;
 			break;
 		}
 		t = ctl_mono_now();
@@ -946,7 +974,7 @@ static int status_watch(const char *path, const struct ctl_watch *w, bool json)
 int ctl_status(const char *opt_socket, const char *opt_config, bool json,
 	       const struct ctl_watch *w)
 {
-	char *path = resolve_socket(opt_socket, opt_config);
+	char *path = ctl_socket_path(opt_socket, opt_config);
 	int ret;
 
 	if (!path)

@@ -110,6 +110,8 @@ const struct config_key config_keys[] = {
 	    "S3 saves go through this local directory first (spill tier)"),
 	KEY("s3_spill_keep", CONFIG_UINT, 0, 1000, s3_spill_keep, "1",
 	    "committed checkpoints kept per root in the spill directory"),
+	KEY("s3_spill_retry_cap", CONFIG_DURATION, 10, MS_PER_H, s3_spill_retry_cap_ms, "1m",
+	    "a spilled save the store refused is tried again at least this often"),
 	KEY("metrics_listen", CONFIG_LISTEN, 0, 65535, metrics_listen, NULL,
 	    "Prometheus metrics on this loopback HOST:PORT (unset: off)"),
 	KEY("metrics_textfile", CONFIG_FILE, 1, PATH_MAX - 1, metrics_textfile, NULL,

@@ -56,6 +56,9 @@
  *                       directory first (absolute; unset: off)
  *   s3_spill_keep       committed checkpoints kept per root in its restore
  *                       cache                     1    (0..1000)
+ *   s3_spill_retry_cap  the longest wait between two tries of a spilled save
+ *                       whose upload or commit met S3 failing
+ *                                                    1m   (10ms..1h)
  *   metrics_listen      Prometheus metrics over HTTP on this loopback address
  *                       (127.0.0.1:PORT, [::1]:PORT, localhost:PORT; port 0:
  *                       any free one; unset: off)
@@ -142,6 +145,7 @@ struct config {
 	char *s3_profile;
 	char *s3_spill_dir;              /* NULL: no spill tier */
 	unsigned s3_spill_keep;
+	uint64_t s3_spill_retry_cap_ms;
 	/* Metrics (metrics.h); NULL: off */
 	char *metrics_listen;            /* as written; config_parse_listen */
 	char *metrics_textfile;

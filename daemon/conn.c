@@ -662,6 +662,16 @@ static void on_status(struct conn *c)
 	close(fd);
 }
 
+/* ckptctl spill drop: the peer's uid decides (save_drop). */
+static void on_spill_drop(struct conn *c, const struct proto_spill_drop *m)
+{
+	struct proto_spill_reply rep;
+
+	proto_init(&rep.h, PROTO_SPILL_REPLY, sizeof(rep));
+	rep.err = save_drop(c->srv, c->creds.uid, m->what, rep.msg, sizeof(rep.msg));
+	conn_send(c, &rep, sizeof(rep), -1);
+}
+
 void conn_event(struct conn *c, uint32_t events)
 {
 	union {
@@ -677,6 +687,7 @@ void conn_event(struct conn *c, uint32_t events)
 		struct proto_load_close lclose;
 		struct proto_load_release lrelease;
 		struct proto_load_object lobject;
+		struct proto_spill_drop drop;
 	} u;
 	char err[256];
 
@@ -756,6 +767,11 @@ void conn_event(struct conn *c, uint32_t events)
 		}
 		case PROTO_STATUS_REQ:
 			on_status(c);
+			break;
+		case PROTO_SPILL_DROP:
+			if (c->state != CONN_CONTROL)
+				goto wrong;
+			on_spill_drop(c, &u.drop);
 			break;
 		case PROTO_RESIDENT_REQ:
 			if (c->state != CONN_READY)

@@ -444,7 +444,7 @@ static void begin_stop(struct server *srv)
 
 static bool busy(struct server *srv)
 {
-	return !list_empty(&srv->saves) || workers_in_flight(&srv->arenas);
+	return saves_busy(srv) || workers_in_flight(&srv->arenas);
 }
 
 static void reap(struct server *srv)
@@ -693,7 +693,11 @@ int main(int argc, char **argv)
 		config_free(&srv.cfg);
 		return r == -EBUSY ? EX_CONFIG_ : 1;
 	}
-	/* What earlier lives left behind goes first. */
+	/* Saves an earlier life owes a commit (the spill tier) are live before
+	 * the sweep looks: it passes their areas by.  What else earlier lives
+	 * left behind goes first. */
+	if (saves_resume(&srv))
+		log_info("spill: resuming the saves an earlier life left durable on this node");
 	sweep_start(&srv);
 	log_info("ckptd %s ready on '%s' (%zu root%s, arena_max %llu MiB, deadline %llu ms)",
 		 CKPT_VERSION, srv.cfg.socket_path, srv.cfg.n_roots, srv.cfg.n_roots == 1 ? "" : "s",

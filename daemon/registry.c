@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/pending.h"
 #include "store/fsutil.h"
 #include "store/remove.h"
 #include "store/s3_addr.h"
@@ -277,7 +278,10 @@ unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_
 		id[STORE_ID_LEN] = '\0';
 		for (size_t i = 0; i < n_live && !is_live; i++)
 			is_live = strcmp(live[i], id) == 0;
-		if (is_live || fs_read_file_at(reg->dirfd, de->d_name, ENTRY_MAX, &text, &len) < 0)
+		/* A save owed a commit (pending.h) keeps its areas, also when
+		 * its records could not be loaded: never removed silently. */
+		if (is_live || pending_exists(reg->path, id) ||
+		    fs_read_file_at(reg->dirfd, de->d_name, ENTRY_MAX, &text, &len) < 0)
 			continue;
 		json_t *j = json_loadb(text, len, 0, NULL);
 		free(text);

@@ -8,8 +8,9 @@
  * in its state directory (one small file per area: where it is, whose it is,
  * which life of the daemon made it) before creating it, and forgets it once
  * the area is committed or removed.  The sweep removes the areas of earlier
- * lives (their saves died with them) and those of this life whose save is
- * gone, acting as the area's owner.
+ * lives (their saves died with them, but for the spilled saves a later life
+ * resumes: pending.h) and those of this life whose save is gone, acting as
+ * the area's owner.
  *
  * The state directory belongs to one daemon: it is locked (flock) for the
  * daemon's life.  Every function but registry_open runs on a worker thread
@@ -47,11 +48,12 @@ void registry_del(struct registry *reg, const char *id);
  * Removes every noted work area not live: those of other instances at once,
  * those of this instance once older than min_age_ms; an S3 one only once
  * nothing happened in it for idle_ms (another daemon of the save may still
- * be at work: store_s3_sweep), with its uploads and shards.  Only an area
- * whose attempt.json carries the noted id and life is removed, as its owner
- * (creds noted).  An entry whose area could not be removed whole (S3 not
- * answering) stays for the next sweep.  Returns how many areas were
- * removed; messages go to the log.
+ * be at work: store_s3_sweep), with its uploads and shards; never those of a
+ * save owed a commit (its records are in <state_dir>/spill: pending.h).
+ * Only an area whose attempt.json carries the noted id and life is removed,
+ * as its owner (creds noted).  An entry whose area could not be removed
+ * whole (S3 not answering) stays for the next sweep.  Returns how many
+ * areas were removed; messages go to the log.
  */
 unsigned registry_sweep(struct registry *reg, const char *instance, int64_t min_age_ms,
 			int64_t idle_ms, char (*live)[STORE_ID_LEN + 1], size_t n_live);

@@ -20,6 +20,7 @@
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/pending.h"
 #include "daemon/resident.h"
 #include "daemon/retention.h"
 #include "daemon/server.h"
@@ -27,7 +28,10 @@
 #include "format/index.h"
 #include "store/fsutil.h"
 #include "store/s3_addr.h"
+#include "store/s3_retry.h"
 #include "store/store_spill.h"
+
+#define RETRY_FIRST_MS 1000 /* a pending save's first wait, at most */
 
 /* A job of a save or a rank: what run() needs, owned by the job, so the
  * worker never reads loop state that may change. */
@@ -47,10 +51,13 @@ struct sjob {
 	const struct store_ops *store;
 	struct store_writer self;
 	struct creds daemon_creds;
-	bool coordinator, delivered, created, noted;
+	const struct creds *owner; /* the save's (it outlives its jobs) */
+	bool coordinator, delivered, created, noted, pending;
 	bool mark;               /* cleanup: leave the failure marker */
 	bool spill;              /* finish: the shard spills (forwarded next) */
 	bool addressed;          /* finish: an index addressed to nonce was sent */
+	bool forwarded;          /* upload: the store has the file already */
+	uint64_t gen;            /* finish of a spilled rank: its record's */
 	uint32_t n_present;
 	char nonce[STORE_ID_LEN + 1];
 	struct index_local *local;
@@ -62,8 +69,13 @@ struct sjob {
 	char msg[PROTO_MSG_LEN];
 	/* outputs */
 	struct store_shard *out_shard;
+	struct store_shard **out_shards; /* resume: one per rk[] */
 	struct store_attempt *out_att;
 	bool out_created;
+	bool out_recorded;       /* finish: the spilled rank's record is written */
+	bool out_forwarded;      /* upload: the file reached the store */
+	bool out_committed;      /* resume: the attempt had committed already */
+	char out_note[PROTO_MSG_LEN]; /* finish: why it was not recorded */
 	int img_err;             /* shard: making the rank's image failed */
 	char out_root[PATH_MAX];
 	int poll;
@@ -96,10 +108,12 @@ static struct sjob *sjob_new(struct save *s, struct rank *r, void (*run)(struct 
 	j->store = srv->store;
 	j->self = srv->self;
 	j->daemon_creds = srv->creds;
+	j->owner = &s->creds;
 	j->coordinator = s->coordinator;
 	j->delivered = s->delivered;
 	j->created = s->created;
 	j->noted = s->noted;
+	j->pending = s->pending;
 	j->n_present = s->n_present;
 	memcpy(j->nonce, s->nonce, sizeof(j->nonce));
 	j->t0 = now_us();
@@ -108,6 +122,11 @@ static struct sjob *sjob_new(struct save *s, struct rank *r, void (*run)(struct 
 
 static void sjob_free(struct sjob *j)
 {
+	if (j->out_shards) {
+		for (size_t i = 0; i < j->n_ranks; i++)
+			j->store->shard_close(j->out_shards[i]);
+		free(j->out_shards);
+	}
 	free(j->local);
 	free(j->ranks);
 	free(j->rk);
@@ -215,7 +234,7 @@ static void rank_tell(struct rank *r)
 	if (r->told)
 		return;
 	r->told = true;
-	if (r->conn->state == CONN_CLOSED)
+	if (!r->conn || r->conn->state == CONN_CLOSED)
 		return;
 	if (s->state == SAVE_COMMITTED) {
 		conn_send_result(r->conn, PROTO_SAVE_DONE, r->token, 0, "");
@@ -228,8 +247,15 @@ static void rank_tell(struct rank *r)
 /* SAVE_DURABLE: the rank's bytes reached the first tier (where: `how`). */
 static void rank_durable_tell(struct rank *r, const char *how)
 {
-	if (!r->told && r->conn->state != CONN_CLOSED)
+	if (!r->told && r->conn && r->conn->state != CONN_CLOSED)
 		conn_send_result(r->conn, PROTO_SAVE_DURABLE, r->token, 0, how);
+}
+
+/* Whose rights a job of rank r acts with: its client's, or (a rank a
+ * later life resumed) the save's owner's. */
+static const struct creds *rank_creds(const struct rank *r)
+{
+	return r->conn ? &r->conn->creds : &r->save->creds;
 }
 
 /* ---- failure ---------------------------------------------------------------- */
@@ -256,7 +282,7 @@ void save_fail(struct save *s, int err, const char *fmt, ...)
 		struct rank *r = list_entry(p, struct rank, slink);
 		/* Slots still queued for a checksum are given back quickly. */
 		r->wt.no_crc = true;
-		if (r->wt.held && r->conn->writer_ok)
+		if (r->wt.held && r->conn && r->conn->writer_ok)
 			writer_crc_due(&r->conn->w);
 		/* An upload in flight stops soon (then the cleanup can run). */
 		if (r->state == RANK_UPLOADING && r->job_busy && r->shard &&
@@ -292,6 +318,113 @@ void rank_abort(struct rank *r, int err, const char *why)
 		rank_fail(r, err, "rank %u %s", r->rank, why);
 }
 
+/* ---- pending saves (the spill tier) ------------------------------------------ */
+
+/* Every rank of the save is local and spilled to this node's disk: nothing
+ * but the store is left to wait for, and no deadline runs out on it. */
+static bool save_whole_here(const struct save *s)
+{
+	const struct list *p;
+	uint32_t n = 0;
+
+	if (!s->pending || !s->coordinator)
+		return false;
+	list_for_each(p, &s->ranks)
+	{
+		const struct rank *r = list_entry(p, struct rank, slink);
+		if (!r->spill || (r->state != RANK_UPLOADING && r->state != RANK_DURABLE))
+			return false;
+		n++;
+	}
+	return n == s->key.world;
+}
+
+/* A failure of the store a pending save outlives: anything but a refusal
+ * no retry can mend (the copy on the node's disk no longer matches, the
+ * name is another save's, another daemon failed the save). */
+static bool store_trouble(int err)
+{
+	return err < 0 && err != -ECANCELED && err != -EBADMSG && err != -EEXIST;
+}
+
+/* Errors that say the store refuses rather than fails to answer: logged
+ * as errors, for an operator (credentials, a bucket, a policy). */
+static bool store_refuses(int err)
+{
+	return err == -EACCES || err == -EPERM || err == -ENOENT || err == -EINVAL ||
+	       err == -EFBIG || err == -ENOTSUP;
+}
+
+static void save_park(struct save *s)
+{
+	struct list *p;
+
+	if (save_final(s) || s->state == SAVE_COMMITTING)
+		return;
+	s->state = SAVE_FAILED;
+	s->parked = true;
+	s->err = -ESHUTDOWN;
+	snprintf(s->msg, sizeof(s->msg), "ckptd stopped before the S3 commit; the save is "
+		 "durable on this node and the next start of ckptd commits it");
+	log_info("save '%s/%s' (job '%s', attempt %s) is left for the next start of ckptd: "
+		 "its ranks are durable on this node", s->root, s->key.name, s->key.job, s->id);
+	list_for_each(p, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		if (r->state == RANK_UPLOADING && r->job_busy && r->shard &&
+		    s->srv->store->shard_cancel)
+			s->srv->store->shard_cancel(r->shard);
+		rank_tell(r);
+	}
+}
+
+/*
+ * A step of pending save s met the store failing (err, msg): it is tried
+ * again after a random wait of at most 1 s doubled each time up to
+ * s3_spill_retry_cap, for as long as it takes (save.h).  A save not whole
+ * on this node has its deadline moved: it counts only while the store
+ * answers.
+ */
+static void save_trouble(struct save *s, int err, const char *msg)
+{
+	static uint64_t seed;
+	struct server *srv = s->srv;
+	int64_t now = now_ms();
+	bool same = !strcmp(s->last_err, msg);
+	uint64_t wait;
+
+	if (!seed)
+		seed = (uint64_t)now_us() ^ ((uint64_t)getpid() << 32);
+	s->rounds++;
+	/* Full jitter, as S3 requests back off: daemons that met one outage
+	 * do not all come back at once. */
+	wait = s3_backoff_ms(s->rounds, RETRY_FIRST_MS < srv->cfg.s3_spill_retry_cap_ms ?
+						RETRY_FIRST_MS : srv->cfg.s3_spill_retry_cap_ms,
+			     srv->cfg.s3_spill_retry_cap_ms, &seed);
+	s->retry_ms = now + (int64_t)wait;
+	s->last_err_ms = now;
+	snprintf(s->last_err, sizeof(s->last_err), "%s", msg);
+	if (!save_whole_here(s) && s->deadline_ms < now + (int64_t)srv->cfg.commit_deadline_ms)
+		s->deadline_ms = now + (int64_t)srv->cfg.commit_deadline_ms;
+	/* Once per new reason, then at rounds 2, 4, 8, ...: an outage of a
+	 * day does not fill the journal. */
+	if (!same || !(s->rounds & (s->rounds - 1))) {
+		if (store_refuses(err))
+			log_err("save '%s/%s' (job '%s', attempt %s): the store refuses it (%s); its "
+				"spilled copy is kept and tried again in %.1f s (try %u); "
+				"`ckptctl spill drop %s` gives it up",
+				s->root, s->key.name, s->key.job, s->id, msg, (double)wait / 1000.0,
+				s->rounds, s->id);
+		else
+			log_warn("save '%s/%s' (job '%s', attempt %s): %s; its spilled copy is kept "
+				 "and tried again in %.1f s (try %u)",
+				 s->root, s->key.name, s->key.job, s->id, msg, (double)wait / 1000.0,
+				 s->rounds);
+	}
+	if (srv->parking)
+		save_park(s);
+}
+
 /* ---- jobs -------------------------------------------------------------------- */
 
 /* A job acting as the daemon for a moment (the registry, the spill
@@ -323,6 +456,22 @@ static void registry_note(struct sjob *j, bool add)
 	} else {
 		registry_del(j->reg, j->id);
 	}
+	as_client(j);
+}
+
+/* The save ended for good (committed, or failed and cleaned up): what the
+ * daemon kept of it goes, its registry entry if `registry`, and the
+ * records of a pending save (pending.h). */
+static void forget(struct sjob *j, bool registry)
+{
+	if (!registry && !j->pending)
+		return;
+	if (as_daemon(j) < 0)
+		return;
+	if (registry)
+		registry_del(j->reg, j->id);
+	if (j->pending)
+		pending_remove(j->reg->path, j->id);
 	as_client(j);
 }
 
@@ -585,6 +734,23 @@ static void deliver(struct sjob *j)
 	w->res = publish(j, j->r, j->nonce, w->err, sizeof(w->err));
 }
 
+/* A spilled rank durable on this node: what finishes its save without its
+ * client, and after a restart, goes to the state directory (pending.h)
+ * before SAVE_DURABLE says so.  Its layout and CRCs no longer change. */
+static void record(struct sjob *j)
+{
+	const struct rank *r = j->r;
+
+	if (as_daemon(j) < 0) {
+		snprintf(j->out_note, sizeof(j->out_note), "cannot act as the daemon");
+		return;
+	}
+	j->out_recorded = pending_record(j->reg->path, j->id, &j->key, j->root, j->owner, j->ranks,
+					 j->n_ranks, j->gen, r->rank, j->extent, &r->layout, r->crcs,
+					 j->out_note, sizeof(j->out_note)) == 0;
+	as_client(j);
+}
+
 static void finish_run(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
@@ -592,6 +758,8 @@ static void finish_run(struct work *w)
 	w->res = j->store->shard_finish(j->shard, j->r->layout.file_size, w->err, sizeof(w->err));
 	/* A spilled shard is durable on this node now; it is uploaded (and
 	 * its index published) by the next job. */
+	if (w->res == 0 && j->spill)
+		record(j);
 	if (w->res == 0 && !j->spill)
 		deliver(j);
 }
@@ -610,7 +778,7 @@ static int check_spilled(void *ud, const uint8_t *buf, uint64_t off, uint64_t le
 			      "the CRC block at byte %llu (the node's disk changed it): not "
 			      "uploaded",
 		 r->rank, (unsigned long long)bad);
-	return -EIO;
+	return -EBADMSG;
 }
 
 static void upload_run(struct work *w)
@@ -619,10 +787,36 @@ static void upload_run(struct work *w)
 
 	/* The rank is read-only here (its layout and checksums are final),
 	 * but for `uploaded`, which the backend writes atomically. */
-	w->res = j->store->shard_forward(j->shard, check_spilled, j->r, &j->r->uploaded, w->err,
-					 sizeof(w->err));
-	if (w->res == 0)
+	if (!j->forwarded) {
+		w->res = j->store->shard_forward(j->shard, check_spilled, j->r, &j->r->uploaded,
+						 w->err, sizeof(w->err));
+		j->out_forwarded = w->res == 0;
+	}
+	if (w->res == 0) {
 		deliver(j);
+		/* An index S3 refused as damaged however often it was sent
+		 * (BadDigest) is the way's fault, not the copy's: tried again. */
+		if (w->res == -EBADMSG || w->res == -EEXIST)
+			w->res = -EIO;
+	}
+}
+
+static void finish_done(struct work *w);
+
+/* Submits (again) the upload of spilled rank r. */
+static void rank_upload(struct rank *r)
+{
+	struct save *s = r->save;
+	struct sjob *u = sjob_new(s, r, upload_run, finish_done, rank_creds(r));
+
+	if (!u) {
+		rank_fail(r, -ENOMEM, "out of memory");
+		return;
+	}
+	u->shard = r->shard;
+	u->forwarded = r->forwarded;
+	r->job_busy = true;
+	workers_submit(&s->srv->uploads, &u->w);
 }
 
 static void save_progress(struct save *s);
@@ -636,33 +830,41 @@ static void finish_done(struct work *w)
 	r->job_busy = false;
 	if (j->addressed)
 		memcpy(r->to, j->nonce, sizeof(r->to));
-	if (w->res < 0) {
+	if (j->out_forwarded)
+		r->forwarded = true;
+	if (w->res < 0 && r->state == RANK_UPLOADING && store_trouble(w->res) && !save_final(s)) {
+		/* Durable on this node: the store's failure waits, never
+		 * fails it (save.h). */
+		save_trouble(s, w->res, w->err);
+	} else if (w->res < 0) {
 		rank_fail(r, w->res, "%s", w->err);
 	} else if (r->state == RANK_FINISHING && r->spill) {
-		struct sjob *u = save_final(s) ? NULL :
-						 sjob_new(s, r, upload_run, finish_done, &r->conn->creds);
-
 		r->state = RANK_UPLOADING;
+		r->recorded = j->out_recorded;
+		s->pending = true;
 		metrics_observe(s->srv, METRICS_WRITE, now_us() - r->t_staged);
-		rank_durable_tell(r, "on the node's disk (spill tier); uploading");
+		/* Durable means it survives the trainer, the store's outages
+		 * and ckptd's restarts: only what is recorded for a restart
+		 * is reported so (SAVE_DURABLE may never come). */
+		if (r->recorded)
+			rank_durable_tell(r, "on the node's disk (spill tier); uploading");
+		else
+			log_warn("save '%s/%s' (job '%s'): rank %u is on this node's disk but cannot "
+				 "be recorded for a restart (%s): not reported durable",
+				 s->root, s->key.name, s->key.job, r->rank, j->out_note);
 		log_debug("save '%s/%s': rank %u spilled: staged after %.1f ms, written +%.1f ms, "
 			  "fsync +%.1f ms",
 			  s->root, s->key.name, r->rank, (double)(r->t_staged - r->t_begin) / 1000.0,
 			  (double)(r->t_written - r->t_staged) / 1000.0,
 			  (double)(now_us() - r->t_written) / 1000.0);
-		if (u) {
-			u->shard = r->shard;
-			r->job_busy = true;
-			workers_submit(&s->srv->uploads, &u->w);
-		} else if (!save_final(s)) {
-			rank_fail(r, -ENOMEM, "out of memory");
-		}
+		if (!save_final(s))
+			rank_upload(r);
 	} else if (r->state == RANK_FINISHING || r->state == RANK_UPLOADING) {
 		if (r->state == RANK_FINISHING) {
 			rank_durable_tell(r, "");
 			metrics_observe(s->srv, METRICS_WRITE, now_us() - r->t_staged);
 		} else {
-			/* j is the upload job, made when the rank was spilled. */
+			/* j is the upload job (its last round). */
 			metrics_observe(s->srv, METRICS_UPLOAD, now_us() - j->t0);
 			metrics_written(s->srv, METRICS_S3, r->layout.file_size);
 		}
@@ -691,13 +893,31 @@ static void rank_maybe_finish(struct rank *r)
 		return;
 	r->state = RANK_FINISHING;
 	r->t_written = now_us();
-	j = sjob_new(r->save, r, finish_run, finish_done, &r->conn->creds);
+	j = sjob_new(r->save, r, finish_run, finish_done, rank_creds(r));
 	if (!j) {
 		rank_fail(r, -ENOMEM, "out of memory");
 		return;
 	}
 	j->shard = r->shard;
 	j->spill = r->spill;
+	if (r->spill) {
+		/* Its record lists the save's local ranks as they are now. */
+		struct list *p;
+		size_t n = 0;
+
+		list_for_each(p, &r->save->ranks)
+			n++;
+		j->ranks = calloc(n ? n : 1, sizeof(*j->ranks));
+		if (!j->ranks) {
+			sjob_free(j);
+			rank_fail(r, -ENOMEM, "out of memory");
+			return;
+		}
+		list_for_each(p, &r->save->ranks)
+			j->ranks[j->n_ranks++] = list_entry(p, struct rank, slink)->rank;
+		j->extent = r->extent;
+		j->gen = ++r->save->rec_gen;
+	}
 	r->job_busy = true;
 	workers_submit(&r->save->srv->work, &j->w);
 }
@@ -786,8 +1006,8 @@ static void commit_run(struct work *w)
 	}
 	testgate("commit");
 	w->res = j->store->attempt_commit(j->att, &m, w->err, sizeof(w->err));
-	if (w->res == 0 && j->noted)
-		registry_note(j, false);
+	if (w->res == 0)
+		forget(j, j->noted);
 }
 
 static void commit_done(struct work *w)
@@ -814,7 +1034,12 @@ static void commit_done(struct work *w)
 		}
 		return; /* retried at the next tick */
 	}
-	if (w->res < 0) {
+	if (w->res < 0 && s->pending && store_trouble(w->res)) {
+		char msg[PROTO_MSG_LEN + 32];
+
+		snprintf(msg, sizeof(msg), "cannot commit: %s", w->err);
+		save_trouble(s, w->res, msg);
+	} else if (w->res < 0) {
 		save_fail(s, w->res, "cannot commit: %s", w->err);
 	} else {
 		s->state = SAVE_COMMITTED;
@@ -906,14 +1131,14 @@ static void poll_run(struct work *w)
 			/* Recorded before it is sent: see finish_run. */
 			memcpy(j->to[i], nonce, sizeof(nonce));
 			if (publish(j, j->rk[i], nonce, w->err, sizeof(w->err)) < 0) {
-				j->poll = -EIO;
+				j->poll = -EAGAIN; /* the store's trouble (poll_done) */
 				return;
 			}
 		}
 	}
 	j->poll = j->store->attempt_poll(j->att, j->id, w->err, sizeof(w->err));
-	if (j->poll == 1 && j->noted)
-		registry_note(j, false);
+	if (j->poll == 1)
+		forget(j, j->noted);
 }
 
 static void poll_done(struct work *w)
@@ -925,8 +1150,10 @@ static void poll_done(struct work *w)
 	s->job_busy = false;
 	for (size_t i = 0; i < j->n_ranks; i++)
 		memcpy(j->rk[i]->to, j->to[i], sizeof(j->to[i]));
-	if (j->poll < 0) {
-		save_fail(s, j->poll, "%s", w->err);
+	if (j->poll == -EAGAIN && s->pending && !save_final(s)) {
+		save_trouble(s, -EAGAIN, w->err);
+	} else if (j->poll < 0) {
+		save_fail(s, j->poll == -EAGAIN ? -EIO : j->poll, "%s", w->err);
 	} else if (j->poll == 1 && !save_final(s)) {
 		s->state = SAVE_COMMITTED;
 		s->srv->saves_committed++;
@@ -973,7 +1200,8 @@ static void poll_submit(struct save *s)
 /* Something changed: move the save on if it can. */
 static void save_progress(struct save *s)
 {
-	if (s->state != SAVE_ACTIVE || s->job_busy || !local_ranks_durable(s))
+	if (s->state != SAVE_ACTIVE || s->job_busy || !local_ranks_durable(s) ||
+	    now_ms() < s->retry_ms)
 		return;
 	s->delivered = true;
 	if (s->coordinator)
@@ -1043,14 +1271,20 @@ static void cleanup_run(struct work *w)
 				.mark = j->mark, .created = j->created, .made = j->ranks,
 				.n_made = j->n_ranks, .msg = j->msg };
 
+	/* A resumed save that never found its attempt again (att NULL) leaves
+	 * its areas to the sweep: its registry entry still names the life
+	 * that made them. */
 	testgate("cleanup");
-	r = j->store->attempt_fail(j->att, &f);
+	r = j->att ? j->store->attempt_fail(j->att, &f) : 0;
 	if (r < 0 && j->noted) {
 		/* Not forgotten: the entry stays, and the periodic sweep
 		 * (registry_sweep) removes what is left once the storage
 		 * answers again. */
 		log_warn("save '%s/%s' (attempt %s): its cleanup is incomplete (%s): the sweep "
 			 "tries again", j->root, j->key.name, j->id, strerror(-r));
+		/* A pending save's records go all the same: it failed, and
+		 * must never be resumed by a later life. */
+		forget(j, false);
 		return;
 	}
 	if (r < 0)
@@ -1059,15 +1293,19 @@ static void cleanup_run(struct work *w)
 			 strerror(-r));
 	/* An area this daemon made stays noted while another daemon may
 	 * still commit it; a spill area alone is gone now. */
-	if ((j->created && (j->coordinator || !j->delivered)) || (j->noted && !j->created))
-		registry_note(j, false);
+	forget(j, (j->created && (j->coordinator || !j->delivered)) || (j->noted && !j->created));
 }
 
 static void cleanup_done(struct work *w)
 {
 	struct sjob *j = (struct sjob *)w;
+	struct save *s = j->s;
 
-	j->s->job_busy = false;
+	s->job_busy = false;
+	/* The attempt id is free for a new save from the next round on
+	 * (saves_reap frees this one at the end of this one). */
+	log_debug("save '%s/%s' (attempt %s): its failure is cleaned up", s->root, s->key.name,
+		  s->id);
 	sjob_free(j);
 }
 
@@ -1079,7 +1317,8 @@ static void save_kick(struct save *s)
 	struct sjob *j;
 	size_t n = 0;
 
-	if (s->state != SAVE_FAILED || s->cleaned || s->job_busy || s->renew_busy || !s->att)
+	if (s->state != SAVE_FAILED || s->cleaned || s->job_busy || s->renew_busy || s->parked ||
+	    (!s->att && !s->resumed))
 		return;
 	list_for_each(p, &s->ranks)
 		if (list_entry(p, struct rank, slink)->job_busy)
@@ -1150,6 +1389,44 @@ static struct save *save_new(struct server *srv, struct conn *c, const struct st
 	return s;
 }
 
+/*
+ * A SAVE_BEGIN for a rank the save in progress (the same attempt: same
+ * key) already has.  A trainer restarted after its client was killed saves
+ * the same name and step again with the same key (the attempt number
+ * starts again at 0): if the earlier client's rank is staged, the daemon
+ * finishes it without that client, so the new save is not needed, and is
+ * told so, with where to watch it (-EALREADY).  Otherwise two live clients
+ * claim one rank: -EEXIST.
+ */
+static int rank_taken(const struct save *s, const struct rank *o, char *err, size_t errlen)
+{
+	bool gone = !o->conn || o->conn->state == CONN_CLOSED;
+
+	if (gone && o->state == RANK_UPLOADING) {
+		snprintf(err, errlen, "rank %u of '%s' (step %llu, this same attempt) is already "
+				      "durable on this node: an earlier client of job '%s' saved it, "
+				      "and ckptd uploads and commits it without a client (%s%s); "
+				      "this save is not needed: `ckptctl spill list` shows it, "
+				      "`ckptctl wait` waits for its commit",
+			 o->rank, s->key.name, (unsigned long long)s->key.step, s->key.job,
+			 s->last_err_ms ? "S3 failing: " : "uploading",
+			 s->last_err_ms ? s->last_err : "");
+		return -EALREADY;
+	}
+	if (gone && o->state != RANK_OPENING && o->state != RANK_STAGING &&
+	    o->state != RANK_FAILED) {
+		snprintf(err, errlen, "rank %u of '%s' (step %llu, this same attempt) was staged "
+				      "by an earlier client of job '%s' that is gone, and ckptd "
+				      "commits it without that client: this save is not needed "
+				      "(`ckptctl wait` waits for its commit)",
+			 o->rank, s->key.name, (unsigned long long)s->key.step, s->key.job);
+		return -EALREADY;
+	}
+	snprintf(err, errlen, "rank %u of job '%s' is already saving '%s'", o->rank, s->key.job,
+		 s->key.name);
+	return -EEXIST;
+}
+
 static bool key_same(const struct store_key *a, const struct store_key *b)
 {
 	return !strcmp(a->job, b->job) && !strcmp(a->run, b->run) && !strcmp(a->name, b->name) &&
@@ -1189,11 +1466,9 @@ int save_begin(struct server *srv, struct conn *c, uint32_t token, uint32_t atte
 		}
 		list_for_each(p, &s->ranks)
 		{
-			if (list_entry(p, struct rank, slink)->rank == c->rank) {
-				snprintf(err, errlen, "rank %u of job '%s' is already saving '%s'",
-					 c->rank, c->job, l->name);
-				return -EEXIST;
-			}
+			const struct rank *o = list_entry(p, struct rank, slink);
+			if (o->rank == c->rank)
+				return rank_taken(s, o, err, errlen);
 		}
 		/* The root as the ranks wrote it (no path lookups on the loop). */
 		if (strcmp(l->root, s->asked_root) != 0) {
@@ -1219,6 +1494,7 @@ int save_begin(struct server *srv, struct conn *c, uint32_t token, uint32_t atte
 	r->state = RANK_OPENING;
 	r->rank = c->rank;
 	r->token = token;
+	r->extent = c->slot_bytes;
 	r->n_extents = (uint32_t)((l->file_size + c->slot_bytes - 1) / c->slot_bytes);
 	r->crcs = calloc(l->n_crcs ? l->n_crcs : 1, sizeof(uint32_t));
 	r->got = calloc(r->n_extents / 8 + 1, 1);
@@ -1346,6 +1622,39 @@ static void save_deadline(struct save *s)
 		  shown ? missing : "?", (unsigned long long)s->srv->cfg.commit_deadline_ms);
 }
 
+/* The commit deadline of a pending save counts only the time it waits for
+ * ranks of other daemons: not while it is being resumed or one of its own
+ * spilled ranks is still on its way to the store (and not at all when it
+ * is whole on this node). */
+static bool deadline_held(const struct save *s)
+{
+	const struct list *p;
+
+	if (!s->pending || save_final(s))
+		return false;
+	if (s->state == SAVE_OPENING || save_whole_here(s))
+		return true;
+	list_for_each(p, &s->ranks)
+		if (list_entry(p, struct rank, slink)->state == RANK_UPLOADING)
+			return true;
+	return false;
+}
+
+/* Uploads of pending save s whose last round met the store failing. */
+static void uploads_again(struct save *s)
+{
+	struct list *p, *t;
+
+	list_for_each_safe(p, t, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+		if (r->state == RANK_UPLOADING && !r->job_busy && r->shard)
+			rank_upload(r);
+	}
+}
+
+static void resume_submit(struct save *s);
+
 void saves_tick(struct server *srv)
 {
 	int64_t now = now_ms();
@@ -1354,7 +1663,11 @@ void saves_tick(struct server *srv)
 	list_for_each_safe(p, t, &srv->saves)
 	{
 		struct save *s = list_entry(p, struct save, link);
-		int64_t deadline = s->deadline_ms;
+		int64_t deadline;
+
+		if (deadline_held(s) && s->deadline_ms < now + (int64_t)srv->cfg.commit_deadline_ms)
+			s->deadline_ms = now + (int64_t)srv->cfg.commit_deadline_ms;
+		deadline = s->deadline_ms;
 
 		/* A daemon that delivered waits a little longer than rank 0's
 		 * daemon, which decides (its own deadline comes first). */
@@ -1362,9 +1675,20 @@ void saves_tick(struct server *srv)
 			int64_t grace = (int64_t)srv->cfg.commit_deadline_ms;
 			deadline += grace < 60000 ? grace : 60000;
 		}
-		/* The deadline first: past it, no new commit or poll starts. */
+		/* The deadline first: past it, no new commit or poll starts.
+		 * A save whole on this node waits for the store only, and
+		 * that for as long as it takes (save.h). */
 		if ((s->state == SAVE_ACTIVE || s->state == SAVE_OPENING) && now > deadline)
 			save_deadline(s);
+		if (save_final(s) || now < s->retry_ms) {
+			save_kick(s);
+			continue;
+		}
+		/* A pending save's steps that met the store failing, again. */
+		if (s->state == SAVE_OPENING && s->resumed && !s->att && !s->job_busy)
+			resume_submit(s);
+		if (s->state == SAVE_ACTIVE && s->pending)
+			uploads_again(s);
 		/* Every local rank must be durable now: a rank that joined
 		 * after the others were must not be merged or published
 		 * before its own bytes are (a torn checkpoint otherwise). */
@@ -1384,15 +1708,25 @@ void saves_stop(struct server *srv, bool all)
 {
 	struct list *p, *t, *q;
 
+	if (all)
+		srv->parking = true;
 	list_for_each_safe(p, t, &srv->saves)
 	{
 		struct save *s = list_entry(p, struct save, link);
-		bool staged = true;
+		bool staged = true, spilled = true;
 
 		list_for_each(q, &s->ranks)
 		{
-			enum rank_state st = list_entry(q, struct rank, slink)->state;
-			staged &= st != RANK_OPENING && st != RANK_STAGING;
+			const struct rank *r = list_entry(q, struct rank, slink);
+			staged &= r->state != RANK_OPENING && r->state != RANK_STAGING;
+			spilled &= r->spill && (r->state == RANK_UPLOADING || r->state == RANK_DURABLE);
+		}
+		/* Owed a commit: never failed by a stop, parked for the next
+		 * life once the daemon goes (its records are on disk). */
+		if (s->pending && spilled) {
+			if (all)
+				save_park(s);
+			continue;
 		}
 		if (all || !staged || s->state == SAVE_OPENING)
 			save_fail(s, -ESHUTDOWN, all ? "ckptd stopped before the save committed" :
@@ -1437,10 +1771,293 @@ void saves_reap(struct server *srv)
 		list_for_each_safe(q, u, &s->ranks)
 			rank_free(list_entry(q, struct rank, slink));
 		if (!list_empty(&s->ranks) || s->job_busy ||
-		    (s->state == SAVE_FAILED && s->att && !s->cleaned))
+		    (s->state == SAVE_FAILED && !s->parked && (s->att || s->resumed) && !s->cleaned))
 			continue;
 		srv->store->attempt_close(s->att);
 		list_del(&s->link);
 		free(s);
 	}
+}
+
+bool saves_busy(struct server *srv)
+{
+	struct list *p, *q;
+
+	list_for_each(p, &srv->saves)
+	{
+		const struct save *s = list_entry(p, struct save, link);
+
+		/* A pending save between two tries has nothing to do now: the
+		 * next life tries again as well as this one would. */
+		if (!s->pending || save_final(s) || s->job_busy || !s->last_err_ms)
+			return true;
+		list_for_each(q, &s->ranks)
+			if (list_entry(q, struct rank, slink)->job_busy)
+				return true;
+	}
+	return false;
+}
+
+/* ---- resuming: a later life of the daemon ------------------------------------------ */
+
+static void resume_run(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	int r;
+
+	/* The configuration may have changed since the save was recorded:
+	 * a root no longer allowed is not written to (the copy waits). */
+	if (!config_root_allowed(j->cfg, j->root)) {
+		w->res = -EACCES;
+		snprintf(w->err, sizeof(w->err), "root '%.400s' is no longer an allowed root of "
+			 "this ckptd", j->root);
+		return;
+	}
+	r = j->store->attempt_resume(j->root, &j->key, j->id, &j->self, j->owner->uid,
+				     j->coordinator, &j->out_att, w->err, sizeof(w->err));
+	if (r < 0) {
+		w->res = r;
+		return;
+	}
+	/* This life owns the areas now: a crash of it leaves them to the
+	 * next one (its records make the sweep pass them by). */
+	snprintf(j->out_root, sizeof(j->out_root), "%s", j->root);
+	registry_note(j, true);
+	j->noted = true;
+	if (r == 1) {
+		j->out_committed = true;
+		forget(j, true);
+		return;
+	}
+	/* A claim of this life: ranks of other daemons re-address their
+	 * indexes to it (store.h), and none addressed to the earlier life's
+	 * claim is merged. */
+	if (j->coordinator) {
+		w->res = j->store->attempt_claim(j->out_att, &j->self, j->nonce, w->err,
+						 sizeof(w->err));
+		if (w->res < 0)
+			return;
+	}
+	for (size_t i = 0; i < j->n_ranks; i++) {
+		const struct rank *rk = j->rk[i];
+
+		w->res = j->store->shard_resume(j->out_att, rk->rank, rk->layout.file_size,
+						rk->extent, &j->out_shards[i], w->err,
+						sizeof(w->err));
+		if (w->res < 0)
+			return;
+	}
+}
+
+static void resume_done(struct work *w)
+{
+	struct sjob *j = (struct sjob *)w;
+	struct save *s = j->s;
+	struct list *p;
+	size_t i = 0;
+
+	s->job_busy = false;
+	if (j->noted)
+		s->noted = true;
+	/* Tried again from the start after the store's trouble; else kept
+	 * (for the failure's cleanup, or the commit). */
+	if (j->out_att && w->res < 0 && store_trouble(w->res) && w->res != -EBADMSG &&
+	    !save_final(s)) {
+		s->srv->store->attempt_close(j->out_att);
+		j->out_att = NULL;
+	}
+	if (j->out_att)
+		s->att = j->out_att;
+	if (save_final(s)) {
+		/* dropped, or parked, meanwhile */
+	} else if (j->out_committed) {
+		s->state = SAVE_COMMITTED;
+		s->srv->saves_committed++;
+		metrics_save_end(s->srv, s);
+		log_info("resumed '%s/%s' (job '%s', attempt %s): it had committed before ckptd "
+			 "stopped", s->root, s->key.name, s->key.job, s->id);
+	} else if (w->res < 0 && store_trouble(w->res) && w->res != -EBADMSG) {
+		save_trouble(s, w->res, w->err);
+	} else if (w->res < 0) {
+		save_fail(s, w->res, "cannot resume: %s", w->err);
+	} else {
+		list_for_each(p, &s->ranks)
+		{
+			struct rank *r = list_entry(p, struct rank, slink);
+			r->shard = j->out_shards[i];
+			j->out_shards[i++] = NULL;
+		}
+		memcpy(s->nonce, j->nonce, sizeof(s->nonce));
+		s->state = SAVE_ACTIVE;
+		log_info("resumed '%s/%s' (job '%s', attempt %s, %zu rank%s spilled here): "
+			 "uploading", s->root, s->key.name, s->key.job, s->id, i, i == 1 ? "" : "s");
+		uploads_again(s);
+	}
+	sjob_free(j);
+	save_kick(s);
+}
+
+static void resume_submit(struct save *s)
+{
+	struct sjob *j = sjob_new(s, NULL, resume_run, resume_done, &s->creds);
+	struct list *p;
+	size_t n = 0;
+
+	if (!j)
+		return; /* the next tick tries again */
+	list_for_each(p, &s->ranks)
+		n++;
+	j->rk = calloc(n ? n : 1, sizeof(*j->rk));
+	j->out_shards = calloc(n ? n : 1, sizeof(*j->out_shards));
+	if (!j->rk || !j->out_shards) {
+		sjob_free(j);
+		return;
+	}
+	list_for_each(p, &s->ranks)
+		j->rk[j->n_ranks++] = list_entry(p, struct rank, slink);
+	s->job_busy = true;
+	workers_submit(&s->srv->work, &j->w);
+}
+
+static bool recorded_rank(const struct pending_save *p, uint32_t rank)
+{
+	for (size_t i = 0; i < p->n_ranks; i++)
+		if (p->ranks[i].rank == rank)
+			return true;
+	return false;
+}
+
+/* A pending save found in the records: a save with no client, whose ranks
+ * are spilled, made durable and about to be uploaded again. */
+static void resume_one(void *ud, struct pending_save *p)
+{
+	struct server *srv = ud;
+	struct save *s = calloc(1, sizeof(*s));
+	uint32_t lost = UINT32_MAX;
+
+	if (!s) {
+		log_err("spill: out of memory resuming attempt %s", p->id);
+		pending_free(p);
+		return;
+	}
+	s->srv = srv;
+	s->state = SAVE_OPENING;
+	s->key = p->key;
+	memcpy(s->id, p->id, sizeof(s->id));
+	snprintf(s->root, sizeof(s->root), "%s", p->root);
+	snprintf(s->asked_root, sizeof(s->asked_root), "%s", p->root);
+	s->creds = p->owner;
+	s->started_ms = now_ms();
+	s->deadline_ms = s->started_ms + (int64_t)srv->cfg.commit_deadline_ms;
+	s->pending = s->resumed = true;
+	list_init(&s->ranks);
+	for (size_t i = 0; i < p->n_ranks; i++) {
+		struct pending_rank *pr = &p->ranks[i];
+		struct rank *r = calloc(1, sizeof(*r));
+
+		if (!r) {
+			lost = pr->rank;
+			break;
+		}
+		r->save = s;
+		r->state = RANK_UPLOADING;
+		r->rank = pr->rank;
+		r->spill = r->recorded = r->told = true;
+		r->extent = pr->extent;
+		r->layout = pr->layout;
+		memset(&pr->layout, 0, sizeof(pr->layout));
+		r->crcs = pr->crcs;
+		pr->crcs = NULL;
+		r->n_extents = r->extents_in = r->extents_done =
+			(uint32_t)((r->layout.file_size + r->extent - 1) / r->extent);
+		r->bytes_in = r->bytes_written = r->layout.file_size;
+		r->t_begin = r->t_staged = r->t_written = now_us();
+		/* The earlier life may have delivered its index (sent is as good
+		 * as delivered): the coordinator may use it, so a failure here
+		 * must not delete the rank's shard (attempt_fail).  Not a nonce:
+		 * the current claim gets it again (poll_run). */
+		snprintf(r->to, sizeof(r->to), "?");
+		list_init(&r->clink);
+		list_add_tail(&s->ranks, &r->slink);
+		s->bytes += r->layout.file_size;
+		if (r->rank == 0)
+			s->coordinator = true;
+	}
+	/* A local rank that began but was never recorded was not durable
+	 * when the earlier life ended: its bytes are gone, so the save can
+	 * never commit. */
+	for (size_t i = 0; i < p->n_local && lost == UINT32_MAX; i++)
+		if (!recorded_rank(p, p->local[i]))
+			lost = p->local[i];
+	list_add_tail(&srv->saves, &s->link);
+	log_info("resuming '%s/%s' (job '%s', attempt %s, uid %u): spilled on this node before "
+		 "ckptd stopped", s->root, s->key.name, s->key.job, s->id, (unsigned)s->creds.uid);
+	if (lost != UINT32_MAX) {
+		save_fail(s, -ECANCELED, "rank %u was not durable on this node when ckptd stopped: "
+			  "the save cannot commit", lost);
+		pending_free(p);
+		return;
+	}
+	pending_free(p);
+	resume_submit(s);
+}
+
+static void resume_bad(void *ud, const char *id, const char *why, bool removed)
+{
+	struct server *srv = ud;
+
+	if (removed)
+		log_info("spill: '%s/%s/%s': %s: removed", srv->reg.path, PENDING_DIR, id, why);
+	else
+		log_err("spill: the save recorded in '%s/%s/%s' cannot be resumed: %s; it is "
+			"left there (remove that directory, and the attempt's work area in the "
+			"spill directory, to give it up)", srv->reg.path, PENDING_DIR, id, why);
+}
+
+unsigned saves_resume(struct server *srv)
+{
+	return pending_load_all(srv->reg.path, resume_one, resume_bad, srv);
+}
+
+/* ---- an operator's drop -------------------------------------------------------------- */
+
+int save_drop(struct server *srv, uid_t uid, const char *what, char *msg, size_t msglen)
+{
+	struct list *p;
+
+	if (!what[0]) {
+		snprintf(msg, msglen, "name the pending save to drop: its attempt id or ROOT/NAME");
+		return -EINVAL;
+	}
+	list_for_each(p, &srv->saves)
+	{
+		struct save *s = list_entry(p, struct save, link);
+		char path[sizeof(s->root) + CKPT_MAX_NAME_LEN + 2];
+
+		if (!s->pending || save_final(s))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", s->root, s->key.name);
+		if (strcmp(what, s->id) && strcmp(what, path))
+			continue;
+		if (uid != 0 && uid != s->creds.uid) {
+			snprintf(msg, msglen, "the pending save %s belongs to another user: only its "
+				 "owner or root may drop it", s->id);
+			return -EPERM;
+		}
+		if (s->state == SAVE_COMMITTING) {
+			snprintf(msg, msglen, "the commit of %s is in flight (it may commit): try "
+				 "again in a moment", s->id);
+			return -EBUSY;
+		}
+		log_warn("save '%s/%s' (job '%s', attempt %s): dropped by uid %u (ckptctl spill "
+			 "drop)", s->root, s->key.name, s->key.job, s->id, (unsigned)uid);
+		save_fail(s, -ECANCELED, "dropped by uid %u with `ckptctl spill drop`: its spilled "
+			  "copy is removed", (unsigned)uid);
+		snprintf(msg, msglen, "dropped '%s' (attempt %s): it will not commit; its spilled "
+			 "copy, its records and what it left in S3 are being removed", path, s->id);
+		return 0;
+	}
+	snprintf(msg, msglen, "no pending spilled save '%s' in this ckptd (`ckptctl spill list` "
+		 "shows them)", what);
+	return -ENOENT;
 }

@@ -24,6 +24,23 @@
  * staging, an I/O error) fails its save.  A save never fails while its
  * commit job is in flight: the job decides.
  *
+ * Spilled saves (the spill tier) are owed a commit.  A spilled rank's
+ * file, once fsynced, is recorded in the state directory (pending.h)
+ * before its SAVE_DURABLE goes out, and the save is then `pending`: a
+ * step that meets the store failing (an upload, an index, the count or the
+ * commit: unreachable, throttled, refusing) never fails it; the step is
+ * tried again after a capped, growing wait, for as long as it takes, and
+ * the commit deadline does not run out on a save whose ranks are all
+ * durable on this node (save_whole_here).  It ends only by its commit, by
+ * a failure that no retry can mend (the spilled copy no longer matches
+ * its checksums, another save committed the name, another daemon failed
+ * the save, ranks on other daemons never came within the deadline, which
+ * counts only while the store answers), or by an operator (save_drop).
+ * When the daemon stops, a pending save is `parked`: final in this life,
+ * nothing of it removed, and the next life resumes it from its records
+ * (saves_resume): a save with no client at all, whose ranks start in
+ * UPLOADING.
+ *
  * Lifetimes: a rank lives until its save is final, it holds no arena slot and
  * no job of it is in flight; a save until all its ranks are gone and no job
  * of it (its heartbeat's included) is in flight.  save_reap() frees them between loop rounds, so no
@@ -59,7 +76,8 @@ enum rank_state {
 
 struct rank {
 	struct save *save;
-	struct conn *conn;         /* lives at least as long as its ranks */
+	struct conn *conn;         /* lives at least as long as its ranks;
+	                            * NULL for a rank a later life resumed */
 	enum rank_state state;
 	uint32_t rank, token;
 	struct layout layout;
@@ -77,6 +95,10 @@ struct rank {
 	int create_err;            /* the shard could not be created: why */
 	bool job_busy;             /* job in flight */
 	bool spill;                /* its shard spills (store.h) */
+	bool recorded;             /* spilled: in the state directory (pending.h) */
+	bool forwarded;            /* spilled: the store has the file; only
+	                            * its index is left to publish */
+	uint64_t extent;           /* the part size: its connection's slots */
 	uint64_t uploaded;         /* spilled: bytes the store acknowledged
 	                            * (written atomically by the upload job) */
 	struct work job;
@@ -108,6 +130,16 @@ struct save {
 	char nonce[STORE_ID_LEN + 1]; /* coordinator: its claim of the area */
 	bool cleaned;              /* the failure cleanup ran */
 	uint32_t n_present;        /* coordinator: ranks delivered so far */
+	bool pending;              /* a rank of it spilled: owed a commit
+	                            * (see the top of this file) */
+	bool resumed;              /* made from records at start-up */
+	bool parked;               /* final in this life only: its records
+	                            * and areas stay for the next one */
+	uint64_t rec_gen;          /* orders its record writes (pending.h) */
+	unsigned rounds;           /* pending: steps that met the store failing */
+	int64_t retry_ms;          /* pending: no new step before (now_ms) */
+	int64_t last_err_ms;       /* pending: when the last one failed, or 0 */
+	char last_err[PROTO_MSG_LEN];
 	int64_t started_ms, deadline_ms;
 	int err;
 	char msg[PROTO_MSG_LEN];
@@ -152,8 +184,24 @@ void save_fail(struct save *s, int err, const char *fmt, ...) __attribute__((for
 /* Periodic: deadlines, polling other daemons, retrying commits. */
 void saves_tick(struct server *srv);
 /* Shutdown: fails every save whose bytes are not all here (stop=true
- * fails all of them). */
+ * fails all of them but the pending ones, which are parked). */
 void saves_stop(struct server *srv, bool all);
+/* True while a save still has something to do now: not a pending save
+ * that waits only for its next try (those are parked at the stop). */
+bool saves_busy(struct server *srv);
+
+/* [start-up] Resumes the pending saves an earlier life recorded
+ * (pending.h), before the first sweep.  Returns how many. */
+unsigned saves_resume(struct server *srv);
+
+/*
+ * An operator's `ckptctl spill drop`: fails the pending save whose attempt
+ * id, or canonical ROOT/NAME, is `what`, removing its spilled copy, its
+ * records and what it left in the store.  Only its owner or root (uid)
+ * may.  Returns 0, -ENOENT (no such pending save), -EPERM, -EBUSY (its
+ * commit is in flight: it may commit), with the message in msg.
+ */
+int save_drop(struct server *srv, uid_t uid, const char *what, char *msg, size_t msglen);
 /* Frees final saves and ranks nothing points at any more. */
 void saves_reap(struct server *srv);
 /* Fills ids of live saves (at most max); returns how many. */

@@ -83,6 +83,7 @@ struct server {
 	struct list s3_conns;       /* conns with S3 reads waiting, in turn */
 	unsigned s3_submitted;      /* S3 reads on the workers (<= their n) */
 	bool stopping;
+	bool parking;               /* saves_stop(all): pending saves are parked */
 	int64_t start_ms, last_sweep_ms;
 	bool sweeping;
 	struct work sweep_job;

@@ -18,6 +18,8 @@
 #include "store/s3_addr.h"
 #include "store/store_s3.h"
 
+static json_t *any_string(const char *s);
+
 /* Seconds with millisecond precision: 43.101, not 43.100999999999999. */
 static json_t *seconds(int64_t ms)
 {
@@ -47,8 +49,9 @@ static json_t *save_json(const struct save *s, int64_t now)
 		spill |= r->spill;
 		local_durable &= here;
 		rj = json_pack("{s:I, s:o, s:I, s:I, s:I, s:b}", "rank", (json_int_t)r->rank,
-			       "client", r->conn->state == CONN_CLOSED ? json_null() :
-									 json_integer(r->conn->id),
+			       "client", !r->conn || r->conn->state == CONN_CLOSED ?
+						 json_null() :
+						 json_integer(r->conn->id),
 			       "bytes", (json_int_t)r->layout.file_size, "staged",
 			       (json_int_t)r->bytes_in, "written", (json_int_t)r->bytes_written,
 			       "durable", r->state == RANK_DURABLE);
@@ -79,6 +82,17 @@ static json_t *save_json(const struct save *s, int64_t now)
 	if (o && spill)
 		json_object_set_new(o, "local_durable",
 				    json_boolean(local_durable && !list_empty(&s->ranks)));
+	/* Owed a commit (save.h): what `ckptctl spill list` shows. */
+	if (o && s->pending)
+		json_object_set_new(
+			o, "pending",
+			json_pack("{s:b, s:I, s:o, s:o, s:o}", "resumed", s->resumed, "tries",
+				  (json_int_t)s->rounds, "last_error",
+				  s->last_err_ms ? any_string(s->last_err) : json_null(),
+				  "last_error_age_s",
+				  s->last_err_ms ? seconds(now - s->last_err_ms) : json_null(),
+				  "next_try_s",
+				  s->retry_ms > now ? seconds(s->retry_ms - now) : json_null()));
 	return o;
 }
 

@@ -60,6 +60,14 @@
  *
  * "waiting": every local rank is durable and the save waits for ranks on
  * other daemons (or, on such a daemon, for rank 0's daemon to commit).
+ *
+ * A save owed a commit (a rank of it spilled: save.h) also has
+ * "pending":{"resumed":false, "tries":N, "last_error":"..." or null,
+ *            "last_error_age_s":x or null, "next_try_s":x or null}:
+ * resumed from an earlier life's records; how many of its steps met the
+ * store failing, the last reason and how long ago, and when the next try
+ * starts (null: not waiting).  Its ranks then have "client":null once
+ * their clients are gone (always, when resumed).
  */
 #ifndef CKPTD_STATUS_H
 #define CKPTD_STATUS_H

@@ -10,7 +10,9 @@
  * items on the save path).  All integers are in the host's byte order,
  * little-endian on every target ckptd supports: a descriptor only ever goes
  * from a client to the daemon on the same machine, through shared memory,
- * and is never stored.  Readers must not assume any alignment of the buffer.
+ * and is stored only in the daemon's own state directory on that machine
+ * (the spill tier's records, daemon/pending.h), read back with desc_parse
+ * as any other.  Readers must not assume any alignment of the buffer.
  * Five sections follow each other with no padding, and fill the descriptor
  * exactly (no trailing bytes):
  *

@@ -29,7 +29,11 @@ static const size_t proto_sizes[PROTO_TYPE_MAX + 1] = {
 	[PROTO_LOAD_CLOSE] = sizeof(struct proto_load_close),
 	[PROTO_LOAD_RELEASE] = sizeof(struct proto_load_release),
 	[PROTO_LOAD_OBJECT] = sizeof(struct proto_load_object),
+	[PROTO_SPILL_DROP] = sizeof(struct proto_spill_drop),
+	[PROTO_SPILL_REPLY] = sizeof(struct proto_spill_reply),
 };
+_Static_assert(sizeof(struct proto_spill_drop) <= PROTO_MSG_MAX, "message too large");
+_Static_assert(sizeof(struct proto_spill_reply) <= PROTO_MSG_MAX, "message too large");
 _Static_assert(sizeof(struct proto_load_object) <= PROTO_MSG_MAX, "message too large");
 
 _Static_assert(sizeof(struct proto_error) <= PROTO_MSG_MAX, "message too large");
@@ -165,6 +169,18 @@ int proto_check(const void *buf, size_t len, char *err, size_t errlen)
 		const struct proto_load_done *m = buf;
 		if (m->err > 0 || (m->flags & ~PROTO_DONE_FLAGS) ||
 		    (m->err && m->flags) || (!(m->flags & PROTO_DONE_POOL) && (m->pool_gen || m->pool_off)))
+			goto bad_field;
+		break;
+	}
+	case PROTO_SPILL_DROP: {
+		const struct proto_spill_drop *m = buf;
+		if (!terminated(m->what, sizeof(m->what)))
+			goto bad_field;
+		break;
+	}
+	case PROTO_SPILL_REPLY: {
+		const struct proto_spill_reply *m = buf;
+		if (m->err > 0 || m->reserved || !terminated(m->msg, sizeof(m->msg)))
 			goto bad_field;
 		break;
 	}

@@ -64,7 +64,10 @@
  * connection.  At most PROTO_LOAD_FILES handles, PROTO_LOAD_MAX bytes a read.
  *
  * Control role (ckptctl): HELLO(role=CONTROL), HELLO_OK without fd, then
- * STATUS_REQ -> STATUS_REPLY(len) + memfd holding a JSON report.
+ * STATUS_REQ -> STATUS_REPLY(len) + memfd holding a JSON report, or
+ * SPILL_DROP(attempt id or ROOT/NAME) -> SPILL_REPLY(0 | -errno + reason):
+ * an operator gives up a spilled save the daemon still owes a commit (its
+ * owner or root only; daemon/save.h).
  *
  * Any message that fails validation ends the connection of that peer (the
  * daemon logs why); it never affects other clients.
@@ -104,7 +107,9 @@ enum proto_type {
 	PROTO_LOAD_CLOSE = 18,
 	PROTO_LOAD_RELEASE = 19,
 	PROTO_LOAD_OBJECT = 20,
-	PROTO_TYPE_MAX = 20,
+	PROTO_SPILL_DROP = 21,
+	PROTO_SPILL_REPLY = 22,
+	PROTO_TYPE_MAX = 22,
 };
 
 enum proto_role {
@@ -206,6 +211,21 @@ struct proto_status_req {
 struct proto_status_reply {
 	struct proto_hdr h;
 	uint64_t len; /* JSON bytes in the memfd sent along */
+};
+
+/* The pending spilled save to drop: its attempt id (32 hex digits) or its
+ * canonical "ROOT/NAME" (a longer one is named by its id). */
+#define PROTO_SPILL_WHAT 896
+struct proto_spill_drop {
+	struct proto_hdr h;
+	char what[PROTO_SPILL_WHAT]; /* NUL-terminated */
+};
+
+struct proto_spill_reply {
+	struct proto_hdr h;
+	int32_t err;       /* 0 or negative errno */
+	uint32_t reserved;
+	char msg[PROTO_MSG_LEN];
 };
 
 /* Asks for the image of `rank`'s file of the checkpoint attempt `attempt`

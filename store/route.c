@@ -173,6 +173,55 @@ static int r_attempt_open(const char *root, int rootfd, const struct store_key *
 	return 0;
 }
 
+static int r_attempt_resume(const char *root, const struct store_key *k, const char *id,
+			    const struct store_writer *self, uid_t uid, bool coordinator,
+			    struct store_attempt **ret, char *err, size_t errlen)
+{
+	struct rattempt *rt;
+	int r;
+
+	/* Only the spill tier leaves anything a later life resumes. */
+	if (!s3_is_url(root) || !store_spill_on()) {
+		snprintf(err, errlen, "the spill tier is off: '%s' cannot be resumed", root);
+		return -ENOTSUP;
+	}
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return -ENOMEM;
+	rt->ops = &store_spill;
+	r = rt->ops->attempt_resume(root, k, id, self, uid, coordinator, &rt->a, err, errlen);
+	if (r < 0) {
+		free(rt);
+		return r;
+	}
+	*ret = (struct store_attempt *)(void *)rt;
+	return r;
+}
+
+static int r_shard_resume(struct store_attempt *x, uint32_t rank, uint64_t size, uint64_t extent,
+			  struct store_shard **ret, char *err, size_t errlen)
+{
+	struct rattempt *rt = RT(x);
+	struct rshard *rs;
+	int r;
+
+	if (!rt->ops->shard_resume) {
+		snprintf(err, errlen, "the %s backend resumes nothing", rt->ops->name);
+		return -ENOTSUP;
+	}
+	rs = calloc(1, sizeof(*rs));
+	if (!rs)
+		return -ENOMEM;
+	rs->ops = rt->ops;
+	r = rt->ops->shard_resume(rt->a, rank, size, extent, &rs->s, err, errlen);
+	if (r < 0) {
+		free(rs);
+		return r;
+	}
+	*ret = (struct store_shard *)(void *)rs;
+	return 0;
+}
+
 static int r_shard_create(struct store_attempt *x, uint32_t rank, uint64_t size, uint64_t extent,
 			  bool direct, struct store_shard **ret, char *err, size_t errlen)
 {
@@ -365,6 +414,8 @@ const struct store_ops store_routed = {
 	.set_disk_depth = r_set_disk_depth,
 	.root_open = r_root_open,
 	.attempt_open = r_attempt_open,
+	.attempt_resume = r_attempt_resume,
+	.shard_resume = r_shard_resume,
 	.shard_create = r_shard_create,
 	.attempt_tag = r_attempt_tag,
 	.shard_write = r_shard_write,

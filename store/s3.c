@@ -626,6 +626,8 @@ struct store_attempt {
 	char name[CKPT_MAX_NAME_LEN + 1];
 	char id[STORE_ID_LEN + 1];
 	char tag[TAG_DIGITS + 1];
+	char self_id[STORE_ID_LEN + 1]; /* the daemon writing: its rank markers
+	                                 * name it */
 	uid_t uid;
 	pthread_mutex_t lock;
 	struct upload *open;      /* multipart uploads begun and not finished */
@@ -845,6 +847,7 @@ static int s3_attempt_open(const char *root, int rootfd, const struct store_key 
 	snprintf(a->name, sizeof(a->name), "%s", k->name);
 	snprintf(a->id, sizeof(a->id), "%s", id);
 	snprintf(a->tag, sizeof(a->tag), "%.*s", TAG_DIGITS, id);
+	snprintf(a->self_id, sizeof(a->self_id), "%s", self->id);
 	a->uid = uid;
 
 	r = manifest_owner(a, err, errlen);
@@ -915,6 +918,112 @@ static int s3_attempt_open(const char *root, int rootfd, const struct store_key 
 	*ret_created = created;
 	return 0;
 
+fail:
+	s3_attempt_close(a);
+	return r;
+}
+
+/*
+ * The attempt of an earlier life of this daemon whose ranks spilled
+ * (store.h: attempt_resume), found again: the work area is joined whichever
+ * life of ours made it; if it is gone and rank 0 is ours (`coordinator`),
+ * it is made again.  Returns 0 (*ret), 1 (*ret) when our manifest is there
+ * already (the coordinator's commit landed before that life ended: its
+ * work area is emptied now), -ECANCELED the attempt failed or was given up
+ * (err), -EEXIST another save holds the name or the area (err), other
+ * -errno when S3 could not tell (err).
+ */
+static int s3_attempt_resume(const char *root, const struct store_key *k, const char *id,
+			     const struct store_writer *self, uid_t uid, bool coordinator,
+			     struct store_attempt **ret, char *err, size_t errlen)
+{
+	struct store_attempt *a;
+	char key[S3_KEY_MAX + 1];
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->lock, NULL);
+	r = s3_url_parse(root, &a->loc, err, errlen);
+	if (r < 0)
+		goto fail;
+	s3_url_format(&a->loc, a->root, sizeof(a->root));
+	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
+	snprintf(a->name, sizeof(a->name), "%s", k->name);
+	snprintf(a->id, sizeof(a->id), "%s", id);
+	snprintf(a->tag, sizeof(a->tag), "%.*s", TAG_DIGITS, id);
+	snprintf(a->self_id, sizeof(a->self_id), "%s", self->id);
+	a->uid = uid;
+
+	r = manifest_owner(a, err, errlen);
+	if (r == 1) {
+		if (coordinator)
+			rm_work(a);
+		*ret = a;
+		return 1;
+	}
+	if (r == -EEXIST) {
+		snprintf(err, errlen, "checkpoint '%s/%s' was committed by another save", a->root,
+			 k->name);
+		goto fail;
+	}
+	if (r < 0)
+		goto fail;
+	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r < 0)
+		goto fail;
+	for (int tries = 0; tries < 3; tries++) {
+		char *text, *t;
+		size_t len;
+
+		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
+		if (r == 0) {
+			/* check_existing, but a failure marker counts whichever
+			 * life of ours made the area. */
+			r = check_existing(a, text, len, k, self, err, errlen);
+			free(text);
+			if (r == 1 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
+			    get_text(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
+				snprintf(err, errlen, "this attempt already failed: %.*s", (int)len,
+					 len ? text : "(no reason given)");
+				free(text);
+				r = -ECANCELED;
+			}
+			if (r >= 0) {
+				*ret = a;
+				return 0;
+			}
+			goto fail;
+		}
+		if (r != -ENOENT)
+			goto fail;
+		if (!coordinator) {
+			r = -ECANCELED;
+			snprintf(err, errlen, "rank 0's daemon abandoned the save (its work area "
+					      "'%s/%s' is gone)", a->root, a->work);
+			goto fail;
+		}
+		/* Removed meanwhile (by gc, or a cleanup): ours to make again;
+		 * the ranks' markers are made again with their uploads. */
+		t = store_attempt_text(k, id, self, uid);
+		if (!t) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		r = put_text(a->loc.bucket, key, t, true, err, errlen);
+		free(t);
+		if (r == 0) {
+			*ret = a;
+			return 0;
+		}
+		if (r != -EEXIST)
+			goto fail;
+	}
+	r = -EEXIST;
+	snprintf(err, errlen, "work area '%s/%s' keeps changing", a->root, a->work);
 fail:
 	s3_attempt_close(a);
 	return r;
@@ -1098,31 +1207,56 @@ static int upload_abort(struct store_attempt *a, const char *key, const char *up
 }
 
 /*
- * Makes an exclusive marker (If-None-Match) holding a nonce of its own.
- * When a PUT's answer is lost and its retry finds the object there (412),
- * the nonce tells our own marker from another writer's: -EEXIST only for
- * another's.
+ * Makes an exclusive marker (If-None-Match) holding a nonce of its own and
+ * the id of the daemon that makes it.  When a PUT's answer is lost and its
+ * retry finds the object there (412), the nonce tells our own marker from
+ * another writer's.  A marker another life or an earlier attempt of this
+ * same daemon made (its "daemon" is self_id) is a dead writer's: a daemon
+ * holds at most one live save of an attempt id (daemon/save.c refuses a
+ * second one before it reaches the store), so the only writer of this rank
+ * that can be alive is the caller.  It is taken over (1): the caller must
+ * abort what that writer left open; unless that writer delivered the rank's
+ * index (index_key is there, or cannot be told): then another daemon may be
+ * committing it, and 2 says so, the marker untouched.  Returns 0, 1, 2,
+ * -EEXIST for another daemon's marker, or -errno.
  */
-static int put_marker(const char *bucket, const char *key, char *err, size_t errlen)
+static int put_marker(const char *bucket, const char *key, const char *self_id,
+		      const char *index_key, char *err, size_t errlen)
 {
 	unsigned char rnd[16];
-	char text[64], *got = NULL;
+	char text[128], nonce[2 * sizeof(rnd) + 1], *got = NULL;
 	size_t len;
 	int r;
 
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
 		return -EIO;
-	r = snprintf(text, sizeof(text), "{\"nonce\":\"");
-	for (int i = 0; i < 16; i++)
-		r += snprintf(text + r, sizeof(text) - (size_t)r, "%02x", rnd[i]);
-	snprintf(text + r, sizeof(text) - (size_t)r, "\"}");
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
+	snprintf(text, sizeof(text), "{\"nonce\":\"%s\",\"daemon\":\"%s\"}", nonce, self_id);
 	r = put_text(bucket, key, text, true, err, errlen);
 	if (r != -EEXIST)
 		return r;
-	if (get_own(bucket, key, 4096, &got, &len, NULL, 0) == 0 && len == strlen(text) &&
-	    !memcmp(got, text, len))
-		r = 0; /* ours: the first PUT landed, its answer did not */
+	if (get_own(bucket, key, 4096, &got, &len, NULL, 0) == 0) {
+		json_t *j = json_loadb(got, len, 0, NULL);
+		const char *by = json_string_value(json_object_get(j, "daemon"));
+
+		if (len == strlen(text) && !memcmp(got, text, len))
+			r = 0; /* ours: the first PUT landed, its answer did not */
+		else if (self_id[0] && by && !strcmp(by, self_id))
+			r = 1;
+		json_decref(j);
+	}
 	free(got);
+	/* A dead writer of ours that delivered its index may be in a commit
+	 * another daemon is making: its shard key (the same, as the tag is
+	 * the attempt's) must not be written again. */
+	if (r == 1 && index_key && head_object(bucket, index_key, NULL) != -ENOENT)
+		return 2;
+	if (r == 1) {
+		r = put_text(bucket, key, text, false, err, errlen);
+		if (r == 0)
+			r = 1;
+	}
 	return r;
 }
 
@@ -1131,6 +1265,7 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 			   size_t errlen)
 {
 	char file[INDEX_SHARD_NAME_MAX], mark[64], mkey[S3_KEY_MAX + 1];
+	char iname[64], ikey[S3_KEY_MAX + 1];
 	struct store_shard *s;
 	int r;
 
@@ -1169,14 +1304,29 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 	/* One writer per rank and attempt, as the local backend's exclusive
 	 * create: a marker made with If-None-Match. */
 	snprintf(mark, sizeof(mark), "rank-%05u.open", rank);
+	index_index_name(rank, iname, sizeof(iname));
 	r = work_key(a, mark, mkey, sizeof(mkey), err, errlen);
 	if (r == 0)
-		r = put_marker(a->loc.bucket, mkey, err, errlen);
+		r = work_key(a, iname, ikey, sizeof(ikey), err, errlen);
+	if (r == 0)
+		r = put_marker(a->loc.bucket, mkey, a->self_id, ikey, err, errlen);
 	if (r == -EEXIST)
-		snprintf(err, errlen, "rank %u of this attempt is already being saved (%s/%s/%s "
-				      "exists)", rank, a->root, a->work, mark);
+		snprintf(err, errlen, "rank %u of this attempt is already being saved by another "
+				      "daemon (%s/%s/%s exists)", rank, a->root, a->work, mark);
+	if (r == 2) {
+		snprintf(err, errlen, "rank %u of this attempt was delivered by an earlier save of "
+				      "this daemon, which another daemon may still commit (%s/%s/%s "
+				      "exists): save again as a new attempt", rank, a->root, a->work,
+			 iname);
+		r = -EEXIST;
+	}
 	if (r < 0)
 		goto fail;
+	/* A dead writer of ours (a failed or crashed save of this attempt, an
+	 * upload round of the spill tier given up) may have left uploads of
+	 * this key open: they would cost storage for good. */
+	if (r == 1)
+		(void)abort_uploads_under(a->loc.bucket, s->key, NULL, NULL, err, errlen);
 	if (!s->plan.single) {
 		struct s3_req q = { .method = "POST", .bucket = a->loc.bucket, .key = s->key,
 				    .query = "uploads=" };
@@ -1441,6 +1591,14 @@ static void s3_shard_close(struct store_shard *s)
 		return;
 	free(s->done);
 	free(s);
+}
+
+void store_s3_shard_abort(struct store_shard *s)
+{
+	char err[256];
+
+	if (s && s->upload_id[0])
+		(void)upload_abort(s->att, s->key, s->upload_id, err, sizeof(err));
 }
 
 /* An index_fetch_fn: rank's index in the work area (ud: the attempt).  Its
@@ -3225,6 +3383,7 @@ const struct store_ops store_s3 = {
 	.set_disk_depth = s3a_set_depth,
 	.root_open = s3_root_open,
 	.attempt_open = s3_attempt_open,
+	.attempt_resume = s3_attempt_resume,
 	.shard_create = s3_shard_create,
 	.attempt_tag = s3_attempt_tag,
 	.shard_write = s3_shard_write,

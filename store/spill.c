@@ -13,9 +13,25 @@
  * file is mapped, and each part, checked block by block against the CRCs
  * the daemon computed from the arena, goes up from the mapping with the
  * CRC32C of the bytes checked: bytes that change on the node's disk after
- * the check are refused by S3 (BadDigest), never committed.  Everything else (indexes, the claim, the manifest, failure
- * markers, reading) is the S3 backend's, unchanged: the spill tier changes
- * where the bytes wait, never what commits.
+ * the check are refused by S3 (BadDigest), never committed.  Everything
+ * else (indexes, the claim, the manifest, failure markers, reading) is the
+ * S3 backend's, unchanged: the spill tier changes where the bytes wait,
+ * never what commits.
+ *
+ * Durable means it.  Once shard_finish returned, the file is the only copy
+ * the daemon promised to commit (daemon/save.h, daemon/pending.h): a
+ * forward that S3 does not take is retried by the daemon for as long as it
+ * takes, and this file never removes the copy but for the attempt's
+ * failure (attempt_fail) or its commit (the restore cache).  So a forward
+ * may run many times: each round after a failed one gives up the failed
+ * round's multipart upload and makes a new S3 shard (the rank's marker in
+ * S3 is this daemon's: shard_create takes it over), and checks every block
+ * again; only a copy that check() refuses, or that is gone, is an error no
+ * retry mends (-EBADMSG).  A later life of the daemon finds the attempt
+ * again with attempt_resume (the S3 work area joined, not replaced: the
+ * manifest looked at first, a commit that landed before the crash is
+ * final) and each spilled rank with shard_resume; the local area is then
+ * held by fds of its own, not the local backend's.
  *
  * Layout of spill_dir (made by the daemon, not writable by others):
  *
@@ -172,8 +188,10 @@ fail:
 /* ---- attempts ------------------------------------------------------------------ */
 
 struct spattempt {
-	struct store_attempt *s3, *loc;
+	struct store_attempt *s3, *loc; /* loc: NULL when resumed */
 	bool loc_created, kept;
+	int rootfd, workfd;        /* resumed: the local area found again */
+	char work[sizeof(STORE_WORK_PREFIX) + STORE_ID_LEN];
 	uid_t uid;
 	char root[PATH_MAX];       /* the S3 root, canonical */
 	char name[CKPT_MAX_NAME_LEN + 1];
@@ -182,14 +200,30 @@ struct spattempt {
 
 struct spshard {
 	struct spattempt *at;
-	struct store_shard *s3, *loc;
+	struct store_shard *s3;    /* NULL until an upload round makes it */
+	struct store_shard *loc;   /* NULL once resumed */
 	uint32_t rank;
 	uint64_t size, extent;
+	bool s3_failed;            /* the last round failed: a new one starts
+	                            * with a new S3 shard */
 	bool cancel;               /* atomically: set on the loop, read on a worker */
 };
 
 #define SA(x) ((struct spattempt *)(void *)(x))
 #define SS(x) ((struct spshard *)(void *)(x))
+
+/* The attempt's local work area: the local backend's, or (resumed) the
+ * one found again. */
+static void sp_area(const struct spattempt *at, int *rootfd, int *workfd, const char **work)
+{
+	if (at->loc) {
+		store_local_area(at->loc, rootfd, workfd, work);
+		return;
+	}
+	*rootfd = at->rootfd;
+	*workfd = at->workfd;
+	*work = at->work;
+}
 
 static int sp_attempt_open(const char *root, int rootfd, const struct store_key *k,
 			   const char *id, const struct store_writer *self, uid_t uid,
@@ -201,6 +235,7 @@ static int sp_attempt_open(const char *root, int rootfd, const struct store_key 
 
 	if (!at)
 		return -ENOMEM;
+	at->rootfd = at->workfd = -1;
 	at->uid = uid;
 	snprintf(at->root, sizeof(at->root), "%s", root);
 	snprintf(at->name, sizeof(at->name), "%s", k->name);
@@ -281,7 +316,22 @@ static const char *sp_shard_error(const struct store_shard *x)
 
 static int sp_shard_finish(struct store_shard *x, uint64_t size, char *err, size_t errlen)
 {
-	return store_local.shard_finish(SS(x)->loc, size, err, errlen);
+	struct spattempt *at = SS(x)->at;
+	const char *work;
+	int rootfd, workfd, r;
+
+	r = store_local.shard_finish(SS(x)->loc, size, err, errlen);
+	if (r < 0)
+		return r;
+	/* Durable on the node means the file's name too, and its area's: a
+	 * later life of the daemon must find them after a power loss. */
+	sp_area(at, &rootfd, &workfd, &work);
+	if (fsync(workfd) < 0 || fsync(rootfd) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "making the spill area '%s' durable: %s", work,
+			 strerror(errno));
+	}
+	return r;
 }
 
 static bool sp_shard_spills(const struct store_shard *x)
@@ -322,6 +372,34 @@ static void fwd_done(void *ud, int res)
 	}
 }
 
+/* An S3 failure as shard_forward reports it: BadDigest after every retry
+ * means the bytes changed after they were checked (or the way corrupts
+ * them); the next round checks them again and decides.  -EBADMSG is kept
+ * for a copy that can never be moved. */
+static int s3_trouble(int r)
+{
+	return r == -EBADMSG ? -EIO : r;
+}
+
+/* A new S3 shard for this round: the failed round's upload is given up
+ * first (a rank marker of ours is taken over by shard_create). */
+static int new_s3_shard(struct spshard *s, char *err, size_t errlen)
+{
+	int r;
+
+	if (s->s3) {
+		store_s3_shard_abort(s->s3);
+		store_s3.shard_close(s->s3);
+		s->s3 = NULL;
+	}
+	r = store_s3.shard_create(s->at->s3, s->rank, s->size, s->extent, false, &s->s3, err,
+				  errlen);
+	if (r < 0)
+		return r == -EEXIST ? r : s3_trouble(r);
+	s->s3_failed = false;
+	return 0;
+}
+
 static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *check_ud,
 			    uint64_t *progress, char *err, size_t errlen)
 {
@@ -337,11 +415,11 @@ static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *c
 	uint8_t *map = NULL;
 	int r;
 
-	store_local_area(at->loc, &rootfd, &workfd, &work);
+	sp_area(at, &rootfd, &workfd, &work);
 	index_shard_name(s->rank, name, sizeof(name));
 	fd = openat(workfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
-		r = -errno;
+		r = errno == ENOENT || errno == ELOOP ? -EBADMSG : -errno;
 		snprintf(err, errlen, "reopening the spilled shard of rank %u: %s", s->rank,
 			 strerror(errno));
 		return r;
@@ -358,6 +436,16 @@ static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *c
 		madvise(map, s->size, MADV_SEQUENTIAL);
 	}
 	close(fd);
+	/* The first round uses the S3 shard made with the local one (its
+	 * marker claimed the rank then); a round after a failure, or after a
+	 * restart, makes a new one. */
+	if (!s->s3 || s->s3_failed) {
+		r = new_s3_shard(s, err, errlen);
+		if (r < 0) {
+			s->s3_failed = true;
+			goto out;
+		}
+	}
 	/* The mapping is the arena the S3 backend sends the parts from. */
 	r = store_s3.arena_attach(map, s->size, 0, &arena, err, errlen);
 	if (r < 0)
@@ -368,6 +456,7 @@ static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *c
 		r = -ENOMEM;
 		goto out;
 	}
+	__atomic_store_n(progress, 0, __ATOMIC_RELAXED);
 	for (;;) {
 		bool cancel = __atomic_load_n(&s->cancel, __ATOMIC_RELAXED);
 
@@ -384,7 +473,7 @@ static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *c
 			}
 			r = check(check_ud, map + off, off, len, why, sizeof(why));
 			if (r < 0) {
-				f.res = r;
+				f.res = -EBADMSG;
 				break;
 			}
 			/* The part's checksum from the bytes just checked, not
@@ -409,12 +498,15 @@ static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *c
 	}
 	if (f.res) {
 		const char *e = store_s3.shard_error ? store_s3.shard_error(s->s3) : NULL;
-		r = f.res;
-		if (why[0])
+		if (why[0]) {
+			r = -EBADMSG;
 			snprintf(err, errlen, "%s", why);
-		else
+		} else {
+			r = s3_trouble(f.res);
 			snprintf(err, errlen, "uploading the spilled shard of rank %u: %s", s->rank,
-				 e ? e : strerror(-r));
+				 e ? e : strerror(-f.res));
+		}
+		s->s3_failed = true;
 		goto out;
 	}
 	if (next < n) {
@@ -424,7 +516,10 @@ static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *c
 		goto out;
 	}
 	r = store_s3.shard_finish(s->s3, s->size, err, errlen);
-	if (r == 0) {
+	if (r < 0) {
+		r = s3_trouble(r);
+		s->s3_failed = true;
+	} else {
 		/* Named as in the store, for the restore cache.  A failure costs
 		 * only the cache: the file keeps its first name. */
 		index_shard_name_tag(s->rank, store_s3.attempt_tag(at->s3), tagged, sizeof(tagged));
@@ -540,7 +635,9 @@ static void keep_cache(struct spattempt *at)
 	if (at->kept)
 		return;
 	at->kept = true;
-	store_local_area(at->loc, &rootfd, &workfd, &work);
+	sp_area(at, &rootfd, &workfd, &work);
+	if (workfd < 0)
+		return; /* resumed after the area had gone to the cache */
 	store_hash_hex(at->root, strlen(at->root), hash);
 	hash[16] = '\0';
 	if (!g_keep || (size_t)snprintf(dir, sizeof(dir), "%s/%u/cache/%s", g_dir,
@@ -605,11 +702,15 @@ static int sp_attempt_fail(struct store_attempt *x, const struct store_fail *f)
 
 	/* The local area is this daemon's own (a spill directory is never
 	 * shared): all of it goes. */
-	if (!at->kept) {
+	if (at->kept)
+		return r;
+	if (at->loc) {
 		struct store_fail lf = { .coordinator = at->loc_created, .made = f->made,
 					 .n_made = f->n_made, .msg = f->msg };
 
 		(void)store_local.attempt_fail(at->loc, &lf);
+	} else if (at->workfd >= 0) {
+		fs_rm_rf_at(at->rootfd, at->work);
 	}
 	return r;
 }
@@ -627,7 +728,94 @@ static void sp_attempt_close(struct store_attempt *x)
 		return;
 	store_s3.attempt_close(SA(x)->s3);
 	store_local.attempt_close(SA(x)->loc);
+	if (SA(x)->workfd >= 0)
+		close(SA(x)->workfd);
+	if (SA(x)->rootfd >= 0)
+		close(SA(x)->rootfd);
 	free(SA(x));
+}
+
+/* ---- resuming (a later life of the daemon) ------------------------------------- */
+
+/*
+ * The S3 attempt is found again first: a commit that landed before the
+ * earlier life ended needs nothing from the node's disk (its area may be
+ * the restore cache already).  Otherwise the local area must be there: it
+ * holds the only copy of the bytes.
+ */
+static int sp_attempt_resume(const char *root, const struct store_key *k, const char *id,
+			     const struct store_writer *self, uid_t uid, bool coordinator,
+			     struct store_attempt **ret, char *err, size_t errlen)
+{
+	struct spattempt *at = calloc(1, sizeof(*at));
+	char work[PATH_MAX];
+	int r, committed;
+
+	if (!at)
+		return -ENOMEM;
+	at->rootfd = at->workfd = -1;
+	at->uid = uid;
+	snprintf(at->root, sizeof(at->root), "%s", root);
+	snprintf(at->name, sizeof(at->name), "%s", k->name);
+	snprintf(at->id, sizeof(at->id), "%s", id);
+	snprintf(at->work, sizeof(at->work), "%s%s", STORE_WORK_PREFIX, id);
+	r = store_spill_work_root(uid, work, sizeof(work));
+	if (r < 0) {
+		snprintf(err, errlen, "the spill tier is off: its saves cannot be resumed");
+		free(at);
+		return r;
+	}
+	committed = store_s3.attempt_resume(root, k, id, self, uid, coordinator, &at->s3, err,
+					    errlen);
+	if (committed < 0) {
+		free(at);
+		return committed;
+	}
+	at->rootfd = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (at->rootfd >= 0)
+		at->workfd = openat(at->rootfd, at->work,
+				    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (at->workfd < 0 && !committed) {
+		snprintf(err, errlen, "the spilled copy '%s/%s' is gone: %s", work, at->work,
+			 strerror(errno));
+		sp_attempt_close((struct store_attempt *)(void *)at);
+		return -EBADMSG;
+	}
+	if (committed)
+		keep_cache(at);
+	*ret = (struct store_attempt *)(void *)at;
+	return committed;
+}
+
+static int sp_shard_resume(struct store_attempt *x, uint32_t rank, uint64_t size, uint64_t extent,
+			   struct store_shard **ret, char *err, size_t errlen)
+{
+	struct spattempt *at = SA(x);
+	char name[64], tagged[INDEX_SHARD_NAME_MAX];
+	struct spshard *s;
+	struct stat st;
+	int r;
+
+	index_shard_name(rank, name, sizeof(name));
+	index_shard_name_tag(rank, store_s3.attempt_tag(at->s3), tagged, sizeof(tagged));
+	r = fstatat(at->workfd, name, &st, AT_SYMLINK_NOFOLLOW);
+	/* An upload that finished named it as in the store. */
+	if (r < 0 && errno == ENOENT && renameat(at->workfd, tagged, at->workfd, name) == 0)
+		r = fstatat(at->workfd, name, &st, AT_SYMLINK_NOFOLLOW);
+	if (r < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+		snprintf(err, errlen, "the spilled copy of rank %u in '%s' is %s", rank, at->work,
+			 r < 0 ? strerror(errno) : "not the file that was made durable");
+		return -EBADMSG;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->at = at;
+	s->rank = rank;
+	s->size = size;
+	s->extent = extent;
+	*ret = (struct store_shard *)(void *)s;
+	return 0;
 }
 
 static int sp_list(const char *root, const char *dir,
@@ -660,6 +848,8 @@ const struct store_ops store_spill = {
 	.arena_attach = NULL,
 	.root_open = sp_root_open,
 	.attempt_open = sp_attempt_open,
+	.attempt_resume = sp_attempt_resume,
+	.shard_resume = sp_shard_resume,
 	.shard_create = sp_shard_create,
 	.attempt_tag = sp_attempt_tag,
 	.shard_write = sp_shard_write,

@@ -19,7 +19,8 @@
  * store_key_id(): (job, run, name, step, attempt, world) hashed to 32 hex
  * digits.  The work area records the whole key and the daemon that made it
  * (attempt.json); a daemon joins a work area only if the key is the same, and
- * never one made by an earlier life of itself.  Nothing in it is read by an
+ * never one made by an earlier life of itself (but to finish a spilled save
+ * that life owed a commit: attempt_resume).  Nothing in it is read by an
  * attempt with another key.  The commit makes the work area the checkpoint,
  * atomically, after which nothing writes into it.
  *
@@ -181,6 +182,19 @@ struct store_ops {
 			    const char *attempt_id, const struct store_writer *self, uid_t uid,
 			    struct store_attempt **ret, bool *ret_created, char *err,
 			    size_t errlen);
+	/* [worker] Optional (NULL: never): the attempt of an earlier life of
+	 * this daemon whose local ranks spilled (shard_spills) and whose save
+	 * the daemon resumes, opened again to finish it: its work area is
+	 * joined whichever life of this daemon made it, never replaced, and
+	 * made again when it is gone and `coordinator` (rank 0 is ours).
+	 * Returns 0 (*ret), 1 (*ret: the attempt is committed already),
+	 * -ECANCELED (it failed, or rank 0's daemon gave it up), -EEXIST
+	 * (another save holds the name), -EBADMSG (what the node's disk kept
+	 * of it is gone), or another -errno when the store could not tell
+	 * (unreachable: try again later); reason in err. */
+	int (*attempt_resume)(const char *root, const struct store_key *k, const char *attempt_id,
+			      const struct store_writer *self, uid_t uid, bool coordinator,
+			      struct store_attempt **ret, char *err, size_t errlen);
 	/* [worker] Creates rank's shard (exclusively: a rank is written once
 	 * per attempt) with room for `size` bytes reserved; its extents will
 	 * be `extent` bytes each (the last one shorter), file offsets
@@ -229,11 +243,23 @@ struct store_ops {
 	 * moved to the store with shard_forward before its index may be
 	 * published. */
 	bool (*shard_spills)(const struct store_shard *s);
+	/* [worker] Optional (with attempt_resume): rank's shard, spilled and
+	 * made durable by an earlier life of this daemon (its file is in the
+	 * attempt's area on the node's disk), for shard_forward.  -EBADMSG if
+	 * the file is gone or not `size` bytes (reason in err). */
+	int (*shard_resume)(struct store_attempt *a, uint32_t rank, uint64_t size, uint64_t extent,
+			    struct store_shard **ret, char *err, size_t errlen);
 	/* [worker] Moves a finished spilled shard to the store; may take long.
 	 * Every byte read back from the node's disk is handed to check()
 	 * before it is sent (a non-zero return stops the move with that
 	 * error); *progress (written atomically) counts the bytes the store
-	 * acknowledged.  Returns 0 or -errno; -ECANCELED after shard_cancel. */
+	 * acknowledged.  May be called again after a failure (the spill tier
+	 * retries until the store takes it): it starts the move over.
+	 * Returns 0; -ECANCELED after shard_cancel; -EBADMSG when the copy on
+	 * the node's disk cannot be moved, ever (gone, unreadable, or refused
+	 * by check()); -EEXIST when another writer holds the rank; any other
+	 * -errno when the store did not take it (unreachable, throttled,
+	 * refusing for now): the copy is whole, try again later. */
 	int (*shard_forward)(struct store_shard *s, store_check_fn check, void *check_ud,
 			     uint64_t *progress, char *err, size_t errlen);
 	/* [loop] Optional: makes a shard_forward in flight stop soon. */

@@ -129,4 +129,8 @@ void store_s3_shard_write_crc(struct store_shard *s, struct store_arena *a, uint
 			      uint64_t file_off, uint64_t len, uint32_t crc, store_io_cb cb,
 			      void *ud);
 
+/* Aborts the multipart upload of shard s, if it began one (a spill-tier
+ * upload round given up: the next round makes a new one).  Best effort. */
+void store_s3_shard_abort(struct store_shard *s);
+
 #endif

@@ -70,9 +70,34 @@
  *              again, the periodic sweep aborts the upload and removes the
  *              work area.
  *
+ * The spill tier's promise (daemon/save.h: a spilled save is owed a
+ * commit), each with one daemon and a one-rank save (whole on the node),
+ * the trainer killed (-9) once durable, under a root of its own beside the
+ * campaign's (s3://bucket/durable/CASE):
+ *   durable_outage   S3 answers 503 to everything for longer than every
+ *              retry budget and the commit deadline: the save stays
+ *              pending (`ckptctl spill list` shows S3's error), its spilled
+ *              copy and records stay; S3 back, it commits, reads back and
+ *              `ckptctl verify` passes, and the copy and records go.
+ *   durable_restart  kill -9 of ckptd while the upload is on its way, then
+ *              SIGTERM while S3 is down (a prompt, clean exit): each next
+ *              life resumes the save and commits it.
+ *   durable_drop     another user's `ckptctl spill drop` is refused (as root
+ *              only: the ranks run as other uids); the owner's drops it:
+ *              copy and records gone, never committed.
+ *   durable_retrain  a restarted trainer saves the same key while the
+ *              earlier attempt is pending: told -EALREADY with why, and
+ *              the earlier one commits; after an attempt was dropped while
+ *              S3 was down (its work area and rank marker left in S3), the
+ *              retry commits.
+ *   durable_two      two ranks on two daemons, both killed (-9) while S3 is
+ *              down and started again: the save commits.
+ *
  * It prints "campaign: faults=N ... commits_verified=C failures_clean=F";
  * s3_faults.sh then lists the bucket with boto3: one manifest per commit,
- * no work area, no open upload, no object outside a committed checkpoint.
+ * no work area, no open upload, no object outside a committed checkpoint
+ * (under durable/ too, but for durable_drop's prefix: a save dropped
+ * while S3 is down leaves its work area there).
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -82,6 +107,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -186,14 +212,23 @@ static uint64_t faults_total(const json_t *st)
 
 struct rank_args {
 	const char *sock, *root, *name;
+	const char *job;  /* NULL: "faults" */
 	uint32_t rank;
+	uint32_t world;   /* 0: 2 */
+	uid_t uid;        /* not 0: the rank runs as this uid (and gid) */
 	uint64_t seed;
 	bool steps;  /* report "staged" and "durable" before "result" */
 };
 
-static void rank_shape(uint32_t rank, uint64_t g[2], uint64_t o[2], uint64_t sh[2])
+static uint32_t world_of(const struct rank_args *a)
 {
-	g[0] = 2 * ROWS;
+	return a->world ? a->world : 2;
+}
+
+static void rank_shape(uint32_t rank, uint32_t world, uint64_t g[2], uint64_t o[2],
+		       uint64_t sh[2])
+{
+	g[0] = world * ROWS;
 	g[1] = COLS;
 	o[0] = rank * ROWS;
 	o[1] = 0;
@@ -216,14 +251,19 @@ static int rank_main(void *arg, int rep, int go)
 	uint8_t *x;
 
 	(void)go;
-	rank_shape(a->rank, g, o, sh);
+	if (a->uid && (setgroups(0, NULL) < 0 || setgid(a->uid) < 0 || setuid(a->uid) < 0)) {
+		td_report(rep, "result %d cannot become uid %u", -errno, (unsigned)a->uid);
+		return 9;
+	}
+	rank_shape(a->rank, world_of(a), g, o, sh);
 	w = malloc(ROWS * COLS * sizeof(float));
 	x = malloc(small);
 	if (!w || !x)
 		return 10;
 	td_fill_chunk(w, sizeof(float), 2, g, o, sh, a->seed);
 	td_fill(x, small, a->seed + 1 + a->rank, 0);
-	rc = td_connect_rc(a->sock, "faults", a->rank, 2, 64 * MiB, &c);
+	rc = td_connect_rc(a->sock, a->job ? a->job : "faults", a->rank, world_of(a), 64 * MiB,
+			   &c);
 	if (rc < 0) {
 		td_report(rep, "result %d connect: %s", rc, ckpt_last_error());
 		return 11;
@@ -319,8 +359,10 @@ static int save_once(struct testd *t, const char *root, const char *name, uint64
 	return res;
 }
 
-/* Reads checkpoint `name` back from moto itself and compares every byte. */
-static void verify_commit(const char *root, const char *name, uint64_t seed)
+/* Reads checkpoint `name` (of `world` ranks) back from moto itself and
+ * compares every byte. */
+static void verify_commit_world(const char *root, const char *name, uint64_t seed,
+				uint32_t world)
 {
 	char url[1024];
 	struct ckpt_reader *r = NULL;
@@ -331,13 +373,13 @@ static void verify_commit(const char *root, const char *name, uint64_t seed)
 	rc = ckpt_reader_open(url, &r);
 	ck_assert_msg(rc == 0, "%s committed but does not open: %d: %s", url, rc,
 		      ckpt_last_error());
-	ck_assert_uint_eq(ckpt_reader_world(r), 2);
+	ck_assert_uint_eq(ckpt_reader_world(r), world);
 	ck_assert_uint_eq(ckpt_reader_step(r), seed);
-	ck_assert_int_eq(ckpt_reader_tensor_count(r), 3);
-	rank_shape(0, g, o, sh);
+	ck_assert_int_eq(ckpt_reader_tensor_count(r), (int)world + 1);
+	rank_shape(0, world, g, o, sh);
 	ck_assert_msg(td_verify_tensor(r, "w", CKPT_F32, 2, g, seed),
 		      "%s: tensor w differs (see above)", url);
-	for (uint32_t k = 0; k < 2; k++) {
+	for (uint32_t k = 0; k < world; k++) {
 		char tname[32];
 		uint8_t *x = malloc(small);
 
@@ -350,6 +392,11 @@ static void verify_commit(const char *root, const char *name, uint64_t seed)
 		free(x);
 	}
 	ckpt_reader_close(r);
+}
+
+static void verify_commit(const char *root, const char *name, uint64_t seed)
+{
+	verify_commit_world(root, name, seed, 2);
 }
 
 /* A failed save left no manifest: the reader finds no checkpoint. */
@@ -575,7 +622,7 @@ static void start_spill_daemons(struct testd *t, const char *root)
 			 "arena_max = 64M\ncommit_deadline = 240s\nroot = %s\ns3_endpoint = %s\n"
 			 "s3_retries = 3\ns3_backoff_base = 10ms\ns3_backoff_cap = 100ms\n"
 			 "s3_stall_timeout = 120s\ns3_parts_in_flight = 4\n"
-			 "s3_spill_dir = %s/spill%d\n",
+			 "s3_spill_dir = %s/spill%d\ns3_spill_retry_cap = 200ms\n",
 			 root, getenv("CKPT_TEST_S3_PROXY"), t->dir, i);
 		ck_assert_int_eq(td_daemon_start(t, i, conf), 0);
 	}
@@ -656,13 +703,19 @@ static int spill_expect(struct td_child *c, const char *what, uint32_t rank, cha
 	return atoi(line);
 }
 
+/* A rank's process exits 0 (bounded). */
+static void reap_one(struct td_child *c, uint32_t rank)
+{
+	int st = td_child_wait(c, 30000);
+
+	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u: %s:\n%s", rank,
+		      td_status_str(st), c->out);
+}
+
 static void spill_reap(struct td_child ch[2])
 {
-	for (uint32_t r = 0; r < 2; r++) {
-		int st = td_child_wait(&ch[r], 30000);
-		ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u: %s:\n%s",
-			      r, td_status_str(st), ch[r].out);
-	}
+	for (uint32_t r = 0; r < 2; r++)
+		reap_one(&ch[r], r);
 }
 
 static uint64_t held_now(void)
@@ -1427,6 +1480,551 @@ START_TEST(test_answer_manifest)
 }
 END_TEST
 
+/* ---- the spill tier's promise: durable means it ---- */
+
+#define DURABLE_DEADLINE_S 3 /* commit_deadline of the durable cases */
+
+/* A root of its own per case, beside the campaign's (s3_faults.sh audits
+ * both prefixes apart). */
+static void durable_root(const char *name, char *out, size_t len)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT");
+	const char *slash = strchr(base + strlen("s3://"), '/');
+	int n = slash ? (int)(slash - base) : (int)strlen(base);
+
+	snprintf(out, len, "%.*s/durable/%s", n, base, name);
+}
+
+/* The spill directory of daemon idx for uid, "work", "cache" or "". */
+static void spill_dir_of(const struct testd *t, int idx, uid_t uid, const char *sub, char *out,
+			 size_t len)
+{
+	snprintf(out, len, "%s/spill%d/%u%s%s", t->dir, idx, (unsigned)uid, sub[0] ? "/" : "",
+		 sub);
+}
+
+/* One daemon, one rank per save: a save is whole on that node.  A short
+ * commit deadline (the outages below outlast it) and quick retries. */
+static void start_durable_daemon(struct testd *t, const char *root, const char *extra)
+{
+	char conf[2048];
+
+	snprintf(conf, sizeof(conf),
+		 "arena_max = 64M\ncommit_deadline = %ds\nroot = %s\ns3_endpoint = %s\n"
+		 "s3_retries = 2\ns3_backoff_base = 10ms\ns3_backoff_cap = 50ms\n"
+		 "s3_stall_timeout = 120s\ns3_parts_in_flight = 4\n"
+		 "s3_spill_dir = %s/spill0\ns3_spill_retry_cap = 200ms\n%s",
+		 DURABLE_DEADLINE_S, root, getenv("CKPT_TEST_S3_PROXY"), t->dir,
+		 extra ? extra : "");
+	ck_assert_int_eq(td_daemon_start(t, 0, conf), 0);
+}
+
+/* The save `name` in daemon 0's status report, if it is there (a new
+ * reference), else NULL. */
+static json_t *save_status(struct testd *t, const char *name)
+{
+	char *out = NULL;
+	json_t *st, *saves, *s, *found = NULL;
+	size_t i;
+	int rc = td_ckptctl(&out, "-s", td_sock(t, 0), "status", "--json", NULL);
+
+	ck_assert_msg(rc == 0, "ckptctl status: %s", out ? out : "");
+	st = json_loads(out, 0, NULL);
+	free(out);
+	ck_assert_ptr_nonnull(st);
+	saves = json_object_get(st, "saves");
+	json_array_foreach(saves, i, s) {
+		const char *n = json_string_value(json_object_get(s, "name"));
+
+		if (n && !strcmp(n, name))
+			found = json_incref(s);
+	}
+	json_decref(st);
+	return found;
+}
+
+/* Waits (bounded) until save `name` is pending with at least `tries`
+ * failed tries and, if `past_deadline`, older than the commit deadline;
+ * returns it (a new reference). */
+static json_t *wait_pending(struct testd *t, const char *name, unsigned tries, bool past_deadline)
+{
+	json_t *s = NULL;
+
+	for (int i = 0; i < 600; i++) {
+		json_t *pd;
+
+		s = save_status(t, name);
+		if (!s) {
+			td_dump_log(t, 0, 4000);
+			ck_abort_msg("save '%s' left the daemon's report before S3 took it: it "
+				     "failed (the log above says why)", name);
+		}
+		pd = json_object_get(s, "pending");
+		if (pd && jnum(pd, "tries") >= tries &&
+		    (!past_deadline ||
+		     json_number_value(json_object_get(s, "age_s")) > DURABLE_DEADLINE_S + 1))
+			return s;
+		json_decref(s);
+		s = NULL;
+		td_sleep_ms(100);
+	}
+	td_dump_log(t, 0, 4000);
+	ck_abort_msg("save '%s' never showed as pending with %u failed tries", name, tries);
+	return NULL;
+}
+
+/* Waits (bounded) until save `name` is no longer in the report. */
+static void wait_gone(struct testd *t, const char *name)
+{
+	for (int i = 0; i < 600; i++) {
+		json_t *s = save_status(t, name);
+
+		if (!s)
+			return;
+		json_decref(s);
+		td_sleep_ms(100);
+	}
+	td_dump_log(t, 0, 4000);
+	ck_abort_msg("save '%s' is still in the daemon's report", name);
+}
+
+/* Waits (bounded) until daemon 0 says the failure of attempt id is cleaned
+ * up: from then on a new save of that attempt is not refused for it. */
+static void wait_cleaned(struct testd *t, const char *id)
+{
+	static char log[1 << 20];
+	char want[128];
+
+	snprintf(want, sizeof(want), "(attempt %s): its failure is cleaned up", id);
+	for (int i = 0; i < 600; i++) {
+		log[0] = '\0';
+		if (td_read_log(t, 0, log, sizeof(log)) > 0 && strstr(log, want))
+			return;
+		td_sleep_ms(100);
+	}
+	td_dump_log(t, 0, 4000);
+	ck_abort_msg("the failure of attempt %s was never cleaned up", id);
+}
+
+/* The spilled shard of attempt id's rank 0 for uid, whole (or absent). */
+static bool spilled_whole(const struct testd *t, uid_t uid, const char *id)
+{
+	char path[4096];
+	struct stat st;
+
+	spill_dir_of(t, 0, uid, "work", path, sizeof(path));
+	strncat(path, "/.ckpt-work-", sizeof(path) - strlen(path) - 1);
+	strncat(path, id, sizeof(path) - strlen(path) - 1);
+	strncat(path, "/rank-00000.safetensors", sizeof(path) - strlen(path) - 1);
+	return stat(path, &st) == 0 && (uint64_t)st.st_size > ROWS * COLS * 4;
+}
+
+static bool records_there(const struct testd *t, const char *id)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/state-0/spill/%s/save.json", t->dir, id);
+	return td_exists(path);
+}
+
+/* A rank of a one-rank save; its steps reported. */
+static void durable_start(struct td_child *ch, struct rank_args *a, struct testd *t,
+			  const char *root, const char *name, uint64_t seed, uid_t uid)
+{
+	*a = (struct rank_args){ .sock = td_sock(t, 0), .root = root, .name = name,
+				 .job = "durable", .world = 1, .uid = uid, .seed = seed,
+				 .steps = true };
+	ck_assert_int_eq(td_child_start(ch, rank_main, a), 0);
+}
+
+/* Up to "durable" with every part held at the proxy; then the trainer is
+ * killed (-9) and, if `outage`, S3 goes down: every request answers 503
+ * (else the parts stay held). */
+static void durable_then(struct testd *t, const char *root, const char *name, uint64_t seed,
+			 uid_t uid, bool outage)
+{
+	struct td_child ch;
+	struct rank_args a;
+	char line[1024];
+	int rc;
+
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"fault_methods\": "
+		     "\"all\", \"fault_kinds\": \"part\", \"hold\": true}");
+	durable_start(&ch, &a, t, root, name, seed, uid);
+	rc = spill_expect(&ch, "staged", 0, line, sizeof(line));
+	ck_assert_msg(rc == 0, "staged failed: %s", line);
+	rc = spill_expect(&ch, "durable", 0, line, sizeof(line));
+	ck_assert_msg(rc == 0, "durable failed: %s", line);
+	for (int i = 0; i < 200 && held_now() < 1; i++)
+		td_sleep_ms(50);
+	ck_assert_msg(held_now() >= 1, "no part was waiting at the proxy");
+	td_child_kill(&ch);
+	if (outage)
+		proxy_config("{\"fail_all\": true, \"fault_kinds\": \"all\", \"hold\": false}");
+}
+
+static void durable_then_outage(struct testd *t, const char *root, const char *name,
+				uint64_t seed, uid_t uid)
+{
+	durable_then(t, root, name, seed, uid, true);
+}
+
+/* Waits (bounded) until checkpoint `name` is committed (its manifest read
+ * from moto itself). */
+static void wait_committed(struct testd *t, const char *root, const char *name)
+{
+	char url[1024];
+
+	snprintf(url, sizeof(url), "%s/%s", root, name);
+	for (int i = 0; i < 600; i++) {
+		struct ckpt_reader *r = NULL;
+
+		if (ckpt_reader_open(url, &r) == 0) {
+			ckpt_reader_close(r);
+			return;
+		}
+		td_sleep_ms(100);
+	}
+	td_dump_log(t, 0, 4000);
+	ck_abort_msg("%s never committed", url);
+}
+
+static void outage_over(void)
+{
+	proxy_config("{\"fail_all\": false, \"hold\": false, \"fault_kinds\": \"all\"}");
+}
+
+static void ckptctl_verify_ok(const char *root, const char *name)
+{
+	char path[1024], *out = NULL;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s", root, name);
+	rc = td_ckptctl(&out, "verify", path, NULL);
+	ck_assert_msg(rc == 0, "ckptctl verify %s: %s: %s", path, td_status_str(rc),
+		      out ? out : "");
+	free(out);
+}
+
+/* The trainer is gone and S3 stays down longer than every retry budget and
+ * the commit deadline: the spilled save waits, whole on the node, and
+ * commits once S3 is back. */
+START_TEST(test_durable_outage)
+{
+	char root[1024], id[64], *out = NULL;
+	struct testd t;
+	json_t *s;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_outage");
+	durable_root("outage", root, sizeof(root));
+	start_durable_daemon(&t, root, NULL);
+	durable_then_outage(&t, root, "out", SEED_BASE + 30, 0);
+
+	s = wait_pending(&t, "out", 3, true);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
+	const char *last = json_string_value(json_object_get(json_object_get(s, "pending"),
+							    "last_error"));
+	ck_assert_msg(last && strstr(last, "503"), "the last error is not S3's 503: %s",
+		      last ? last : "(none)");
+	json_decref(s);
+	ck_assert_msg(spilled_whole(&t, getuid(), id), "the spilled copy is gone or short");
+	ck_assert_msg(records_there(&t, id), "the save is not recorded for a restart");
+	verify_no_commit(root, "out");
+	rc = td_ckptctl(&out, "-s", td_sock(&t, 0), "spill", "list", NULL);
+	ck_assert_msg(rc == 0 && strstr(out, id) && strstr(out, "503"),
+		      "spill list does not show the pending save: %s", out ? out : "");
+	printf("durable_outage: %s", out);
+	free(out);
+	out = NULL;
+	rc = td_ckptctl(&out, "-s", td_sock(&t, 0), "status", NULL);
+	ck_assert_msg(rc == 0 && strstr(out, "durable on this node") && strstr(out, "503"),
+		      "status does not show the pending save: %s", out ? out : "");
+	free(out);
+
+	outage_over();
+	wait_committed(&t, root, "out");
+	wait_gone(&t, "out");
+	verify_commit_world(root, "out", SEED_BASE + 30, 1);
+	ckptctl_verify_ok(root, "out");
+	ck_assert_msg(!spilled_whole(&t, getuid(), id) && !records_there(&t, id),
+		      "the spilled copy or its records outlived the commit");
+	td_fini(&t);
+}
+END_TEST
+
+/* A pending save outlives its daemon: kill -9 while its upload is on its
+ * way, SIGTERM while S3 is down; each next life resumes it and commits. */
+START_TEST(test_durable_restart)
+{
+	char root[1024], id[64];
+	struct testd t;
+	json_t *s;
+	int st;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_restart");
+	durable_root("restart", root, sizeof(root));
+	start_durable_daemon(&t, root, NULL);
+
+	/* kill -9 of ckptd with the trainer gone and the parts at the proxy. */
+	durable_then(&t, root, "rs", SEED_BASE + 31, 0, false);
+	s = save_status(&t, "rs");
+	ck_assert_ptr_nonnull(s);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
+	json_decref(s);
+	td_daemon_kill(&t, 0);
+	ck_assert_msg(spilled_whole(&t, getuid(), id), "kill -9 of ckptd lost the spilled copy");
+	start_durable_daemon(&t, root, NULL);
+	outage_over();
+	wait_committed(&t, root, "rs");
+	wait_gone(&t, "rs");
+	verify_commit_world(root, "rs", SEED_BASE + 31, 1);
+	ckptctl_verify_ok(root, "rs");
+	ck_assert_msg(!spilled_whole(&t, getuid(), id) && !records_there(&t, id),
+		      "the spilled copy or its records outlived the commit");
+
+	/* SIGTERM with S3 down: the daemon exits promptly and cleanly, the
+	 * save parked; the next life resumes it. */
+	durable_then_outage(&t, root, "rs2", SEED_BASE + 35, 0);
+	s = wait_pending(&t, "rs2", 1, false);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
+	json_decref(s);
+	st = td_daemon_stop(&t, 0);
+	ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "SIGTERM: %s",
+		      td_status_str(st));
+	ck_assert_msg(spilled_whole(&t, getuid(), id) && records_there(&t, id),
+		      "a stop of ckptd lost the spilled save");
+	verify_no_commit(root, "rs2");
+	start_durable_daemon(&t, root, NULL);
+	s = wait_pending(&t, "rs2", 1, false);
+	ck_assert_msg(json_is_true(json_object_get(json_object_get(s, "pending"), "resumed")),
+		      "the next life did not resume the save");
+	json_decref(s);
+	outage_over();
+	wait_committed(&t, root, "rs2");
+	wait_gone(&t, "rs2");
+	verify_commit_world(root, "rs2", SEED_BASE + 35, 1);
+	ckptctl_verify_ok(root, "rs2");
+	ck_assert_msg(!spilled_whole(&t, getuid(), id) && !records_there(&t, id),
+		      "the spilled copy or its records outlived the commit");
+	td_fini(&t);
+}
+END_TEST
+
+/* Runs ckptctl as uid (setpriv), or as ourselves with uid 0.  The wait
+ * status, or -ENOENT without setpriv. */
+static int ckptctl_as(uid_t uid, char **out, const char *a1, const char *a2, const char *a3,
+		      const char *a4, const char *a5)
+{
+	char exe[TD_PATH], ru[32], rg[32];
+	char *argv[16];
+	int n = 0;
+
+	snprintf(exe, sizeof(exe), "%s/ckptctl", td_build_dir());
+	if (uid) {
+		if (!td_exists("/usr/bin/setpriv"))
+			return -ENOENT;
+		snprintf(ru, sizeof(ru), "--reuid=%u", (unsigned)uid);
+		snprintf(rg, sizeof(rg), "--regid=%u", (unsigned)uid);
+		argv[n++] = (char *)"/usr/bin/setpriv";
+		argv[n++] = ru;
+		argv[n++] = rg;
+		argv[n++] = (char *)"--clear-groups";
+	}
+	argv[n++] = exe;
+	argv[n++] = (char *)a1;
+	argv[n++] = (char *)a2;
+	argv[n++] = (char *)a3;
+	argv[n++] = (char *)a4;
+	argv[n++] = (char *)a5;
+	argv[n] = NULL;
+	return td_run_capture(argv, 30000, out);
+}
+
+#define UID_OWNER 4242u
+#define UID_OTHER 4343u
+
+/* Only an operator's command drops a pending save: another user cannot,
+ * its owner (or root) can, and then its copy and records are gone and it
+ * never commits. */
+START_TEST(test_durable_drop)
+{
+	char root[1024], id[64], where[1200], *out = NULL;
+	bool as_users = geteuid() == 0 && td_exists("/usr/bin/setpriv");
+	uid_t owner = as_users ? UID_OWNER : getuid();
+	struct testd t;
+	json_t *s;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_drop");
+	durable_root("drop", root, sizeof(root));
+	if (as_users) {
+		/* Other users reach the socket (the test's directories are
+		 * private). */
+		ck_assert_int_eq(chmod(t.dir, 0755), 0);
+		ck_assert_int_eq(chmod(t.sockdir, 0755), 0);
+	}
+	start_durable_daemon(&t, root, as_users ? "socket_mode = 0666\n" : NULL);
+	durable_then_outage(&t, root, "dr", SEED_BASE + 32, as_users ? owner : 0);
+	s = wait_pending(&t, "dr", 1, false);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
+	json_decref(s);
+	snprintf(where, sizeof(where), "%s/dr", root);
+
+	if (as_users) {
+		rc = ckptctl_as(UID_OTHER, &out, "-s", td_sock(&t, 0), "spill", "drop", id);
+		ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 6 &&
+				      strstr(out, "belongs to another user"),
+			      "another user's drop: %s: %s", td_status_str(rc), out ? out : "");
+		free(out);
+		out = NULL;
+		s = save_status(&t, "dr");
+		ck_assert_msg(s && json_object_get(s, "pending"),
+			      "another user's drop took the save away");
+		json_decref(s);
+	} else {
+		td_skip("s3_durable_drop_other_uid", "needs root and setpriv to run ckptctl as "
+			"another user");
+	}
+	ck_assert_msg(spilled_whole(&t, owner, id), "the spilled copy is gone");
+	rc = ckptctl_as(as_users ? owner : 0, &out, "-s", td_sock(&t, 0), "spill", "drop", where);
+	ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
+		      "the owner's drop: %s: %s", td_status_str(rc), out ? out : "");
+	printf("durable_drop: %s", out);
+	free(out);
+	out = NULL;
+	wait_gone(&t, "dr");
+	/* The failure's cleanup meets S3 down too; the node's copy goes
+	 * whatever S3 says. */
+	for (int i = 0; i < 600 && (spilled_whole(&t, owner, id) || records_there(&t, id)); i++)
+		td_sleep_ms(100);
+	ck_assert_msg(!spilled_whole(&t, owner, id) && !records_there(&t, id),
+		      "the dropped save's copy or records are still there");
+	rc = ckptctl_as(0, &out, "-s", td_sock(&t, 0), "spill", "drop", id);
+	ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 1 &&
+			      strstr(out, "no pending"),
+		      "a second drop: %s: %s", td_status_str(rc), out ? out : "");
+	free(out);
+	outage_over();
+	verify_no_commit(root, "dr");
+	td_fini(&t);
+}
+END_TEST
+
+/* A trainer killed after its save was durable restarts and saves the same
+ * name at the same step with the same key.  While the earlier attempt is
+ * pending here, it is told so (-EALREADY) and the earlier one commits; once
+ * an attempt is dead (dropped while S3 was down, its markers left in S3),
+ * the retry commits. */
+START_TEST(test_durable_retrain)
+{
+	char root[1024], line[1024], id[64];
+	struct td_child ch;
+	struct rank_args a;
+	struct testd t;
+	json_t *s;
+	int rc;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_retrain");
+	durable_root("retrain", root, sizeof(root));
+	start_durable_daemon(&t, root, NULL);
+
+	/* Pending (its parts held at the proxy): told, and the earlier
+	 * attempt commits. */
+	durable_then(&t, root, "again", SEED_BASE + 33, 0, false);
+	durable_start(&ch, &a, &t, root, "again", SEED_BASE + 33, 0);
+	rc = spill_expect(&ch, "result", 0, line, sizeof(line));
+	ck_assert_msg(rc == -EALREADY && strstr(line, "already durable"),
+		      "the restarted trainer was not told the save is durable: %s", line);
+	reap_one(&ch, 0);
+	printf("durable_retrain: %s\n", line);
+	outage_over();
+	wait_committed(&t, root, "again");
+	wait_gone(&t, "again");
+	verify_commit_world(root, "again", SEED_BASE + 33, 1);
+
+	/* Dead: dropped while S3 was down, so the attempt's work area and
+	 * rank marker stay in S3; the retry is not refused for them. */
+	durable_then_outage(&t, root, "dead", SEED_BASE + 34, 0);
+	s = wait_pending(&t, "dead", 1, false);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(s, "attempt")));
+	json_decref(s);
+	rc = td_ckptctl(NULL, "-s", td_sock(&t, 0), "spill", "drop", id, NULL);
+	ck_assert_msg(rc >= 0 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "drop: %s",
+		      td_status_str(rc));
+	wait_cleaned(&t, id);
+	outage_over();
+	durable_start(&ch, &a, &t, root, "dead", SEED_BASE + 34, 0);
+	rc = spill_expect(&ch, "result", 0, line, sizeof(line));
+	ck_assert_msg(rc == 0, "the retry of a dead attempt failed: %s", line);
+	reap_one(&ch, 0);
+	verify_commit_world(root, "dead", SEED_BASE + 34, 1);
+	ckptctl_verify_ok(root, "dead");
+	td_fini(&t);
+}
+END_TEST
+
+/* Two ranks on two daemons, both spilled, the trainers gone and S3 down:
+ * both daemons are killed (-9) and started again.  The coordinator's next
+ * life claims the work area afresh, the other daemon's next life delivers
+ * its rank to that claim, and the save commits once S3 is back. */
+START_TEST(test_durable_two)
+{
+	char root[1024], line[1024];
+	struct td_child ch[2];
+	struct rank_args a[2];
+	struct testd t;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_two");
+	durable_root("two", root, sizeof(root));
+	start_spill_daemons(&t, root);
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"fault_methods\": "
+		     "\"all\", \"fault_kinds\": \"part\", \"hold\": true}");
+	spill_start(&t, ch, a, root, "two", SEED_BASE + 36);
+	for (uint32_t r = 0; r < 2; r++) {
+		int rc = spill_expect(&ch[r], "durable", r, line, sizeof(line));
+		ck_assert_msg(rc == 0, "rank %u: durable failed: %s", r, line);
+	}
+	for (int i = 0; i < 200 && held_now() < 2; i++)
+		td_sleep_ms(50);
+	ck_assert_msg(held_now() >= 2, "the parts never reached the proxy");
+	td_child_kill(&ch[0]);
+	td_child_kill(&ch[1]);
+	proxy_config("{\"fail_all\": true, \"fault_kinds\": \"all\", \"hold\": false}");
+	json_decref(wait_pending(&t, "two", 1, false));
+	td_daemon_kill(&t, 0);
+	td_daemon_kill(&t, 1);
+	start_spill_daemons(&t, root);
+	json_decref(wait_pending(&t, "two", 1, false));
+	outage_over();
+	wait_committed(&t, root, "two");
+	verify_commit(root, "two", SEED_BASE + 36);
+	ckptctl_verify_ok(root, "two");
+	wait_gone(&t, "two");
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("integration_s3_faults");
@@ -1442,6 +2040,11 @@ static Suite *faults_suite(void)
 	td_case(s, "lost_create", test_lost_create, 300, 0, 1);
 	td_case(s, "crash_sweep", test_crash_sweep, 400, 0, 1);
 	td_case(s, "cleanup_retry", test_cleanup_retry, 400, 0, 1);
+	td_case(s, "durable_outage", test_durable_outage, 300, 0, 1);
+	td_case(s, "durable_restart", test_durable_restart, 300, 0, 1);
+	td_case(s, "durable_drop", test_durable_drop, 300, 0, 1);
+	td_case(s, "durable_retrain", test_durable_retrain, 300, 0, 1);
+	td_case(s, "durable_two", test_durable_two, 300, 0, 1);
 	return s;
 }
 

@@ -79,7 +79,8 @@ Control API on the same port (never forwarded), JSON:
                         each request of fault_methods and fault_kinds
                         gets 503 SlowDown; hold: each such request
                         waits, its body unread, until hold is cleared
-                        (stats "held_now" counts them);
+                        (stats "held_now" counts them), and then gets
+                        fail_all's 503 if that is set by then;
                         answer_*: see above (setting any of them starts
                         the skip and times counts over);
                         fault_path: only requests whose path (query
@@ -535,19 +536,27 @@ class Proxy:
             self.unheld.notify_all()
             return dict(self.cfg)
 
-    def hold(self, req):
+    def hold(self, req, fault, entry):
         """While "hold" is set, a request of fault_methods and fault_kinds
-        waits here (its body unread) until it is cleared."""
+        waits here (its body unread) until it is cleared.  Released into a
+        fail_all set meanwhile, it fails as the requests that come now do
+        (an outage that begins while parts wait).  Returns its fault."""
         with self.lock:
             def held():
                 c = self.cfg
                 return c["hold"] and req.method in c["fault_methods"] \
                     and req.kind in c["fault_kinds"] and c["fault_path"] in req.path
             if not held():
-                return
+                return fault
             self.stats["held_now"] += 1
             self.unheld.wait_for(lambda: not held(), timeout=HOLD_MAX_S)
             self.stats["held_now"] -= 1
+            c = self.cfg
+            if fault is None and c["fail_all"] and req.method in c["fault_methods"] \
+                    and req.kind in c["fault_kinds"]:
+                fault = entry["fault"] = "fail_all"
+                self.stats["faults"][fault] += 1
+            return fault
 
     def draw(self, req):
         """(fault or None, the request's own RNG, the settings it runs under,
@@ -681,7 +690,7 @@ class Connection:
         if req.path.startswith("/__proxy/"):
             return self.control(req)
         fault, rng, cfg, entry = self.p.draw(req)
-        self.p.hold(req)
+        fault = self.p.hold(req, fault, entry)
         try:
             return self.handle(req, fault, rng, cfg, entry)
         finally:

@@ -45,6 +45,8 @@ static const struct {
 	{ PROTO_LOAD_CLOSE, sizeof(struct proto_load_close), "LOAD_CLOSE" },
 	{ PROTO_LOAD_RELEASE, sizeof(struct proto_load_release), "LOAD_RELEASE" },
 	{ PROTO_LOAD_OBJECT, sizeof(struct proto_load_object), "LOAD_OBJECT" },
+	{ PROTO_SPILL_DROP, sizeof(struct proto_spill_drop), "SPILL_DROP" },
+	{ PROTO_SPILL_REPLY, sizeof(struct proto_spill_reply), "SPILL_REPLY" },
 };
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -244,6 +246,12 @@ static const struct {
 	  sizeof(((struct proto_resident_req *)0)->where), "RESIDENT_REQ.where" },
 	{ PROTO_RESIDENT_REPLY, F_STRING, offsetof(struct proto_resident_reply, msg),
 	  PROTO_MSG_LEN, "RESIDENT_REPLY.msg" },
+	{ PROTO_SPILL_DROP, F_STRING, offsetof(struct proto_spill_drop, what), PROTO_SPILL_WHAT,
+	  "SPILL_DROP.what" },
+	{ PROTO_SPILL_REPLY, F_STRING, offsetof(struct proto_spill_reply, msg), PROTO_MSG_LEN,
+	  "SPILL_REPLY.msg" },
+	{ PROTO_SPILL_REPLY, F_RESERVED, offsetof(struct proto_spill_reply, reserved), 4,
+	  "SPILL_REPLY.reserved" },
 };
 
 static int type_index(unsigned type)
@@ -396,6 +404,14 @@ START_TEST(test_result_err)
 		ck_assert_msg(check(len, err, sizeof(err)) == (ok ? (int)type : -EBADMSG),
 			      "type %u err %d: '%s'", type, results[_i].err, err);
 	}
+	/* SPILL_REPLY: err <= 0 too. */
+	struct proto_spill_reply *sr = (struct proto_spill_reply *)buf;
+	char e2[256];
+	size_t len = make(type_index(PROTO_SPILL_REPLY));
+
+	sr->err = results[_i].err;
+	ck_assert_msg(check(len, e2, sizeof(e2)) == (results[_i].ok ? PROTO_SPILL_REPLY : -EBADMSG),
+		      "SPILL_REPLY err %d: '%s'", results[_i].err, e2);
 }
 END_TEST
 
