@@ -960,8 +960,10 @@ static int s3_attempt_resume(const char *root, const struct store_key *k, const 
 
 	r = manifest_owner(a, err, errlen);
 	if (r == 1) {
+		char e2[256];
+
 		if (coordinator)
-			rm_work(a);
+			(void)rm_work(a, e2, sizeof(e2));
 		*ret = a;
 		return 1;
 	}
