@@ -399,7 +399,10 @@ conn.recv(1024)  # wait for ckptctl to hang up
 EOF
 
 start_fake() {
-	rm -f "$tmp/d.sock"
+	# The last stand-in's "ready" must not be read for this one's: its
+	# output file goes first (the redirection below is made by the child,
+	# maybe after the loop has looked).
+	rm -f "$tmp/d.sock" "$tmp/fake.out"
 	"$py" "$tmp/fake.py" "$tmp/d.sock" "$1" >"$tmp/fake.out" 2>&1 &
 	fake_pid=$!
 	for _ in $(seq 100); do
