@@ -723,6 +723,86 @@ START_TEST(test_s3_ranks)
 }
 END_TEST
 
+/*
+ * Review repro (S3): two runs of one attempt (world 1, no run id) on two
+ * daemons.  Daemon 1 joins the work area while daemon 0's commit is held;
+ * daemon 0 commits (its cleanup of the area deletes the rank markers), and
+ * only then does daemon 1 create its rank 0 shard.  Nothing may overwrite
+ * the committed shard: run A's checkpoint must still read as run A's, and
+ * run B must not be told committed.
+ */
+START_TEST(test_s3_late_shard)
+{
+	const char *base = getenv("CKPT_TEST_S3_ROOT"), *ep = getenv("S3_ENDPOINT");
+	char root[1024], conf[2048], g0[TD_PATH], g1[TD_PATH], h0[TD_PATH], w0[TD_PATH];
+	char h1[TD_PATH], w1[TD_PATH], line[1024], p[1100], *out = NULL;
+	struct td_child a0, b0;
+	struct dup_args aa0, ab0;
+	struct ckpt_reader *r = NULL;
+	uint64_t g[1] = { DUP_BYTES };
+	struct testd t;
+	int rc;
+
+	if (!base || !ep) {
+		td_skip("s3_late", "no S3 server: tests/integration/s3.sh runs these with moto");
+		return;
+	}
+	td_init(&t, "s3_late_shard");
+	snprintf(root, sizeof(root), "%s/late-%d", base, (int)getpid());
+	snprintf(conf, sizeof(conf), "arena_max = 64M\ncommit_deadline = 150s\nroot = %s\n"
+		 "s3_endpoint = %s\ns3_retries = 4\ns3_backoff_base = 20ms\n", root, ep);
+	td_path(g0, sizeof(g0), "%s/gate0", t.dir);
+	td_path(g1, sizeof(g1), "%s/gate1", t.dir);
+	ck_assert_int_eq(mkdir(g0, 0777), 0);
+	ck_assert_int_eq(mkdir(g1, 0777), 0);
+	td_path(h0, sizeof(h0), "%s/commit.hold", g0);
+	td_path(w0, sizeof(w0), "%s/commit.waiting", g0);
+	td_path(h1, sizeof(h1), "%s/shard.hold", g1);
+	td_path(w1, sizeof(w1), "%s/shard.waiting", g1);
+	ck_assert_int_eq(td_write_file(h0, ""), 0);
+	ck_assert_int_eq(td_write_file(h1, ""), 0);
+	setenv("CKPTD_TEST_GATE", g0, 1);
+	ck_assert_int_eq(td_daemon_start(&t, 0, conf), 0);
+	setenv("CKPTD_TEST_GATE", g1, 1);
+	ck_assert_int_eq(td_daemon_start(&t, 1, conf), 0);
+	unsetenv("CKPTD_TEST_GATE");
+	aa0 = (struct dup_args){ td_sock(&t, 0), root, "latejob", "ck", 0, 1, 7100 };
+	ab0 = (struct dup_args){ td_sock(&t, 1), root, "latejob", "ck", 0, 1, 8100 };
+
+	/* Run A reaches its commit; run B joins the area and waits before its
+	 * shard. */
+	ck_assert_int_eq(td_child_start(&a0, dup_rank_main, &aa0), 0);
+	ck_assert_msg(td_wait_exists(w0, true, 60000), "daemon 0 never reached its commit");
+	ck_assert_int_eq(td_child_start(&b0, dup_rank_main, &ab0), 0);
+	ck_assert_msg(td_wait_exists(w1, true, 60000), "daemon 1 never reached its shard");
+	/* Run A commits. */
+	ck_assert_int_eq(unlink(h0), 0);
+	dup_result(&a0, line, sizeof(line));
+	ck_assert_msg(strcmp(line, "0") == 0 || strncmp(line, "0 ", 2) == 0,
+		      "run A did not commit: %s", line);
+	ck_assert_int_eq(td_child_wait(&a0, 30000), 0);
+	/* Then run B's shard. */
+	ck_assert_int_eq(unlink(h1), 0);
+	dup_result(&b0, line, sizeof(line));
+	printf("s3_late_shard: run B was told: %s\n", line);
+	ck_assert_int_eq(td_child_wait(&b0, 30000), 0);
+	dup_wait_idle(&t, 1, "latejob");
+
+	snprintf(p, sizeof(p), "%s/ck", root);
+	rc = ckpt_reader_open(p, &r);
+	ck_assert_msg(rc == 0, "reader_open(%s) = %d: %s", p, rc, ckpt_last_error());
+	ck_assert_msg(td_verify_tensor(r, "w0", CKPT_U8, 1, g, 7100),
+		      "run A's committed checkpoint no longer holds run A's bytes (run B was "
+		      "told: %s)", line);
+	ckpt_reader_close(r);
+	rc = td_ckptctl(&out, "verify", p, NULL);
+	ck_assert_msg(rc == 0, "ckptctl verify %s: %s\n%s", p, td_status_str(rc), out ? out : "");
+	free(out);
+	ck_assert_msg(line[0] == '-', "run B was told committed: %s", line);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *multi_suite(void)
 {
 	Suite *s = suite_create("integration_multi");
@@ -733,6 +813,7 @@ static Suite *multi_suite(void)
 	td_case(s, "workarea_swapped", test_workarea_swapped, 120, 0, 1);
 	td_case(s, "s3", test_s3_ranks, 240, 0, 4);
 	td_case(s, "s3", test_s3_dup_attempt, 300, 0, 3);
+	td_case(s, "s3_late_shard", test_s3_late_shard, 300, 0, 1);
 	return s;
 }
 
