@@ -2025,6 +2025,79 @@ START_TEST(test_durable_two)
 }
 END_TEST
 
+/* The state of save `name` in daemon idx's report ("" if absent). */
+static void save_state_of(struct testd *t, int idx, const char *name, char *out, size_t len)
+{
+	char *txt = NULL;
+	json_t *st, *s;
+	size_t i;
+
+	out[0] = '\0';
+	if (td_ckptctl(&txt, "-s", td_sock(t, idx), "status", "--json", NULL) != 0) {
+		free(txt);
+		return;
+	}
+	st = json_loads(txt, 0, NULL);
+	free(txt);
+	json_array_foreach(json_object_get(st, "saves"), i, s) {
+		const char *n = json_string_value(json_object_get(s, "name"));
+		const char *state = json_string_value(json_object_get(s, "state"));
+
+		if (n && !strcmp(n, name) && state)
+			snprintf(out, len, "%s", state);
+	}
+	json_decref(st);
+}
+
+/*
+ * Review repro: as durable_two, but rank 1's daemon had uploaded its rank and
+ * delivered its index (to the coordinator's claim) before both daemons were
+ * killed; rank 0's parts were held at the proxy.  Both ranks were told
+ * durable: the save must commit after both daemons restart.
+ */
+START_TEST(test_durable_delivered)
+{
+	char root[1024], line[1024], state[64] = "";
+	struct td_child ch[2];
+	struct rank_args a[2];
+	struct testd t;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_delivered");
+	durable_root("delivered", root, sizeof(root));
+	start_spill_daemons(&t, root);
+	proxy_config("{\"reset\": true, \"rate\": 0, \"fail_all\": false, \"fault_methods\": "
+		     "\"all\", \"fault_kinds\": \"part\", \"hold\": true, \"fault_path\": "
+		     "\"rank-00000\"}");
+	spill_start(&t, ch, a, root, "dlv", SEED_BASE + 37);
+	for (uint32_t r = 0; r < 2; r++) {
+		int rc = spill_expect(&ch[r], "durable", r, line, sizeof(line));
+		ck_assert_msg(rc == 0, "rank %u: durable failed: %s", r, line);
+	}
+	/* Rank 1's daemon has delivered: its save only waits for the commit. */
+	for (int i = 0; i < 600; i++) {
+		save_state_of(&t, 1, "dlv", state, sizeof(state));
+		if (!strcmp(state, "waiting"))
+			break;
+		td_sleep_ms(100);
+	}
+	ck_assert_msg(!strcmp(state, "waiting"), "rank 1's daemon never delivered: '%s'", state);
+	ck_assert_msg(held_now() >= 1, "rank 0's parts are not held");
+	td_child_kill(&ch[0]);
+	td_child_kill(&ch[1]);
+	td_daemon_kill(&t, 0);
+	td_daemon_kill(&t, 1);
+	start_spill_daemons(&t, root);
+	outage_over();
+	wait_committed(&t, root, "dlv");
+	verify_commit(root, "dlv", SEED_BASE + 37);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("integration_s3_faults");
@@ -2045,6 +2118,7 @@ static Suite *faults_suite(void)
 	td_case(s, "durable_drop", test_durable_drop, 300, 0, 1);
 	td_case(s, "durable_retrain", test_durable_retrain, 300, 0, 1);
 	td_case(s, "durable_two", test_durable_two, 300, 0, 1);
+	td_case(s, "durable_delivered", test_durable_delivered, 300, 0, 1);
 	return s;
 }
 
