@@ -2098,6 +2098,73 @@ START_TEST(test_durable_delivered)
 }
 END_TEST
 
+/*
+ * Review repro: a spilled save, whole on one node, whose S3 shard is deleted
+ * (a collector, a hand) after its upload and before its commit.  The commit
+ * finds the shard gone; the copy on the node's disk is intact.  The save
+ * must end (re-uploaded and committed, or failed), not retry a commit that
+ * can never succeed for as long as the daemon lives.
+ */
+START_TEST(test_durable_gone)
+{
+	char root[1024], line[1024], *st, *out = NULL;
+	struct td_child ch;
+	struct rank_args a;
+	struct testd t;
+	json_t *s = NULL;
+	int i;
+
+	if (!have_env()) {
+		td_skip("s3_faults", "no S3 server: tests/integration/s3_faults.sh runs this");
+		return;
+	}
+	td_init(&t, "s3_durable_gone");
+	durable_root("gone", root, sizeof(root));
+	start_durable_daemon(&t, root, NULL);
+	proxy_fresh("\"fault_methods\": \"PUT\", \"fault_kinds\": \"put\", "
+		    "\"fault_path\": \"rank-00000.index.json\", \"hold\": true");
+	durable_start(&ch, &a, &t, root, "gone", SEED_BASE + 38, 0);
+	ck_assert_msg(spill_expect(&ch, "durable", 0, line, sizeof(line)) == 0, "%s", line);
+	for (i = 0; i < 1200 && held_now() < 1; i++)
+		usleep(50000);
+	ck_assert_msg(held_now() >= 1, "rank 0's index never reached the proxy");
+	st = wait_state(root, "gone/rank-00000.", ".safetensors", true, 60000);
+	free(st);
+	s3py(root, NULL,
+	     "ks = [k for k in keys('gone/') if k.startswith('gone/rank-00000.')]\n"
+	     "assert len(ks) == 1, ks\n"
+	     "s3.delete_object(Bucket=b, Key=pre + ks[0])\n"
+	     "print(ks[0])\n", &out);
+	free(out);
+	proxy_config("{\"hold\": false, \"fault_kinds\": \"all\", \"fault_methods\": \"all\", "
+		     "\"fault_path\": \"\"}");
+	/* Ten failed tries of the commit is plenty (the retry cap is 200 ms). */
+	for (i = 0; i < 600; i++) {
+		json_t *pd;
+
+		s = save_status(&t, "gone");
+		if (!s)
+			break;
+		pd = json_object_get(s, "pending");
+		if (pd && jnum(pd, "tries") >= 10)
+			break;
+		json_decref(s);
+		s = NULL;
+		td_sleep_ms(100);
+	}
+	if (s) {
+		char *dump = json_dumps(s, JSON_COMPACT);
+
+		printf("durable_gone: still pending: %s\n", dump ? dump : "?");
+		free(dump);
+		json_decref(s);
+		ck_abort_msg("the save whose S3 shard was deleted retries a commit that cannot "
+			     "succeed, and never re-uploads its intact spilled copy");
+	}
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("integration_s3_faults");
@@ -2119,6 +2186,7 @@ static Suite *faults_suite(void)
 	td_case(s, "durable_retrain", test_durable_retrain, 300, 0, 1);
 	td_case(s, "durable_two", test_durable_two, 300, 0, 1);
 	td_case(s, "durable_delivered", test_durable_delivered, 300, 0, 1);
+	td_case(s, "durable_gone", test_durable_gone, 300, 0, 1);
 	return s;
 }
 
