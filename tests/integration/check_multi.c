@@ -803,6 +803,63 @@ START_TEST(test_s3_late_shard)
 }
 END_TEST
 
+/*
+ * Review repro (local): daemon 1 makes the work area and delivers rank 1;
+ * daemon 0 holds rank 0, claims the area and is about to commit (held at its
+ * "commit" gate, after its count found both ranks).  Daemon 1 is restarted:
+ * its registry still notes the area (it made it and had delivered), and
+ * its next life's start-up sweep must not remove an area another daemon
+ * claimed and is committing.
+ */
+START_TEST(test_creator_restart)
+{
+	struct testd t;
+	struct td_child a0, a1;
+	struct dup_args aa0, aa1;
+	char g0[TD_PATH], hold[TD_PATH], waiting[TD_PATH], line[1024], area[TD_PATH];
+	char id[STORE_ID_LEN + 1];
+	struct store_key k = { .step = 200, .attempt = 0, .world = 2 };
+	const char *conf = "arena_max = 64M\ncommit_deadline = 150s\n";
+
+	td_init(&t, "creator_restart");
+	snprintf(k.job, sizeof(k.job), "crjob");
+	snprintf(k.name, sizeof(k.name), "ck");
+	store_key_id(&k, id);
+	td_path(area, sizeof(area), "%s/%s%s", t.root, STORE_WORK_PREFIX, id);
+	td_path(g0, sizeof(g0), "%s/gate0", t.dir);
+	ck_assert_int_eq(mkdir(g0, 0777), 0);
+	td_path(hold, sizeof(hold), "%s/commit.hold", g0);
+	td_path(waiting, sizeof(waiting), "%s/commit.waiting", g0);
+	ck_assert_int_eq(td_write_file(hold, ""), 0);
+	setenv("CKPTD_TEST_GATE", g0, 1);
+	ck_assert_int_eq(td_daemon_start(&t, 0, conf), 0);
+	unsetenv("CKPTD_TEST_GATE");
+	ck_assert_int_eq(td_daemon_start(&t, 1, conf), 0);
+	aa0 = (struct dup_args){ td_sock(&t, 0), t.root, "crjob", "ck", 0, 2, 7100 };
+	aa1 = (struct dup_args){ td_sock(&t, 1), t.root, "crjob", "ck", 1, 2, 7101 };
+	ck_assert_int_eq(td_child_start(&a1, dup_rank_main, &aa1), 0);
+	ck_assert_msg(td_child_expect(&a1, "staged", 60000, line, sizeof(line)) == 0 &&
+			      line[0] == '0', "rank 1 did not stage: %s", a1.out);
+	ck_assert(td_exists(area));
+	ck_assert_int_eq(td_child_start(&a0, dup_rank_main, &aa0), 0);
+	ck_assert_msg(td_wait_exists(waiting, true, 60000), "daemon 0 never reached its commit");
+	/* Daemon 1 dies (a graceful stop waits for daemon 0's commit) and
+	 * starts again while daemon 0 commits. */
+	td_daemon_kill(&t, 1);
+	ck_assert_int_eq(td_daemon_start(&t, 1, conf), 0);
+	/* Its start-up sweep runs on a worker: give it (bounded) time to act. */
+	(void)td_wait_exists(area, false, 20000);
+	ck_assert_int_eq(unlink(hold), 0);
+	dup_result(&a0, line, sizeof(line));
+	ck_assert_msg(strcmp(line, "0") == 0 || strncmp(line, "0 ", 2) == 0,
+		      "daemon 0's commit of a save whose every rank was durable failed after "
+		      "daemon 1's restart: %s", line);
+	ck_assert_int_eq(td_child_wait(&a0, 30000), 0);
+	(void)td_child_wait(&a1, 30000);
+	td_fini(&t);
+}
+END_TEST
+
 static Suite *multi_suite(void)
 {
 	Suite *s = suite_create("integration_multi");
@@ -811,6 +868,7 @@ static Suite *multi_suite(void)
 	td_case(s, "two_daemons_one_root", test_two_daemons, 180, 0, 3);
 	td_case(s, "dup_attempt", test_dup_attempt, 300, 0, 3);
 	td_case(s, "workarea_swapped", test_workarea_swapped, 120, 0, 1);
+	td_case(s, "creator_restart", test_creator_restart, 180, 0, 1);
 	td_case(s, "s3", test_s3_ranks, 240, 0, 4);
 	td_case(s, "s3", test_s3_dup_attempt, 300, 0, 3);
 	td_case(s, "s3_late_shard", test_s3_late_shard, 300, 0, 1);
