@@ -207,6 +207,24 @@ static int remove_area(json_t *j, const char *id, int64_t idle_ms)
 			r = 0;
 			goto out_work;
 		}
+		/* Claimed by another daemon (or another life): the area is its
+		 * coordinator's now, which may be committing it with every rank
+		 * durable; it removes the area if the save fails, and `ckptctl
+		 * gc` if that daemon dies too.  Not ours to remove. */
+		if (fs_read_file_at(wfd, STORE_CLAIM_FILE, 64u << 10, &text, &len) == 0) {
+			json_t *c = json_loadb(text, len, 0, NULL);
+			const char *cinst = json_string_value(json_object_get(c, "instance"));
+			bool others = !cinst || strcmp(cinst, inst);
+
+			json_decref(c);
+			free(text);
+			if (others) {
+				log_info("sweep: '%s/%s' is claimed by another daemon's save: left "
+					 "to its coordinator", root, work);
+				r = 0;
+				goto out_work;
+			}
+		}
 	} else if (r != -ENOENT) {
 		goto out_work;
 	}

@@ -1038,6 +1038,9 @@ static void commit_done(struct work *w)
 		char msg[PROTO_MSG_LEN + 32];
 
 		snprintf(msg, sizeof(msg), "cannot commit: %s", w->err);
+		/* A shard of ours gone from the store (removed by hand or a
+		 * bucket rule): the node's copy is sent again. */
+		s->resend = w->res == -ENODATA;
 		save_trouble(s, w->res, msg);
 	} else if (w->res < 0) {
 		save_fail(s, w->res, "cannot commit: %s", w->err);
@@ -1655,6 +1658,39 @@ static void uploads_again(struct save *s)
 
 static void resume_submit(struct save *s);
 
+/* A pending save whose commit found a shard of its own gone from the store:
+ * once nothing of it is in flight, it starts over as a save resumed from
+ * its records would (resume_run: the area joined, rank 0's daemon claims
+ * afresh, every rank sent again unless the store has it whole). */
+static void save_resend(struct save *s)
+{
+	struct list *p;
+
+	if (s->job_busy || s->renew_busy)
+		return;
+	list_for_each(p, &s->ranks)
+		if (list_entry(p, struct rank, slink)->job_busy)
+			return;
+	log_warn("save '%s/%s' (job '%s', attempt %s): a shard of it is gone from the store: "
+		 "sending the node's copy again", s->root, s->key.name, s->key.job, s->id);
+	list_for_each(p, &s->ranks)
+	{
+		struct rank *r = list_entry(p, struct rank, slink);
+
+		s->srv->store->shard_close(r->shard);
+		r->shard = NULL;
+		r->state = RANK_UPLOADING;
+		r->forwarded = false;
+		/* Delivered once: never deleted by a failure (as resume_one). */
+		snprintf(r->to, sizeof(r->to), "?");
+	}
+	s->srv->store->attempt_close(s->att);
+	s->att = NULL;
+	s->resend = false;
+	s->resumed = true;
+	s->state = SAVE_OPENING;
+}
+
 void saves_tick(struct server *srv)
 {
 	int64_t now = now_ms();
@@ -1681,9 +1717,15 @@ void saves_tick(struct server *srv)
 		if ((s->state == SAVE_ACTIVE || s->state == SAVE_OPENING) && now > deadline)
 			save_deadline(s);
 		if (save_final(s) || now < s->retry_ms) {
+			/* Waiting for the store to come back is still being
+			 * alive: a collector must not take the area for dead. */
+			if (!save_final(s))
+				renew_submit(s, now);
 			save_kick(s);
 			continue;
 		}
+		if (s->resend && !save_final(s))
+			save_resend(s);
 		/* A pending save's steps that met the store failing, again. */
 		if (s->state == SAVE_OPENING && s->resumed && !s->att && !s->job_busy)
 			resume_submit(s);

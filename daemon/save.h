@@ -133,6 +133,9 @@ struct save {
 	bool pending;              /* a rank of it spilled: owed a commit
 	                            * (see the top of this file) */
 	bool resumed;              /* made from records at start-up */
+	bool resend;               /* pending: a shard of its own is gone from
+	                            * the store: sent again from the node's
+	                            * copy, as a resumed save (save.c) */
 	bool parked;               /* final in this life only: its records
 	                            * and areas stay for the next one */
 	uint64_t rec_gen;          /* orders its record writes (pending.h) */

@@ -49,7 +49,7 @@
 
 #define FIXED_MAX (1ull << 30)
 #define FAILED_MARKER "failed"
-#define CLAIM_FILE "coordinator.json"
+#define CLAIM_FILE STORE_CLAIM_FILE
 #define ATTEMPT_MAX_BYTES (64u << 10)
 #define MANIFEST_MAX_BYTES (1ull << 30)
 #define JOIN_WAIT_MS 2000 /* for attempt.json of a work area being made */

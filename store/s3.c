@@ -71,7 +71,7 @@
 #define ATTEMPT_MAX_BYTES (64u << 10)
 #define MANIFEST_MAX_BYTES (1ull << 30)
 #define FAILED_MARKER "failed"
-#define CLAIM_FILE "coordinator.json"
+#define CLAIM_FILE STORE_CLAIM_FILE
 #define TAG_DIGITS 16
 
 /* Set once per process (readers may open from several threads at once),
@@ -1262,16 +1262,52 @@ static int put_marker(const char *bucket, const char *key, const char *self_id,
 	return r;
 }
 
-static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size,
-			   uint64_t extent, bool direct, struct store_shard **ret, char *err,
+/* Whether the attempt's work area still stands and no manifest names the
+ * checkpoint: 0, -EEXIST (committed, or the area emptied: err), or
+ * -errno.  A rank marker made after this attempt's commit (which PUTs the
+ * manifest before it empties the area of the markers) must not let a
+ * shard be written under the committed one's key. */
+static int area_open_still(struct store_attempt *a, char *err, size_t errlen)
+{
+	char key[S3_KEY_MAX + 1];
+	int r = ckpt_key(a, MANIFEST_FILE, key, sizeof(key), err, errlen);
+
+	if (r == 0) {
+		r = head_object(a->loc.bucket, key, NULL);
+		if (r == 0) {
+			snprintf(err, errlen, "checkpoint '%s/%s' is committed already (by this "
+				 "attempt, on another daemon)", a->root, a->name);
+			return -EEXIST;
+		}
+		r = r == -ENOENT ? 0 : r;
+	}
+	if (r == 0)
+		r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+	if (r == 0) {
+		r = head_object(a->loc.bucket, key, NULL);
+		if (r == -ENOENT) {
+			snprintf(err, errlen, "the work area '%s/%s' is gone (the attempt committed "
+				 "or failed on another daemon)", a->root, a->work);
+			return -EEXIST;
+		}
+	}
+	if (r < 0 && !err[0])
+		snprintf(err, errlen, "S3 HEAD in '%s/%s': %s", a->root, a->work, strerror(-r));
+	return r;
+}
+
+/* shard_create; `again` is the spill tier's upload of a rank this daemon
+ * holds once more, of the same checked bytes (store_s3_shard_create_again). */
+static int shard_create_as(struct store_attempt *a, uint32_t rank, uint64_t size,
+			   uint64_t extent, bool again, struct store_shard **ret, char *err,
 			   size_t errlen)
 {
 	char file[INDEX_SHARD_NAME_MAX], mark[64], mkey[S3_KEY_MAX + 1];
 	char iname[64], ikey[S3_KEY_MAX + 1];
 	struct store_shard *s;
+	bool marked = false;
 	int r;
 
-	(void)direct;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -1311,7 +1347,7 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 	if (r == 0)
 		r = work_key(a, iname, ikey, sizeof(ikey), err, errlen);
 	if (r == 0)
-		r = put_marker(a->loc.bucket, mkey, a->self_id, ikey, err, errlen);
+		r = put_marker(a->loc.bucket, mkey, a->self_id, again ? NULL : ikey, err, errlen);
 	if (r == -EEXIST)
 		snprintf(err, errlen, "rank %u of this attempt is already being saved by another "
 				      "daemon (%s/%s/%s exists)", rank, a->root, a->work, mark);
@@ -1324,6 +1360,16 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 	}
 	if (r < 0)
 		goto fail;
+	marked = true;
+	err[0] = '\0';
+	{
+		int still = area_open_still(a, err, errlen);
+
+		if (still < 0) {
+			r = still;
+			goto fail;
+		}
+	}
 	/* A dead writer of ours (a failed or crashed save of this attempt, an
 	 * upload round of the spill tier given up) may have left uploads of
 	 * this key open: they would cost storage for good. */
@@ -1350,8 +1396,8 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 		s3_req_free(&q);
 		if (r < 0) {
 			/* Its answer may be all that was lost: an upload we
-			 * have no id of may be open (attempt_fail aborts every
-			 * upload of our ranks' keys). */
+			 * have no id of may be open (aborted below, with the
+			 * marker we made). */
 			free(u);
 			goto fail;
 		}
@@ -1366,9 +1412,77 @@ static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size
 	return 0;
 
 fail:
+	/* The rank was ours a moment: what we made of it goes (no shard of
+	 * it was written), and the rank is free again; but a rank the spill
+	 * tier holds for a save owed a commit stays held (its next round
+	 * tries again). */
+	if (marked) {
+		char e2[256];
+
+		(void)abort_uploads_under(a->loc.bucket, s->key, NULL, NULL, e2, sizeof(e2));
+		if (!again)
+			(void)del_key(a->loc.bucket, mkey, e2, sizeof(e2));
+	}
 	free(s->done);
 	free(s);
 	return r;
+}
+
+static int s3_shard_create(struct store_attempt *a, uint32_t rank, uint64_t size,
+			   uint64_t extent, bool direct, struct store_shard **ret, char *err,
+			   size_t errlen)
+{
+	(void)direct;
+	return shard_create_as(a, rank, size, extent, false, ret, err, errlen);
+}
+
+int store_s3_shard_create_again(struct store_attempt *a, uint32_t rank, uint64_t size,
+				uint64_t extent, struct store_shard **ret, char *err, size_t errlen)
+{
+	return shard_create_as(a, rank, size, extent, true, ret, err, errlen);
+}
+
+int store_s3_rank_stored(struct store_attempt *a, uint32_t rank, uint64_t size, char *err,
+			 size_t errlen)
+{
+	char file[INDEX_SHARD_NAME_MAX], name[64], key[S3_KEY_MAX + 1], *text = NULL;
+	uint64_t got = 0;
+	size_t len;
+	int r;
+
+	/* Our marker: the rank is this daemon's (no other run's shard). */
+	snprintf(name, sizeof(name), "rank-%05u.open", rank);
+	r = work_key(a, name, key, sizeof(key), err, errlen);
+	if (r == 0)
+		r = get_own(a->loc.bucket, key, 4096, &text, &len, err, errlen);
+	if (r == 0) {
+		json_t *j = json_loadb(text, len, 0, NULL);
+		const char *by = json_string_value(json_object_get(j, "daemon"));
+
+		r = by && !strcmp(by, a->self_id) ? 0 : -ENOENT;
+		json_decref(j);
+		free(text);
+	}
+	if (r == 0) {
+		index_index_name(rank, name, sizeof(name));
+		r = work_key(a, name, key, sizeof(key), err, errlen);
+	}
+	if (r == 0)
+		r = head_object(a->loc.bucket, key, NULL);
+	if (r == 0) {
+		index_shard_name_tag(rank, a->tag, file, sizeof(file));
+		r = ckpt_key(a, file, key, sizeof(key), err, errlen);
+	}
+	if (r == 0)
+		r = head_object(a->loc.bucket, key, &got);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0) {
+		snprintf(err, errlen, "S3: is rank %u of '%s/%s' there already: %s", rank, a->root,
+			 a->name, strerror(-r));
+		return r;
+	}
+	return got == size;
 }
 
 static void shard_write_crc(struct store_shard *s, struct store_arena *a, uint64_t arena_off,
@@ -1683,7 +1797,8 @@ static int rm_work(struct store_attempt *a, char *err, size_t errlen)
  * save, never commit a manifest of what is gone.  0, or -EIO naming the
  * shard (-errno if S3 could not say).
  */
-static int shards_whole(struct store_attempt *a, const char *text, char *err, size_t errlen)
+static int shards_whole(struct store_attempt *a, const char *text, const struct store_merge *mg,
+			char *err, size_t errlen)
 {
 	struct manifest m;
 	char key[S3_KEY_MAX + 1], why[256];
@@ -1702,11 +1817,18 @@ static int shards_whole(struct store_attempt *a, const char *text, char *err, si
 		if (r == 0)
 			r = head_object(a->loc.bucket, key, &size);
 		if (r == -ENOENT || (r == 0 && size != m.files[i].size)) {
+			bool local = false;
+
+			for (size_t k = 0; k < mg->n_local; k++)
+				local |= mg->local[k].rank == m.files[i].rank;
 			snprintf(err, errlen, "shard '%s/%s/%s' of rank %u is %s: not committed "
 				 "(was its save's work area removed while it ran?)", a->root, a->name,
 				 m.files[i].path, m.files[i].rank, r == -ENOENT ? "gone from S3" :
 				 "not the size the manifest gives");
-			r = -EIO;
+			/* -ENODATA: a rank of this daemon's (the spill tier still
+			 * has its copy to send again); -ECANCELED: another
+			 * daemon's, which this save cannot mend. */
+			r = local ? -ENODATA : -ECANCELED;
 		} else if (r < 0) {
 			snprintf(err, errlen, "cannot tell whether shard '%s/%s/%s' is whole: %s",
 				 a->root, a->name, m.files[i].path, strerror(-r));
@@ -1731,7 +1853,7 @@ static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *
 			      m->time_utc, &o, m->local, m->n_local, &manifest, err, errlen);
 	if (r < 0)
 		return r;
-	r = shards_whole(a, manifest, err, errlen);
+	r = shards_whole(a, manifest, m, err, errlen);
 	if (r < 0) {
 		free(manifest);
 		return r; /* never PUT: the manifest would name what is gone */

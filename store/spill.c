@@ -392,8 +392,8 @@ static int new_s3_shard(struct spshard *s, char *err, size_t errlen)
 		store_s3.shard_close(s->s3);
 		s->s3 = NULL;
 	}
-	r = store_s3.shard_create(s->at->s3, s->rank, s->size, s->extent, false, &s->s3, err,
-				  errlen);
+	r = store_s3_shard_create_again(s->at->s3, s->rank, s->size, s->extent, &s->s3, err,
+					errlen);
 	if (r < 0)
 		return r == -EEXIST ? r : s3_trouble(r);
 	s->s3_failed = false;
@@ -438,7 +438,22 @@ static int sp_shard_forward(struct store_shard *x, store_check_fn check, void *c
 	close(fd);
 	/* The first round uses the S3 shard made with the local one (its
 	 * marker claimed the rank then); a round after a failure, or after a
-	 * restart, makes a new one. */
+	 * restart, makes a new one, unless an earlier round (or life) sent
+	 * the shard whole and delivered its index: then nothing is sent again
+	 * (another daemon may be committing that shard), and the index goes
+	 * to the current claim. */
+	if (!s->s3 || s->s3_failed) {
+		r = store_s3_rank_stored(at->s3, s->rank, s->size, err, errlen);
+		if (r < 0) {
+			r = s3_trouble(r);
+			goto out;
+		}
+		if (r == 1) {
+			__atomic_store_n(progress, s->size, __ATOMIC_RELAXED);
+			r = 0;
+			goto out;
+		}
+	}
 	if (!s->s3 || s->s3_failed) {
 		r = new_s3_shard(s, err, errlen);
 		if (r < 0) {

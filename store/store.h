@@ -80,6 +80,8 @@ enum store_entry {
 /* Work areas are named STORE_WORK_PREFIX + the 32-digit attempt id. */
 #define STORE_WORK_PREFIX ".ckpt-work-"
 #define STORE_ATTEMPT_FILE "attempt.json"
+/* The coordinator's claim in a work area (its nonce, daemon and life). */
+#define STORE_CLAIM_FILE "coordinator.json"
 
 /* Every name ckptd gives its own things in a root or a checkpoint starts
  * with this: work areas, trash, leases, removal markers, pins. */

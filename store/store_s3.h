@@ -133,4 +133,17 @@ void store_s3_shard_write_crc(struct store_shard *s, struct store_arena *a, uint
  * upload round given up: the next round makes a new one).  Best effort. */
 void store_s3_shard_abort(struct store_shard *s);
 
+/* The spill tier's shard_create for a rank this daemon holds (its marker in
+ * the work area), to send the same checked bytes once more: the marker is
+ * taken over even when the rank's index was delivered.  As shard_create
+ * otherwise (-EEXIST once the attempt committed or its area is gone). */
+int store_s3_shard_create_again(struct store_attempt *a, uint32_t rank, uint64_t size,
+				uint64_t extent, struct store_shard **ret, char *err, size_t errlen);
+
+/* 1 if rank's shard is in the store whole (`size` bytes) with its index
+ * delivered, under this daemon's marker: nothing of it to send again; 0 if
+ * not; -errno (err) if S3 cannot tell. */
+int store_s3_rank_stored(struct store_attempt *a, uint32_t rank, uint64_t size, char *err,
+			 size_t errlen);
+
 #endif

@@ -847,8 +847,28 @@ START_TEST(test_creator_restart)
 	 * starts again while daemon 0 commits. */
 	td_daemon_kill(&t, 1);
 	ck_assert_int_eq(td_daemon_start(&t, 1, conf), 0);
-	/* Its start-up sweep runs on a worker: give it (bounded) time to act. */
-	(void)td_wait_exists(area, false, 20000);
+	/* Its start-up sweep (on a worker) judges the area it noted: it must
+	 * leave it to the daemon that claimed it. */
+	{
+		char *log = malloc(1 << 20);
+		int64_t until = td_now_ms() + 60000;
+		bool said = false;
+
+		ck_assert_ptr_nonnull(log);
+		while (!said && td_now_ms() < until) {
+			ssize_t n = td_read_log(&t, 1, log, 1 << 20);
+
+			said = n > 0 && (strstr(log, "left to its coordinator") ||
+					 strstr(log, "removed stale work area"));
+			if (!said)
+				td_sleep_ms(50);
+		}
+		ck_assert_msg(said, "daemon 1's sweep said nothing of the area");
+		ck_assert_msg(!strstr(log, "removed stale work area"),
+			      "daemon 1's sweep removed an area daemon 0 claimed");
+		free(log);
+	}
+	ck_assert(td_exists(area));
 	ck_assert_int_eq(unlink(hold), 0);
 	dup_result(&a0, line, sizeof(line));
 	ck_assert_msg(strcmp(line, "0") == 0 || strncmp(line, "0 ", 2) == 0,
@@ -871,7 +891,7 @@ static Suite *multi_suite(void)
 	td_case(s, "creator_restart", test_creator_restart, 180, 0, 1);
 	td_case(s, "s3", test_s3_ranks, 240, 0, 4);
 	td_case(s, "s3", test_s3_dup_attempt, 300, 0, 3);
-	td_case(s, "s3_late_shard", test_s3_late_shard, 300, 0, 1);
+	td_case(s, "s3", test_s3_late_shard, 300, 0, 1);
 	return s;
 }
 
