@@ -648,17 +648,26 @@ struct store_shard {
 };
 
 /* HEAD of key: 0 (and its size if `size`), -ENOENT, or -errno. */
-static int head_object(const char *bucket, const char *key, uint64_t *size)
+/* HEAD of key: 0 (its size into *size if not NULL), -ENOENT, or -errno
+ * with S3's reason in err. */
+static int head_object_err(const char *bucket, const char *key, uint64_t *size, char *err,
+			   size_t errlen)
 {
 	struct s3_req q = { .method = "HEAD", .bucket = bucket, .key = key,
 			    .fail_404_quietly = true };
-	char err[512];
-	int r = s3_call(g_s3, &q, err, sizeof(err));
+	int r = s3_call(g_s3, &q, err, errlen);
 
 	if (r == 0 && size)
 		*size = q.content_length;
 	s3_req_free(&q);
 	return r;
+}
+
+static int head_object(const char *bucket, const char *key, uint64_t *size)
+{
+	char err[512];
+
+	return head_object_err(bucket, key, size, err, sizeof(err));
 }
 
 /* "<work>/<file>" or "<name>/<file>" as a key. */
@@ -823,6 +832,37 @@ static int s3_root_open(const char *base, const char *root, int *ret_fd, char *e
 	return 0;
 }
 
+/* A new attempt of root (its location, names, tag and writer set), for
+ * attempt_open and attempt_resume.  0 (*ret) or -errno (err). */
+static int attempt_new(const char *root, const struct store_key *k, const char *id,
+		       const struct store_writer *self, uid_t uid, struct store_attempt **ret,
+		       char *err, size_t errlen)
+{
+	struct store_attempt *a;
+	int r;
+
+	if (!g_s3)
+		return no_client(err, errlen);
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->lock, NULL);
+	r = s3_url_parse(root, &a->loc, err, errlen);
+	if (r < 0) {
+		s3_attempt_close(a);
+		return r;
+	}
+	s3_url_format(&a->loc, a->root, sizeof(a->root));
+	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
+	snprintf(a->name, sizeof(a->name), "%s", k->name);
+	snprintf(a->id, sizeof(a->id), "%s", id);
+	snprintf(a->tag, sizeof(a->tag), "%.*s", TAG_DIGITS, id);
+	snprintf(a->self_id, sizeof(a->self_id), "%s", self->id);
+	a->uid = uid;
+	*ret = a;
+	return 0;
+}
+
 static int s3_attempt_open(const char *root, int rootfd, const struct store_key *k,
 			   const char *id, const struct store_writer *self, uid_t uid,
 			   struct store_attempt **ret, bool *ret_created, char *err, size_t errlen)
@@ -833,22 +873,9 @@ static int s3_attempt_open(const char *root, int rootfd, const struct store_key 
 	int r;
 
 	(void)rootfd; /* a bucket has no directory to hold open */
-	if (!g_s3)
-		return no_client(err, errlen);
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return -ENOMEM;
-	pthread_mutex_init(&a->lock, NULL);
-	r = s3_url_parse(root, &a->loc, err, errlen);
+	r = attempt_new(root, k, id, self, uid, &a, err, errlen);
 	if (r < 0)
-		goto fail;
-	s3_url_format(&a->loc, a->root, sizeof(a->root));
-	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
-	snprintf(a->name, sizeof(a->name), "%s", k->name);
-	snprintf(a->id, sizeof(a->id), "%s", id);
-	snprintf(a->tag, sizeof(a->tag), "%.*s", TAG_DIGITS, id);
-	snprintf(a->self_id, sizeof(a->self_id), "%s", self->id);
-	a->uid = uid;
+		return r;
 
 	r = manifest_owner(a, err, errlen);
 	if (r != 0) {
@@ -941,22 +968,9 @@ static int s3_attempt_resume(const char *root, const struct store_key *k, const 
 	char key[S3_KEY_MAX + 1];
 	int r;
 
-	if (!g_s3)
-		return no_client(err, errlen);
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return -ENOMEM;
-	pthread_mutex_init(&a->lock, NULL);
-	r = s3_url_parse(root, &a->loc, err, errlen);
+	r = attempt_new(root, k, id, self, uid, &a, err, errlen);
 	if (r < 0)
-		goto fail;
-	s3_url_format(&a->loc, a->root, sizeof(a->root));
-	snprintf(a->work, sizeof(a->work), "%s%s", STORE_WORK_PREFIX, id);
-	snprintf(a->name, sizeof(a->name), "%s", k->name);
-	snprintf(a->id, sizeof(a->id), "%s", id);
-	snprintf(a->tag, sizeof(a->tag), "%.*s", TAG_DIGITS, id);
-	snprintf(a->self_id, sizeof(a->self_id), "%s", self->id);
-	a->uid = uid;
+		return r;
 
 	r = manifest_owner(a, err, errlen);
 	if (r == 1) {
@@ -1451,6 +1465,7 @@ int store_s3_rank_stored(struct store_attempt *a, uint32_t rank, uint64_t size, 
 	int r;
 
 	/* Our marker: the rank is this daemon's (no other run's shard). */
+	err[0] = '\0';
 	snprintf(name, sizeof(name), "rank-%05u.open", rank);
 	r = work_key(a, name, key, sizeof(key), err, errlen);
 	if (r == 0)
@@ -1468,18 +1483,21 @@ int store_s3_rank_stored(struct store_attempt *a, uint32_t rank, uint64_t size, 
 		r = work_key(a, name, key, sizeof(key), err, errlen);
 	}
 	if (r == 0)
-		r = head_object(a->loc.bucket, key, NULL);
+		r = head_object_err(a->loc.bucket, key, NULL, err, errlen);
 	if (r == 0) {
 		index_shard_name_tag(rank, a->tag, file, sizeof(file));
 		r = ckpt_key(a, file, key, sizeof(key), err, errlen);
 	}
 	if (r == 0)
-		r = head_object(a->loc.bucket, key, &got);
+		r = head_object_err(a->loc.bucket, key, &got, err, errlen);
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0) {
-		snprintf(err, errlen, "S3: is rank %u of '%s/%s' there already: %s", rank, a->root,
-			 a->name, strerror(-r));
+		/* err holds S3's reason (its code and message), as the
+		 * upload's own failure would. */
+		if (!err[0])
+			snprintf(err, errlen, "S3: is rank %u of '%s/%s' there already: %s", rank,
+				 a->root, a->name, strerror(-r));
 		return r;
 	}
 	return got == size;

@@ -225,21 +225,32 @@ static void sp_area(const struct spattempt *at, int *rootfd, int *workfd, const 
 	*work = at->work;
 }
 
-static int sp_attempt_open(const char *root, int rootfd, const struct store_key *k,
-			   const char *id, const struct store_writer *self, uid_t uid,
-			   struct store_attempt **ret, bool *ret_created, char *err, size_t errlen)
+/* An attempt of the tier with its names set and nothing open, or NULL. */
+static struct spattempt *spattempt_new(const char *root, const struct store_key *k,
+				       const char *id, uid_t uid)
 {
 	struct spattempt *at = calloc(1, sizeof(*at));
-	char work[PATH_MAX];
-	int r;
 
 	if (!at)
-		return -ENOMEM;
+		return NULL;
 	at->rootfd = at->workfd = -1;
 	at->uid = uid;
 	snprintf(at->root, sizeof(at->root), "%s", root);
 	snprintf(at->name, sizeof(at->name), "%s", k->name);
 	snprintf(at->id, sizeof(at->id), "%s", id);
+	return at;
+}
+
+static int sp_attempt_open(const char *root, int rootfd, const struct store_key *k,
+			   const char *id, const struct store_writer *self, uid_t uid,
+			   struct store_attempt **ret, bool *ret_created, char *err, size_t errlen)
+{
+	struct spattempt *at = spattempt_new(root, k, id, uid);
+	char work[PATH_MAX];
+	int r;
+
+	if (!at)
+		return -ENOMEM;
 	r = store_spill_work_root(uid, work, sizeof(work));
 	if (r == 0)
 		r = fs_mkdir_p(work, 0700);
@@ -762,17 +773,12 @@ static int sp_attempt_resume(const char *root, const struct store_key *k, const 
 			     const struct store_writer *self, uid_t uid, bool coordinator,
 			     struct store_attempt **ret, char *err, size_t errlen)
 {
-	struct spattempt *at = calloc(1, sizeof(*at));
+	struct spattempt *at = spattempt_new(root, k, id, uid);
 	char work[PATH_MAX];
 	int r, committed;
 
 	if (!at)
 		return -ENOMEM;
-	at->rootfd = at->workfd = -1;
-	at->uid = uid;
-	snprintf(at->root, sizeof(at->root), "%s", root);
-	snprintf(at->name, sizeof(at->name), "%s", k->name);
-	snprintf(at->id, sizeof(at->id), "%s", id);
 	snprintf(at->work, sizeof(at->work), "%s%s", STORE_WORK_PREFIX, id);
 	r = store_spill_work_root(uid, work, sizeof(work));
 	if (r < 0) {
