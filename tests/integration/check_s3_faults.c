@@ -92,6 +92,13 @@
  *              retry commits.
  *   durable_two      two ranks on two daemons, both killed (-9) while S3 is
  *              down and started again: the save commits.
+ *   durable_delivered  rank 1's daemon delivered its index, rank 0's parts
+ *              were held; both daemons killed (-9) and started again: rank
+ *              1 is not sent again (the store has it whole), its index goes
+ *              to the new claim, and the save commits.
+ *   durable_gone     the shard is deleted from S3 after its upload and
+ *              before the commit: the commit says so and the node's copy
+ *              is sent again; the save commits.
  *
  * It prints "campaign: faults=N ... commits_verified=C failures_clean=F";
  * s3_faults.sh then lists the bucket with boto3: one manifest per commit,
