@@ -22,7 +22,7 @@ SYSCONFDIR  ?= $(PREFIX)/etc
 endif
 DESTDIR  ?=
 SANITIZE ?=
-VERSION  := 0.5.0
+VERSION  := 0.6.0
 
 ifeq ($(SANITIZE),)
 BUILD    ?= build

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "client/internal.h"
 #include "format/crc32c.h"
 #include "format/index.h"
@@ -568,17 +570,21 @@ static int latest_add(void *ud, const char *name, enum store_entry kind)
 	return 0;
 }
 
-int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
+/*
+ * Lists root with store_routed.list, calling fn for each entry.  Sets up
+ * the process's S3 client for an s3:// root first.  On failure the message
+ * names `what` (the public function) and the root; a failure fn reported
+ * itself (-ECANCELED from fn means "my message stands": returned as
+ * *fn_err) is returned without a new message.
+ */
+static int list_root(const char *root, const char *what,
+		     int (*fn)(void *ud, const char *name, enum store_entry kind), void *ud,
+		     const int *fn_err)
 {
-	struct latest L = { .root = root };
 	struct s3_loc loc;
 	bool s3 = false;
 	int r;
 
-	if (!root || !ret_reader) {
-		cli_set_error("ckpt_reader_open_latest: NULL argument");
-		return -EINVAL;
-	}
 	if (s3_is_url(root)) {
 		struct store_s3_settings set = { 0 };
 		char err[512];
@@ -588,28 +594,41 @@ int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 		if (r == 0)
 			r = store_s3_start_settings(&set, err, sizeof(err));
 		if (r < 0) {
-			cli_set_error("ckpt_reader_open_latest: '%s': %s", root, err);
+			cli_set_error("%s: '%s': %s", what, root, err);
 			return r;
 		}
 		s3 = true;
 	}
-	r = store_routed.list(root, "", latest_add, &L);
-	if (r < 0 || L.err) {
-		ckpt_reader_close(L.best);
-		free(L.best_name);
-	}
-	if (L.err && L.err != -ENOMEM)
-		return L.err; /* latest_add's message stands */
-	if (r < 0 || L.err) {
-		r = L.err ? L.err : r;
+	r = store_routed.list(root, "", fn, ud);
+	if (*fn_err && *fn_err != -ENOMEM)
+		return *fn_err; /* fn's message stands */
+	if (r < 0 || *fn_err) {
+		r = *fn_err ? *fn_err : r;
 		/* A prefix that holds nothing lists as empty: on S3 -ENOENT
 		 * is the bucket's answer (NoSuchBucket). */
 		if (s3 && r == -ENOENT)
-			cli_set_error("ckpt_reader_open_latest: listing '%s': the bucket '%s' "
-				      "does not exist", root, loc.bucket);
+			cli_set_error("%s: listing '%s': the bucket '%s' does not exist", what,
+				      root, loc.bucket);
 		else
-			cli_set_error("ckpt_reader_open_latest: listing '%s': %s", root,
-				      strerror(-r));
+			cli_set_error("%s: listing '%s': %s", what, root, strerror(-r));
+		return r;
+	}
+	return 0;
+}
+
+int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
+{
+	struct latest L = { .root = root };
+	int r;
+
+	if (!root || !ret_reader) {
+		cli_set_error("ckpt_reader_open_latest: NULL argument");
+		return -EINVAL;
+	}
+	r = list_root(root, "ckpt_reader_open_latest", latest_add, &L, &L.err);
+	if (r < 0) {
+		ckpt_reader_close(L.best);
+		free(L.best_name);
 		return r;
 	}
 	if (!L.best) {
@@ -620,4 +639,72 @@ int ckpt_reader_open_latest(const char *root, struct ckpt_reader **ret_reader)
 	free(L.best_name);
 	*ret_reader = L.best;
 	return 0;
+}
+
+/* ---- what a reader tells, and the checkpoints of a root (LIBCKPT_0.6) ---- */
+
+const char *ckpt_reader_path(const struct ckpt_reader *reader)
+{
+	return reader ? reader->path : NULL;
+}
+
+const char *ckpt_reader_time(const struct ckpt_reader *reader)
+{
+	return reader ? reader->m.time : NULL;
+}
+
+const char *ckpt_reader_metadata(const struct ckpt_reader *reader, const char *key)
+{
+	if (!reader || !key || !reader->m.json)
+		return NULL;
+	json_t *v = json_object_get(json_object_get(reader->m.json, "metadata"), key);
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int ckpt_reader_metric(const struct ckpt_reader *reader, const char *key, double *ret_value)
+{
+	if (!reader || !key)
+		return -EINVAL;
+	json_t *v = reader->m.json ? json_object_get(json_object_get(reader->m.json, "metrics"), key) :
+				     NULL;
+	if (!json_is_number(v))
+		return -ENOENT;
+	if (ret_value)
+		*ret_value = json_number_value(v);
+	return 0;
+}
+
+struct list_names {
+	int (*fn)(void *ud, const char *name);
+	void *ud;
+	int err;
+};
+
+static int list_names_add(void *ud, const char *name, enum store_entry kind)
+{
+	struct list_names *L = ud;
+	int r;
+
+	if (kind != STORE_ENTRY_CHECKPOINT)
+		return 0;
+	r = L->fn(L->ud, name);
+	if (r != 0) {
+		/* The caller's own stop: its value, no message of ours. */
+		L->err = r;
+		return r;
+	}
+	return 0;
+}
+
+int ckpt_list(const char *root, int (*fn)(void *ud, const char *name), void *ud)
+{
+	struct list_names L = { .fn = fn, .ud = ud };
+	int r;
+
+	if (!root || !fn) {
+		cli_set_error("ckpt_list: NULL argument");
+		return -EINVAL;
+	}
+	r = list_root(root, "ckpt_list", list_names_add, &L, &L.err);
+	return r;
 }

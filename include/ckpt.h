@@ -25,7 +25,7 @@
  *
  * ABI and versions:
  *   - The soname is libckpt.so.0.  Every symbol carries a version node
- *     (LIBCKPT_0.2, and LIBCKPT_0.3, 0.4, 0.5 for what each added); symbols
+ *     (LIBCKPT_0.2, and LIBCKPT_0.3 .. 0.6 for what each added); symbols
  *     added later go into a new node,
  *     so a program linked against this release keeps running with later ones.
  *   - Structs the caller fills in (ckpt_connect_opts, ckpt_save_opts,
@@ -82,7 +82,7 @@ extern "C" {
 
 /* Version of this header; ckpt_version() is that of the library at run time. */
 #define CKPT_VERSION_MAJOR 0
-#define CKPT_VERSION_MINOR 5
+#define CKPT_VERSION_MINOR 6
 #define CKPT_VERSION_PATCH 0
 
 /* Socket used when neither the options nor $CKPTD_SOCKET name one. */
@@ -537,6 +537,37 @@ CKPT_API int64_t ckpt_reader_blob_size(const struct ckpt_reader *reader, const c
  * ckpt_reader_read_tensor(). */
 CKPT_API int ckpt_reader_read_blob(struct ckpt_reader *reader, const char *key, void *buf,
 				   size_t len);
+
+/*
+ * What the manifest says of the checkpoint (LIBCKPT_0.6).  Strings are
+ * borrowed: they live as long as the reader.
+ *   ckpt_reader_path      the path or URL the reader was opened with (for
+ *                         ckpt_reader_open_latest: <root>/<name> of the one
+ *                         it picked); NULL for a NULL reader
+ *   ckpt_reader_time      when it was committed, UTC, ISO 8601
+ *   ckpt_reader_metadata  the user metadata value of `key` (rank 0's, see
+ *                         ckpt_save_set_metadata), or NULL if it has none
+ *   ckpt_reader_metric    0 and *ret_value (may be NULL), -ENOENT if the
+ *                         checkpoint has no such metric, -EINVAL (NULL)
+ */
+CKPT_API const char *ckpt_reader_path(const struct ckpt_reader *reader);
+CKPT_API const char *ckpt_reader_time(const struct ckpt_reader *reader);
+CKPT_API const char *ckpt_reader_metadata(const struct ckpt_reader *reader, const char *key);
+CKPT_API int ckpt_reader_metric(const struct ckpt_reader *reader, const char *key,
+				double *ret_value);
+
+/*
+ * Calls fn(ud, name) on the calling thread for each entry directly under
+ * `root` (a directory or s3://bucket/prefix) that holds a manifest, in no
+ * particular order: the candidates for ckpt_reader_open(<root>/<name>),
+ * which is what tells whether one is whole (a manifest that does not parse
+ * fails there).  Work areas of saves in progress, trash and other files
+ * are not passed.  fn returns 0 to go on; a non-zero return stops the
+ * listing and is returned as it is.  Returns 0, or -EINVAL (NULL root or
+ * fn), -ENOENT (an S3 bucket that does not exist), or the listing's errno,
+ * with the reason in ckpt_last_error().  (LIBCKPT_0.6)
+ */
+CKPT_API int ckpt_list(const char *root, int (*fn)(void *ud, const char *name), void *ud);
 
 /* ---- loading into any layout (libckpt 0.5) ------------------------------- */
 

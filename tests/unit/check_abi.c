@@ -271,6 +271,14 @@ START_TEST(test_symbols)
 	for (size_t i = 0; i < sizeof(v05) / sizeof(v05[0]); i++)
 		ck_assert_msg(dlvsym(h, v05[i], "LIBCKPT_0.5") != NULL, "%s@LIBCKPT_0.5: %s",
 			      v05[i], dlerror());
+	/* 0.6: what a reader tells, the checkpoints of a root (for Python). */
+	static const char *const v06[] = {
+		"ckpt_list", "ckpt_reader_metadata", "ckpt_reader_metric",
+		"ckpt_reader_path", "ckpt_reader_time",
+	};
+	for (size_t i = 0; i < sizeof(v06) / sizeof(v06[0]); i++)
+		ck_assert_msg(dlvsym(h, v06[i], "LIBCKPT_0.6") != NULL, "%s@LIBCKPT_0.6: %s",
+			      v06[i], dlerror());
 	/* Internal functions stay hidden. */
 	ck_assert_ptr_null(dlsym(h, "abi_copy_in"));
 	ck_assert_ptr_null(dlsym(h, "cli_set_error"));
