@@ -1,0 +1,448 @@
+# SPDX-License-Identifier: MIT
+"""Saves and loads of prepared items, over libckpt.  Framework-free: the
+torch and numpy layers turn their values into TensorItem/blob pairs and
+LoadBox lists, and this module talks to the C library."""
+import concurrent.futures
+import ctypes
+import errno
+import json
+import os
+import re
+import threading
+
+from . import _client, _lib
+from ._errors import CheckpointError, SaveError, CkptdError, strerror
+
+META_PREFIX = "~ckptd/"
+FORMAT = 1  # of the Python metadata blob; a newer one is refused on load
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class TensorItem:
+    __slots__ = ("name", "dtype", "shape", "ptr", "global_shape", "offsets", "device",
+                 "device_index", "replica", "stream")
+
+    def __init__(self, name, dtype, shape, ptr, global_shape=None, offsets=None,
+                 device=_lib.DEVICE_HOST, device_index=0, replica=0, stream=None):
+        self.name = name
+        self.dtype = dtype
+        self.shape = shape
+        self.ptr = ptr
+        self.global_shape = global_shape
+        self.offsets = offsets
+        self.device = device
+        self.device_index = device_index
+        self.replica = replica
+        self.stream = stream
+
+
+def split_checkpoint_id(checkpoint_id):
+    """checkpoint_id (a directory or s3:// URL) -> (root, name)."""
+    cid = os.fspath(checkpoint_id)
+    if not isinstance(cid, str) or not cid:
+        raise ValueError("checkpoint_id must be a directory path or an s3:// URL")
+    if cid.startswith("s3://"):
+        body = cid[5:].rstrip("/")
+        if "/" not in body:
+            raise ValueError("checkpoint_id '%s': an S3 checkpoint is s3://bucket/[prefix/]name"
+                             % cid)
+        root, name = "s3://" + body.rsplit("/", 1)[0], body.rsplit("/", 1)[1]
+    else:
+        cid = os.path.abspath(cid.rstrip("/") or "/")
+        root, name = os.path.split(cid)
+    if (not _NAME_RE.fullmatch(name) or name.startswith(".") or
+            len(name) > _lib.MAX_NAME_LEN):
+        raise ValueError("checkpoint_id '%s': its last component '%s' must be 1..128 of "
+                         "[A-Za-z0-9._-] and not start with '.'" % (checkpoint_id, name))
+    return root, name
+
+
+def _check(r, what):
+    if r < 0:
+        raise SaveError("%s: %s" % (what, _lib.last_error() or strerror(-r)), -r)
+    return r
+
+
+class PendingSave:
+    """One committed save: its two futures, completed by a Python thread
+    that waits in libckpt (without the GIL), and what must stay alive until
+    the bytes are staged."""
+
+    def __init__(self, handle, staged, committed, keepalive, path):
+        self.handle = handle
+        self.staged = staged
+        self.committed = committed
+        self.keepalive = keepalive
+        self.path = path
+        self.staging_completion = concurrent.futures.Future()
+        self.upload_completion = concurrent.futures.Future()
+        self._staged_evt = threading.Event()
+        for f in (self.staging_completion, self.upload_completion):
+            f.set_running_or_notify_cancel()
+        _client.track(self)
+        t = threading.Thread(target=self._run, name="ckptd-save", daemon=True)
+        t.start()
+
+    def wait_staged(self, timeout):
+        return self._staged_evt.wait(timeout)
+
+    def _fail(self, fut, r):
+        msg = (_lib.lib.ckpt_future_error(fut) or b"").decode("utf-8", "replace")
+        return SaveError("save of %s failed: %s" % (self.path, msg or strerror(-r)), -r)
+
+    def _run(self):
+        lib = _lib.lib
+        try:
+            r = lib.ckpt_future_wait(self.staged, -1)
+            self.keepalive = None  # the trainer's memory is no longer read
+            if r < 0:
+                err = self._fail(self.staged, r)
+                self._staged_evt.set()
+                _client.untrack(self)
+                self.staging_completion.set_exception(err)
+                r2 = lib.ckpt_future_wait(self.committed, -1)
+                self.upload_completion.set_exception(self._fail(self.committed, r2)
+                                                     if r2 < 0 else err)
+                return
+            self._staged_evt.set()
+            _client.untrack(self)
+            self.staging_completion.set_result(None)
+            r = lib.ckpt_future_wait(self.committed, -1)
+            if r < 0:
+                self.upload_completion.set_exception(self._fail(self.committed, r))
+            else:
+                self.upload_completion.set_result(None)
+        finally:
+            self._staged_evt.set()
+            _client.untrack(self)
+            lib.ckpt_save_free(self.handle)
+            self.handle = None
+
+
+def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
+         cuda_stream=None):
+    """Begins, fills and commits one save of this rank.  tensors: TensorItems;
+    blobs: (key, bytes); returns a PendingSave.  Raises SaveError when
+    libckpt refuses it (nothing is committed then)."""
+    lib = _lib.lib
+    opts = _lib.SaveOpts()
+    opts.size = ctypes.sizeof(_lib.SaveOpts)
+    opts.root = root.encode()
+    opts.name = name.encode()
+    opts.step = step
+    h = ctypes.c_void_p()
+    _check(lib.ckpt_save_begin_opts(client.handle, ctypes.byref(opts), ctypes.byref(h)),
+           "cannot begin the save of %s/%s" % (root, name))
+    handle = h.value
+    try:
+        for k, v in (metrics or {}).items():
+            lib.ckpt_save_set_metric(handle, k.encode(), float(v))
+        for k, v in (metadata or {}).items():
+            lib.ckpt_save_set_metadata(handle, k.encode(), v.encode())
+        if cuda_stream is not None:
+            lib.ckpt_save_set_cuda_stream(handle, cuda_stream)
+        t = _lib.Tensor()
+        t.size = ctypes.sizeof(_lib.Tensor)
+        add = lib.ckpt_save_add_tensor
+        ref = ctypes.byref(t)
+        for it in tensors:
+            t.dtype = it.dtype
+            t.name = it.name.encode()
+            t.ndim = len(it.shape)
+            t.shape = _lib.u64s(it.shape)
+            t.data = it.ptr
+            if it.global_shape is not None:
+                t.global_shape = _lib.u64s(it.global_shape)
+                t.offsets = _lib.u64s(it.offsets)
+                if not it.global_shape:  # a sharded 0-d tensor is not a thing
+                    t.global_shape = None
+                    t.offsets = None
+            else:
+                t.global_shape = None
+                t.offsets = None
+            t.device = it.device
+            t.device_index = it.device_index
+            t.replica = it.replica
+            t.cuda_stream = it.stream
+            add(handle, ref)  # a failure is reported again by the commit
+        bufs = []
+        for key, data in blobs:
+            buf = ctypes.create_string_buffer(bytes(data), len(data)) if data else None
+            bufs.append(buf)
+            lib.ckpt_save_add_blob(handle, key.encode(), buf, len(data))
+        staged = ctypes.c_void_p()
+        committed = ctypes.c_void_p()
+        _check(lib.ckpt_save_commit(handle, ctypes.byref(staged), ctypes.byref(committed)),
+               "ckptd refused the save of %s/%s" % (root, name))
+    except BaseException:
+        lib.ckpt_save_free(handle)
+        raise
+    return PendingSave(handle, staged.value, committed.value, (keepalive, bufs),
+                       "%s/%s" % (root, name))
+
+
+# ---- reading ----
+
+class Reader:
+    """An open committed checkpoint (libckpt reader)."""
+
+    def __init__(self, path=None, latest_root=None):
+        h = ctypes.c_void_p()
+        lib = _lib.lib
+        if latest_root is not None:
+            r = lib.ckpt_reader_open_latest(latest_root.encode(), ctypes.byref(h))
+            what = latest_root
+        else:
+            r = lib.ckpt_reader_open(path.encode(), ctypes.byref(h))
+            what = path
+        if r < 0:
+            msg = _lib.last_error() or strerror(-r)
+            if -r == errno.EPROTONOSUPPORT:
+                msg += " (written by a newer ckptd: upgrade this package to read it)"
+            raise CheckpointError("cannot open checkpoint %s: %s" % (what, msg), -r)
+        self.handle = h.value
+
+    def close(self):
+        if self.handle:
+            _lib.lib.ckpt_reader_close(self.handle)
+            self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    @property
+    def path(self):
+        return _lib.lib.ckpt_reader_path(self.handle).decode()
+
+    @property
+    def step(self):
+        return _lib.lib.ckpt_reader_step(self.handle)
+
+    @property
+    def world(self):
+        return _lib.lib.ckpt_reader_world(self.handle)
+
+    @property
+    def time(self):
+        return _lib.lib.ckpt_reader_time(self.handle).decode()
+
+    def metadata(self, key):
+        v = _lib.lib.ckpt_reader_metadata(self.handle, key.encode())
+        return v.decode() if v is not None else None
+
+    def metric(self, key):
+        d = ctypes.c_double()
+        if _lib.lib.ckpt_reader_metric(self.handle, key.encode(), ctypes.byref(d)) < 0:
+            return None
+        return d.value
+
+    def tensor_names(self):
+        lib = _lib.lib
+        return [lib.ckpt_reader_tensor_name(self.handle, i).decode()
+                for i in range(lib.ckpt_reader_tensor_count(self.handle))]
+
+    def blob_names(self):
+        lib = _lib.lib
+        return [lib.ckpt_reader_blob_name(self.handle, i).decode()
+                for i in range(lib.ckpt_reader_blob_count(self.handle))]
+
+    def tensor_info(self, name):
+        """(dtype name, global shape) or None."""
+        dt = ctypes.c_int()
+        nd = ctypes.c_uint()
+        shape = (_lib.c_u64 * _lib.MAX_NDIM)()
+        r = _lib.lib.ckpt_reader_tensor_info(self.handle, name.encode(), _lib.MAX_NDIM,
+                                             ctypes.byref(dt), ctypes.byref(nd), shape)
+        if r < 0:
+            return None
+        return _lib.DTYPES[dt.value] if dt.value < len(_lib.DTYPES) else None, \
+            tuple(shape[i] for i in range(nd.value))
+
+    def blob(self, key):
+        lib = _lib.lib
+        n = lib.ckpt_reader_blob_size(self.handle, key.encode())
+        if n < 0:
+            return None
+        buf = ctypes.create_string_buffer(max(n, 1))
+        r = lib.ckpt_reader_read_blob(self.handle, key.encode(), buf, n)
+        if r < 0:
+            raise CheckpointError("checkpoint %s: blob '%s': %s"
+                                  % (self.path, key, _lib.last_error() or strerror(-r)), -r)
+        return buf.raw[:n]
+
+
+def meta_key(rank):
+    return "%smeta/%d" % (META_PREFIX, rank)
+
+
+def read_meta(reader, rank):
+    """The Python metadata a rank saved, or None if it saved none."""
+    raw = reader.blob(meta_key(rank))
+    if raw is None:
+        return None
+    try:
+        meta = json.loads(raw.decode())
+        fmt = meta["format"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError("checkpoint %s: its Python metadata (%s) is not valid: %s"
+                              % (reader.path, meta_key(rank), e))
+    if not isinstance(fmt, int) or fmt > FORMAT:
+        raise CheckpointError("checkpoint %s was saved by a newer ckptd package (Python "
+                              "metadata format %r; this one reads up to %d): upgrade ckptd "
+                              "to load it" % (reader.path, fmt, FORMAT))
+    return meta
+
+
+class LoadBox:
+    __slots__ = ("name", "dtype", "global_shape", "offsets", "shape", "strides", "ptr",
+                 "device", "device_index")
+
+    def __init__(self, name, dtype, global_shape, ptr, offsets=None, shape=None,
+                 strides=None, device=_lib.DEVICE_HOST, device_index=0):
+        self.name = name
+        self.dtype = dtype
+        self.global_shape = global_shape
+        self.offsets = offsets
+        self.shape = shape
+        self.strides = strides
+        self.ptr = ptr
+        self.device = device
+        self.device_index = device_index
+
+
+def load(reader, boxes, client=None, partial=False):
+    """Fills every box from the checkpoint (one load through the C planner).
+    Returns the load's stats as a dict.  Raises CheckpointError; if the load
+    failed after it started, the message lists the tensors that may hold
+    partial bytes."""
+    lib = _lib.lib
+    h = ctypes.c_void_p()
+    r = lib.ckpt_load_begin(reader.handle, _lib.LOAD_PARTIAL if partial else 0, ctypes.byref(h))
+    if r < 0:
+        raise CheckpointError("load of %s: %s" % (reader.path, _lib.last_error()), -r)
+    ld = h.value
+    keep = []
+    try:
+        t = _lib.LoadTensor()
+        t.size = ctypes.sizeof(_lib.LoadTensor)
+        d = _lib.LoadDst()
+        d.size = ctypes.sizeof(_lib.LoadDst)
+        t.n_dsts = 1
+        t.dsts = ctypes.pointer(d)
+        first_err = None
+        for b in boxes:
+            t.dtype = b.dtype
+            t.name = b.name.encode()
+            gs = _lib.u64s(b.global_shape)
+            t.global_shape = gs
+            t.ndim = len(b.global_shape)
+            d.device = b.device
+            d.device_index = b.device_index
+            d.offsets = _lib.u64s(b.offsets) if b.offsets is not None else None
+            d.shape = _lib.u64s(b.shape) if b.shape is not None else None
+            d.strides = _lib.i64s(b.strides) if b.strides is not None else None
+            d.data = b.ptr
+            r = lib.ckpt_load_add_tensor(ld, ctypes.byref(t))
+            if r < 0 and first_err is None:
+                first_err = (r, _lib.last_error())
+        if client is not None:
+            lib.ckpt_load_set_client(ld, client.handle)
+        done = ctypes.c_void_p()
+        r = lib.ckpt_load_start(ld, ctypes.byref(done))
+        if r < 0:
+            r, msg = first_err if first_err else (r, _lib.last_error())
+            raise CheckpointError("cannot load %s: %s" % (reader.path, msg or strerror(-r)),
+                                  -r)
+        r = lib.ckpt_future_wait(done, -1)
+        if r < 0:
+            msg = (lib.ckpt_future_error(done) or b"").decode("utf-8", "replace")
+            names = sorted({b.name for b in boxes})
+            shown = ", ".join(names[:20]) + (" and %d more" % (len(names) - 20)
+                                             if len(names) > 20 else "")
+            raise CheckpointError(
+                "load of %s failed: %s; the destination tensors may hold partial bytes: %s"
+                % (reader.path, msg or strerror(-r), shown), -r)
+        st = _lib.LoadStats()
+        st.size = ctypes.sizeof(_lib.LoadStats)
+        lib.ckpt_load_stats(ld, ctypes.byref(st))
+        return {k: getattr(st, k) for k, _ in _lib.LoadStats._fields_
+                if k not in ("size", "reserved", "reserved2")}
+    finally:
+        lib.ckpt_load_free(ld)
+
+
+def latest(root):
+    """Path of the newest committed checkpoint under root (greatest step,
+    then latest commit), or None when there is none."""
+    root = os.fspath(root)
+    if not root.startswith("s3://"):
+        root = os.path.abspath(root)
+    h = ctypes.c_void_p()
+    r = _lib.lib.ckpt_reader_open_latest(root.encode(), ctypes.byref(h))
+    if r == -errno.ENOENT and "no committed checkpoint" in _lib.last_error():
+        return None
+    if r < 0:
+        if -r == errno.ENOENT and not root.startswith("s3://"):
+            return None
+        raise CheckpointError("latest(%s): %s" % (root, _lib.last_error() or strerror(-r)), -r)
+    try:
+        return _lib.lib.ckpt_reader_path(h.value).decode()
+    finally:
+        _lib.lib.ckpt_reader_close(h.value)
+
+
+class CheckpointInfo(tuple):
+    """(path, name, step, time, metrics) of a committed checkpoint."""
+    __slots__ = ()
+
+    def __new__(cls, path, name, step, time, metrics):
+        return tuple.__new__(cls, (path, name, step, time, metrics))
+
+    path = property(lambda s: s[0])
+    name = property(lambda s: s[1])
+    step = property(lambda s: s[2])
+    time = property(lambda s: s[3])
+    metrics = property(lambda s: s[4])
+
+    def __repr__(self):
+        return "CheckpointInfo(path=%r, step=%d, time=%r)" % (self.path, self.step, self.time)
+
+
+def list_checkpoints(root, metrics=()):
+    """Committed checkpoints under root, oldest first (step, then commit
+    time, then name).  One whose manifest does not parse is left out."""
+    root = os.fspath(root)
+    if not root.startswith("s3://"):
+        root = os.path.abspath(root)
+        if not os.path.isdir(root):
+            return []
+    names = []
+
+    def add(_ud, name):
+        names.append(name.decode())
+        return 0
+
+    cb = _lib.LIST_FN(add)
+    r = _lib.lib.ckpt_list(root.encode(), cb, None)
+    if r < 0:
+        raise CheckpointError("list(%s): %s" % (root, _lib.last_error() or strerror(-r)), -r)
+    out = []
+    for n in names:
+        path = root.rstrip("/") + "/" + n
+        try:
+            rd = Reader(path)
+        except CheckpointError:
+            continue
+        try:
+            out.append(CheckpointInfo(path, n, rd.step, rd.time,
+                                      {m: rd.metric(m) for m in metrics}))
+        finally:
+            rd.close()
+    out.sort(key=lambda c: (c.step, c.time, c.name))
+    return out

@@ -1,0 +1,519 @@
+# SPDX-License-Identifier: MIT
+"""ckptd for PyTorch: DCP-shaped async_save / save / load.
+
+    # before: from torch.distributed.checkpoint import async_save
+    from ckptd.torch import async_save
+    resp = async_save(state_dict, checkpoint_id="/ckpt/run1/step-000100")
+    resp.staging_completion.result()   # the trainer may change its tensors
+    resp.upload_completion.result()    # committed: complete and visible
+
+No collective is ever called: ranks meet in ckptd's commit.  The process
+group (if any) is asked for its rank and size only, in the caller's thread.
+"""
+import json
+import os
+import pickle
+import zlib
+
+import torch
+import torch.distributed as dist
+
+from . import _client, _engine, _lib, _tree
+from ._engine import META_PREFIX, FORMAT, TensorItem, LoadBox
+from ._errors import CheckpointError, SaveError
+
+try:  # torch >= 2.5
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.placement_types import Partial, Replicate
+except ImportError:  # torch 2.4
+    try:
+        from torch.distributed._tensor import DTensor
+        from torch.distributed._tensor.placement_types import Partial, Replicate
+    except ImportError:  # a build without torch.distributed
+        DTensor = None
+        Partial = Replicate = ()
+
+__all__ = ["async_save", "save", "load", "AsyncSaveResponse"]
+
+# torch dtype -> (ckpt dtype, how it is stored).  how: None (as it is),
+# "complex" (its real view: one more dimension of 2), "bytes" (its bytes,
+# the same shape, as U8 or U16: dtypes safetensors and libckpt do not name).
+_DTYPES = {}
+
+
+def _add_dtype(attr, code, how=None):
+    dt = getattr(torch, attr, None)
+    if dt is not None:
+        _DTYPES[dt] = (_lib.DTYPE[code], how)
+
+
+for _a, _c in (("bool", "BOOL"), ("uint8", "U8"), ("int8", "I8"), ("int16", "I16"),
+               ("uint16", "U16"), ("int32", "I32"), ("uint32", "U32"), ("int64", "I64"),
+               ("uint64", "U64"), ("float16", "F16"), ("bfloat16", "BF16"),
+               ("float32", "F32"), ("float64", "F64"), ("float8_e4m3fn", "F8_E4M3"),
+               ("float8_e5m2", "F8_E5M2")):
+    _add_dtype(_a, _c)
+_add_dtype("complex32", "F16", "complex")
+_add_dtype("complex64", "F32", "complex")
+_add_dtype("complex128", "F64", "complex")
+for _a in ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
+           "bits8", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7",
+           "int1", "int2", "int3", "int4", "int5", "int6", "int7"):
+    _dt = getattr(torch, _a, None)
+    if _dt is not None and _dt.itemsize == 1:
+        _add_dtype(_a, "U8", "bytes")
+_dt = getattr(torch, "bits16", None)
+if _dt is not None:
+    _add_dtype("bits16", "U16", "bytes")
+
+_NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
+              "int32": "I32", "uint32": "U32", "int64": "I64", "uint64": "U64",
+              "float16": "F16", "float32": "F32", "float64": "F64"}
+_NP_COMPLEX = {"complex64": "F32", "complex128": "F64"}
+
+
+def _np():
+    import sys
+    return sys.modules.get("numpy")
+
+
+def _is_ndarray(v):
+    np = _np()
+    return np is not None and isinstance(v, np.ndarray)
+
+
+def _is_tensor_leaf(v):
+    return isinstance(v, torch.Tensor) or _is_ndarray(v)
+
+
+class AsyncSaveResponse:
+    """The two futures of a save, as DCP's: staging_completion (the trainer
+    may change its tensors again) and upload_completion (committed: the
+    checkpoint is complete and visible).  Both are
+    concurrent.futures.Future; a failure raises ckptd.SaveError."""
+
+    __slots__ = ("staging_completion", "upload_completion", "checkpoint_id")
+
+    def __init__(self, staging, upload, checkpoint_id):
+        self.staging_completion = staging
+        self.upload_completion = upload
+        self.checkpoint_id = checkpoint_id
+
+    def __repr__(self):
+        return "AsyncSaveResponse(%r, staged=%s, committed=%s)" % (
+            self.checkpoint_id, self.staging_completion.done(), self.upload_completion.done())
+
+
+def _rank_world(process_group, no_dist=False):
+    if no_dist or not dist.is_available() or not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(process_group), dist.get_world_size(process_group)
+
+
+def _writer(name, n):
+    return zlib.crc32(name.encode()) % n if n > 1 else 0
+
+
+_side_streams = {}
+
+
+def _stream_after_current(device):
+    """A private stream of `device` that waits for what is queued on the
+    current stream now: copies ordered on it see the tensor as it is at
+    the call, whatever the trainer queues afterwards."""
+    s = _side_streams.get(device.index)
+    if s is None:
+        s = torch.cuda.Stream(device=device)
+        _side_streams[device.index] = s
+    ev = torch.cuda.Event()
+    ev.record(torch.cuda.current_stream(device))
+    s.wait_event(ev)
+    return s.cuda_stream
+
+
+def _storage_view(name, t):
+    """(tensor to copy, ckpt dtype, how it is stored)."""
+    if t.layout != torch.strided:
+        raise TypeError("'%s': a %s tensor cannot be saved (only strided tensors; call "
+                        ".to_dense() first)" % (name, t.layout))
+    if t.is_quantized:
+        raise TypeError("'%s': quantized tensors cannot be saved; dequantize() first" % name)
+    m = _DTYPES.get(t.dtype)
+    if m is None:
+        raise TypeError("'%s': dtype %s is not supported" % (name, t.dtype))
+    code, how = m
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if how == "complex":
+        t = torch.view_as_real(t)
+    elif how == "bytes":
+        t = t.view(torch.uint8 if t.dtype.itemsize == 1 else torch.uint16)
+    return t, code, how
+
+
+def _tensor_items(name, v, rank, world, items, keep, tmeta):
+    if DTensor is not None and isinstance(v, DTensor):
+        return _dtensor_items(name, v, items, keep, tmeta)
+    if _is_ndarray(v):
+        np = _np()
+        kind = v.dtype.name
+        if kind in _NP_DTYPES:
+            code, how = _lib.DTYPE[_NP_DTYPES[kind]], None
+            a = np.ascontiguousarray(v)
+        elif kind in _NP_COMPLEX:
+            code, how = _lib.DTYPE[_NP_COMPLEX[kind]], "complex"
+            a = np.ascontiguousarray(v).view(v.dtype.type(0).real.dtype).reshape(v.shape + (2,))
+        else:
+            raise TypeError("'%s': a numpy array of dtype %s cannot be saved" % (name, v.dtype))
+        keep.append(a)
+        tmeta[name] = {"np": kind}
+        w = _writer(name, world)
+        items.append(TensorItem(name, code, list(a.shape), a.ctypes.data,
+                                replica=(rank - w) % world))
+        return
+    dtype = v.dtype
+    t, code, how = _storage_view(name, v.detach())
+    device, index, stream = _lib.DEVICE_HOST, 0, None
+    if t.device.type == "cuda":
+        device, index = _lib.DEVICE_CUDA, t.device.index or 0
+        stream = _stream_after_current(t.device)
+    elif t.device.type != "cpu":
+        raise TypeError("'%s': tensors on %s cannot be saved (CPU and CUDA only)"
+                        % (name, t.device))
+    if not t.is_contiguous():
+        t = t.contiguous()
+    keep.append(t)
+    tmeta[name] = {"torch": str(dtype).replace("torch.", "")}
+    w = _writer(name, world)
+    items.append(TensorItem(name, code, list(t.shape), t.data_ptr() or None, device=device,
+                            device_index=index, replica=(rank - w) % world, stream=stream))
+
+
+def _replica_of(v, name, offsets):
+    """(replica index this rank writes as, replica count) of a DTensor's
+    local chunk: the ranks holding the same chunk differ only in the mesh
+    dimensions the DTensor is replicated over."""
+    mesh = v.device_mesh
+    coord = mesh.get_coordinate()
+    if coord is None:
+        return None
+    idx, n = 0, 1
+    for d, p in enumerate(v.placements):
+        if isinstance(p, Replicate):
+            idx = idx * mesh.size(d) + coord[d]
+            n *= mesh.size(d)
+    w = zlib.crc32(("%s@%s" % (name, ",".join(map(str, offsets)))).encode()) % n
+    return (idx - w) % n, n
+
+
+def _dtensor_items(name, v, items, keep, tmeta):
+    for p in v.placements:
+        if isinstance(p, Partial):
+            raise TypeError("'%s': a DTensor with a Partial placement holds partial sums, not "
+                            "values: redistribute it (e.g. to Replicate) before saving" % name)
+    chunks = v.__create_chunk_list__()
+    if len(chunks) != 1:
+        raise TypeError("'%s': a DTensor whose local part is %d chunks cannot be saved"
+                        % (name, len(chunks)))
+    offsets = [int(x) for x in chunks[0].offsets]
+    sizes = [int(x) for x in chunks[0].sizes]
+    rep = _replica_of(v, name, offsets)
+    if rep is None:  # this rank is not in the DTensor's mesh
+        return
+    local = v.to_local().detach()
+    if list(local.shape) != sizes:
+        raise TypeError("'%s': the local tensor's shape %s is not its chunk's %s (strided "
+                        "sharding is not supported)" % (name, list(local.shape), sizes))
+    gshape = [int(x) for x in v.shape]
+    t, code, how = _storage_view(name, local)
+    if how == "complex":
+        offsets, sizes, gshape = offsets + [0], sizes + [2], gshape + [2]
+    device, index, stream = _lib.DEVICE_HOST, 0, None
+    if t.device.type == "cuda":
+        device, index = _lib.DEVICE_CUDA, t.device.index or 0
+        stream = _stream_after_current(t.device)
+    if not t.is_contiguous():
+        t = t.contiguous()
+    keep.append(t)
+    tmeta[name] = {"torch": str(v.dtype).replace("torch.", ""), "dtensor": True}
+    items.append(TensorItem(name, code, list(t.shape), t.data_ptr() or None,
+                            global_shape=gshape, offsets=offsets, device=device,
+                            device_index=index, replica=rep[0], stream=stream))
+
+
+def _value_kind(name, v, allow_pickle):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        if isinstance(v, int) and not isinstance(v, bool) and type(v) is not int:
+            v = int(v)  # an IntEnum and the like: its value
+        return "value", v
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "bytes", bytes(v)
+    np = _np()
+    if np is not None and isinstance(v, np.generic):
+        return "value", v.item()
+    if allow_pickle:
+        return "pickle", pickle.dumps(v)
+    raise TypeError("'%s': a value of type %s can only be saved with pickle: pass "
+                    "allow_pickle=True to the save and to the load (a checkpoint made so "
+                    "runs code when loaded: load only checkpoints you trust)"
+                    % (name, type(v).__name__))
+
+
+def _prepare(state_dict, rank, world, allow_pickle):
+    leaves, _, _ = _tree.flatten(state_dict, _is_tensor_leaf)
+    items, keep, blobs = [], [], []
+    tmeta, values, bmeta = {}, {}, {}
+    for leaf in leaves:
+        v = leaf.value
+        if _is_tensor_leaf(v):
+            _tensor_items(leaf.name, v, rank, world, items, keep, tmeta)
+            continue
+        kind, val = _value_kind(leaf.name, v, allow_pickle)
+        if kind == "value":
+            values[leaf.name] = val
+        else:
+            bmeta[leaf.name] = kind
+            blobs.append(("%sb/%d/%s" % (META_PREFIX, rank, leaf.name), val))
+    meta = {"format": FORMAT, "rank": rank, "world": world, "tensors": tmeta,
+            "values": values, "blobs": bmeta}
+    blobs.append((_engine.meta_key(rank), json.dumps(meta, separators=(",", ":")).encode()))
+    return items, blobs, keep
+
+
+def _step_of(step):
+    if step is None:
+        return 0
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise TypeError("step must be a non-negative int, not %r" % (step,))
+    return step
+
+
+def _check_metrics(metrics):
+    if metrics is None:
+        return {}
+    out = {}
+    for k, v in dict(metrics).items():
+        if not isinstance(k, str):
+            raise TypeError("metric names must be str, not %r" % (k,))
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise TypeError("metric %r: %r is not a number" % (k, v)) from None
+        if f != f or f in (float("inf"), float("-inf")):
+            raise ValueError("metric %r: %r is not finite" % (k, v))
+        out[k] = f
+    return out
+
+
+def async_save(state_dict, *, checkpoint_id, process_group=None, step=None, metrics=None,
+               allow_pickle=False, storage_writer=None, planner=None, no_dist=False,
+               **unsupported):
+    """Saves state_dict as this rank's part of checkpoint `checkpoint_id` (a
+    directory <root>/<name> or s3://bucket/prefix/name, under one of ckptd's
+    roots) and returns at once with an AsyncSaveResponse.
+
+    Every rank of the job calls it with the same checkpoint_id.  Tensors
+    (torch, numpy, DTensor) are staged by libckpt's threads (CUDA ones on
+    the GPU's copy engine, after the work queued on their current stream);
+    until staging_completion is done they must not be changed.  Values (int,
+    float, str, None, bytes) are saved per rank.  step (int) orders
+    checkpoints for ckptd.latest(); metrics (name -> number) serve
+    `ckptctl prune --keep-best`.
+
+    Raises TypeError/ValueError for a state it cannot save (before anything
+    is sent), ckptd.DaemonNotRunning, ckptd.SaveError if ckptd refuses it;
+    later failures come through the futures as SaveError."""
+    if storage_writer is not None or planner is not None or unsupported:
+        bad = [k for k, v in (("storage_writer", storage_writer), ("planner", planner))
+               if v is not None] + sorted(unsupported)
+        raise TypeError("ckptd.torch.async_save does not take %s: ckptd writes the "
+                        "checkpoint itself (drop the argument)" % ", ".join(bad))
+    root, name = _engine.split_checkpoint_id(checkpoint_id)
+    rank, world = _rank_world(process_group, no_dist)
+    st = _step_of(step)
+    mets = _check_metrics(metrics)
+    items, blobs, keep = _prepare(state_dict, rank, world, allow_pickle)
+    client = _client.get(rank, world, root)
+    p = _engine.save(client, root, name, st, items, blobs, mets,
+                     {"ckptd.python": str(FORMAT)} if rank == 0 else None, keep)
+    return AsyncSaveResponse(p.staging_completion, p.upload_completion,
+                             os.fspath(checkpoint_id))
+
+
+def save(state_dict, *, checkpoint_id, process_group=None, step=None, metrics=None,
+         allow_pickle=False, **kw):
+    """The blocking form of async_save: returns once the checkpoint is
+    committed (complete and visible), raises SaveError if it failed."""
+    r = async_save(state_dict, checkpoint_id=checkpoint_id, process_group=process_group,
+                   step=step, metrics=metrics, allow_pickle=allow_pickle, **kw)
+    r.upload_completion.result()
+
+
+# ---- load ----
+
+def _torch_dtype(name):
+    dt = getattr(torch, name, None)
+    return dt if isinstance(dt, torch.dtype) else None
+
+
+def _dest_box(name, t, saved, reader, offsets=None, gshape=None):
+    """A LoadBox for destination tensor t (a plain tensor, or a DTensor's
+    local part at offsets of gshape)."""
+    if t.layout != torch.strided or t.is_quantized:
+        raise TypeError("'%s': cannot load into a %s tensor" % (name, t.layout))
+    m = _DTYPES.get(t.dtype)
+    if m is None:
+        raise TypeError("'%s': dtype %s is not supported" % (name, t.dtype))
+    want = str(t.dtype).replace("torch.", "")
+    if saved is not None and saved.get("torch", want) != want:
+        raise CheckpointError("checkpoint %s: '%s' was saved as %s, the destination is %s"
+                              % (reader.path, name, saved["torch"], want))
+    code, how = m
+    if t.is_conj() or t.is_neg():
+        raise TypeError("'%s': cannot load into a conjugate or negative view" % name)
+    if how == "complex":
+        t = torch.view_as_real(t)
+    elif how == "bytes":
+        t = t.view(torch.uint8 if t.dtype.itemsize == 1 else torch.uint16)
+    shape = list(t.shape)
+    if gshape is None:
+        gshape = shape
+    else:
+        gshape = list(gshape)
+        offsets = list(offsets)
+        if how == "complex":
+            gshape, offsets = gshape + [2], offsets + [0]
+    strides = list(t.stride())
+    for d, (n, s) in enumerate(zip(shape, strides)):
+        if s == 0 and n > 1:
+            raise TypeError("'%s': cannot load into an expanded tensor (stride 0 in "
+                            "dimension %d)" % (name, d))
+    device, index = _lib.DEVICE_HOST, 0
+    if t.device.type == "cuda":
+        device, index = _lib.DEVICE_CUDA, t.device.index or 0
+    elif t.device.type != "cpu":
+        raise TypeError("'%s': cannot load into a tensor on %s" % (name, t.device))
+    return LoadBox(name, code, gshape, t.data_ptr() or None,
+                   offsets=offsets, shape=shape if offsets is not None else None,
+                   strides=strides, device=device, device_index=index)
+
+
+def _np_box(name, a, saved, reader):
+    np = _np()
+    if not a.flags.writeable:
+        raise TypeError("'%s': the destination numpy array is read-only" % name)
+    kind = a.dtype.name
+    if saved is not None and saved.get("np", saved.get("torch")) not in (kind, None):
+        raise CheckpointError("checkpoint %s: '%s' was saved as %s, the destination is %s"
+                              % (reader.path, name, saved.get("np", saved.get("torch")), kind))
+    if kind in _NP_DTYPES:
+        code = _lib.DTYPE[_NP_DTYPES[kind]]
+        v = a
+    elif kind in _NP_COMPLEX:
+        code = _lib.DTYPE[_NP_COMPLEX[kind]]
+        v = a[..., np.newaxis].view(a.real.dtype)
+    else:
+        raise TypeError("'%s': numpy dtype %s is not supported" % (name, a.dtype))
+    item = v.dtype.itemsize
+    strides = []
+    for s in v.strides:
+        if s < 0 or s % item:
+            raise TypeError("'%s': cannot load into a numpy array with strides %s"
+                            % (name, a.strides))
+        strides.append(s // item)
+    return LoadBox(name, code, list(v.shape), v.ctypes.data or None, strides=strides)
+
+
+def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pickle=False,
+         no_dist=False, storage_reader=None, planner=None):
+    """Loads checkpoint `checkpoint_id` into state_dict in place, whatever
+    layout it has now (the checkpoint may have been saved by another number
+    of ranks and another sharding): tensors are filled where they are
+    (DTensors: their local part), values are replaced in their dicts and
+    lists, and Stateful objects get load_state_dict() of their loaded state.
+
+    strict: a tensor or value of state_dict the checkpoint lacks is an
+    error (False: left as it is).  Through ckptd when one answers (and from
+    its memory after a crash, for a trainer connected with resident on);
+    otherwise libckpt reads the files itself.  Raises CheckpointError
+    (naming the file, tensor and offset of a bad block; after a failed
+    read, which tensors may hold partial bytes)."""
+    if storage_reader is not None or planner is not None:
+        raise TypeError("ckptd.torch.load does not take storage_reader or planner")
+    cid = os.fspath(checkpoint_id)
+    path = cid if cid.startswith("s3://") else os.path.abspath(cid)
+    root, _ = _engine.split_checkpoint_id(checkpoint_id)
+    rank, world = _rank_world(process_group, no_dist)
+    leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf)
+    with _engine.Reader(path) as rd:
+        saved_world = rd.world
+        meta0 = _engine.read_meta(rd, 0)
+        own = _engine.read_meta(rd, rank) if world == saved_world and rank else meta0
+        if own is None:
+            own = meta0 or {}
+        meta0 = meta0 or {}
+        tensors = dict(meta0.get("tensors", {}))
+        tensors.update(own.get("tensors", {}))
+        boxes, cuda_devs = [], set()
+        post = []
+        for leaf in leaves:
+            v, name = leaf.value, leaf.name
+            saved = tensors.get(name)
+            if _is_tensor_leaf(v):
+                if name in own.get("values", {}) or name in own.get("blobs", {}):
+                    raise CheckpointError("checkpoint %s: '%s' is a tensor here but was saved "
+                                          "as a value" % (path, name))
+                if _is_ndarray(v):
+                    boxes.append(_np_box(name, v, saved, rd))
+                elif DTensor is not None and isinstance(v, DTensor):
+                    ch = v.__create_chunk_list__()
+                    if len(ch) != 1:
+                        raise TypeError("'%s': a DTensor of %d local chunks" % (name, len(ch)))
+                    local = v.to_local()
+                    boxes.append(_dest_box(name, local, saved, rd, ch[0].offsets, v.shape))
+                    if local.device.type == "cuda":
+                        cuda_devs.add(local.device)
+                else:
+                    boxes.append(_dest_box(name, v, saved, rd))
+                    if v.device.type == "cuda":
+                        cuda_devs.add(v.device)
+                continue
+            post.append(leaf)
+        # Values: this rank's own when the world is the one that saved,
+        # else rank 0's.
+        for leaf in post:
+            name = leaf.name
+            if name in own.get("values", {}):
+                _tree.assign(leaf, own["values"][name])
+            elif name in own.get("blobs", {}):
+                kind = own["blobs"][name]
+                raw = rd.blob("%sb/%d/%s" % (META_PREFIX, own.get("rank", 0), name))
+                if raw is None:
+                    raise CheckpointError("checkpoint %s: the blob of '%s' is missing"
+                                          % (path, name))
+                if kind == "pickle":
+                    if not allow_pickle:
+                        raise CheckpointError(
+                            "checkpoint %s: '%s' was saved with pickle; loading it runs code "
+                            "from the checkpoint: pass allow_pickle=True if you trust it"
+                            % (path, name))
+                    _tree.assign(leaf, pickle.loads(raw))
+                else:
+                    _tree.assign(leaf, raw if not isinstance(leaf.value, bytearray)
+                                 else bytearray(raw))
+            elif name in tensors or rd.tensor_info(name) is not None:
+                raise CheckpointError("checkpoint %s: '%s' is a value here but was saved as a "
+                                      "tensor" % (path, name))
+            elif strict:
+                raise CheckpointError("checkpoint %s has no value '%s' (strict=False skips "
+                                      "what the checkpoint lacks)" % (path, name))
+        for dev in cuda_devs:
+            torch.cuda.current_stream(dev).synchronize()
+        client = _client.try_get(rank, world, root) if boxes else None
+        stats = _engine.load(rd, boxes, client=client, partial=not strict)
+    _tree.rebuild_tuples(tuples)
+    for obj, sd in statefuls:
+        obj.load_state_dict(sd)
+    return stats
