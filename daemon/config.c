@@ -1054,22 +1054,9 @@ static bool under_root(const char *root, const char *path, size_t len)
 	return len == rl || path[rl] == '/';
 }
 
-/* S3 locations are compared with S3 roots only, paths with local roots
- * only: a local root "/" covers every path, never an s3:// URL. */
-static bool under_any_root(const struct config *c, const char *path)
-{
-	size_t len = strlen(path);
-	bool s3 = s3_is_url(path);
-
-	while (len > 1 && path[len - 1] == '/')
-		len--;
-	for (size_t i = 0; i < c->n_roots; i++) {
-		if (s3_is_url(c->roots[i]) == s3 && under_root(c->roots[i], path, len))
-			return true;
-	}
-	return false;
-}
-
+/* The deepest root `path` lies in, or NULL.  S3 locations are compared
+ * with S3 roots only, paths with local roots only: a local root "/" covers
+ * every path, never an s3:// URL. */
 const char *config_root_base(const struct config *c, const char *path)
 {
 	const char *best = NULL;
@@ -1108,14 +1095,14 @@ bool config_root_allowed(const struct config *c, const char *path)
 
 		return s3_url_parse(path, &loc, e, sizeof(e)) == 0 &&
 		       s3_url_format(&loc, buf, sizeof(buf)) == 0 && !strcmp(buf, path) &&
-		       under_any_root(c, path);
+		       config_root_base(c, path) != NULL;
 	}
 	if (!path || path[0] != '/')
 		return false;
 	len = strlen(path);
 	if (len >= sizeof(buf))
 		return false;
-	if (!under_any_root(c, path))
+	if (!config_root_base(c, path))
 		return false;
 
 	/*
@@ -1127,7 +1114,7 @@ bool config_root_allowed(const struct config *c, const char *path)
 	 * (If the root itself is gone, its deepest existing ancestor lies
 	 * above every root: refused, rightly.)
 	 */
-	return fs_resolve_existing(path, buf, sizeof(buf)) == 0 && under_any_root(c, buf);
+	return fs_resolve_existing(path, buf, sizeof(buf)) == 0 && config_root_base(c, buf) != NULL;
 }
 
 /* ---- ckptd's command line ---- */

@@ -198,14 +198,14 @@ static bool admit(struct server *srv, const struct creds *creds, pid_t pid, unsi
 	send_error(v, -EMFILE, msg);
 	conn_close(v, "closed for another user's connection (max_clients)");
 	srv->conns_evicted++;
-	return srv->n_conns < srv->cfg.max_clients;
+	return true; /* (conn_close took v out of n_conns) */
 }
 
 int conn_accept(struct server *srv)
 {
 	struct epoll_event ee;
-	struct users_use use;
 	struct creds creds;
+	unsigned mine;
 	char msg[256];
 	struct conn *c;
 	pid_t pid;
@@ -220,8 +220,8 @@ int conn_accept(struct server *srv)
 		close(fd);
 		return 0;
 	}
-	users_use(srv, creds.uid, &use);
-	if (use.conns >= srv->cfg.max_clients_per_uid) {
+	mine = users_conns(srv, creds.uid);
+	if (mine >= srv->cfg.max_clients_per_uid) {
 		log_warn("refusing pid %d: uid %u has %u connections (max_clients_per_uid)", pid,
 			 (unsigned)creds.uid, srv->cfg.max_clients_per_uid);
 		snprintf(msg, sizeof(msg),
@@ -230,7 +230,7 @@ int conn_accept(struct server *srv)
 		refuse_now(fd, -EUSERS, msg);
 		return 0;
 	}
-	if (srv->n_conns >= srv->cfg.max_clients && !admit(srv, &creds, pid, use.conns)) {
+	if (srv->n_conns >= srv->cfg.max_clients && !admit(srv, &creds, pid, mine)) {
 		log_warn("refusing pid %d (uid %u): %u connections (max_clients), none of them "
 			 "an idle one of a user with two more than this one", pid,
 			 (unsigned)creds.uid, srv->n_conns);
@@ -877,6 +877,11 @@ static void free_done(struct work *w)
 	free(c);
 }
 
+bool conn_saving(const struct conn *c)
+{
+	return !list_empty(&c->ranks) || (c->writer_ok && writer_held(&c->w));
+}
+
 void conns_reap(struct server *srv)
 {
 	struct list *p, *t;
@@ -885,8 +890,7 @@ void conns_reap(struct server *srv)
 	{
 		struct conn *c = list_entry(p, struct conn, link);
 
-		if (c->state != CONN_CLOSED || c->freeing || c->arena_job.run ||
-		    !list_empty(&c->ranks) || (c->writer_ok && writer_held(&c->w)) ||
+		if (c->state != CONN_CLOSED || c->freeing || c->arena_job.run || conn_saving(c) ||
 		    loadio_busy(c) || (c->io && srv->store->arena_busy(c->io)))
 			continue;
 		loadio_free(c);

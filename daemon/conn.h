@@ -13,7 +13,8 @@
  * connection that says nothing within handshake_timeout is closed (so is a
  * control connection, ckptctl's, idle that long); each uid
  * may hold max_clients_per_uid connections, and when max_clients are taken
- * a uid with fewer connections takes the busiest uid's idle one (users.h).
+ * a uid with at least two fewer connections than another closes an idle one
+ * of the busiest such uid (users.h).
  * An arena is sized within arena_max, the uid's arena_per_uid and
  * arena_total (users.h).  A job belongs to the uid of its first client for
  * as long as any of its connections, saves or resident images (resident.h)
@@ -131,6 +132,9 @@ void conn_send_result(struct conn *c, enum proto_type type, uint32_t token, int 
 void conns_tick(struct server *srv);
 /* Frees closed connections nothing points at (their arenas on a worker). */
 void conns_reap(struct server *srv);
+/* True if connection c has a rank of a save, or a slot still being
+ * written from its arena. */
+bool conn_saving(const struct conn *c);
 /* True if uid may use job `job`: no other uid holds a connection, save or
  * resident image of it (else that uid in *ret_owner). */
 bool conn_job_free_for(struct server *srv, const char *job, uid_t uid, uid_t *ret_owner);

@@ -86,13 +86,6 @@ static void touch(struct server *srv, struct image *img)
 	list_add_tail(&srv->images, &img->link);
 }
 
-static bool fits(const struct server *srv, uint64_t need)
-{
-	uint64_t used = srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
-
-	return used <= srv->cfg.arena_total && need <= srv->cfg.arena_total - used;
-}
-
 /*
  * Frees images until `need` more bytes fit, for uid: spares first (they hold
  * nothing anyone can load), then READY images of uid itself and of uids
@@ -105,7 +98,7 @@ static bool fits(const struct server *srv, uint64_t need)
 static bool make_room(struct server *srv, uint64_t need, uid_t uid, const char *job,
 		      uint32_t rank)
 {
-	for (int pass = 0; pass < 3 && !fits(srv, need); pass++) {
+	for (int pass = 0; pass < 3 && !users_fit_total(srv, need); pass++) {
 		/* (its own evictions may have brought uid back within its share) */
 		bool may = users_may_evict(srv, uid, need);
 		struct list *p, *t;
@@ -114,7 +107,7 @@ static bool make_room(struct server *srv, uint64_t need, uid_t uid, const char *
 		{
 			struct image *img = list_entry(p, struct image, link);
 
-			if (fits(srv, need))
+			if (users_fit_total(srv, need))
 				break;
 			if (img->state == IMAGE_FILLING || (pass == 0 && img->state != IMAGE_SPARE))
 				continue;
@@ -131,7 +124,7 @@ static bool make_room(struct server *srv, uint64_t need, uid_t uid, const char *
 			image_free(srv, img);
 		}
 	}
-	return fits(srv, need);
+	return users_fit_total(srv, need);
 }
 
 bool images_make_room(struct server *srv, uid_t uid, uint64_t need)

@@ -93,11 +93,6 @@ static unsigned sfile_bucket(uid_t uid, const char *job, dev_t dev, ino_t ino)
 					     sizeof(((struct server *)0)->sfiles[0])));
 }
 
-static uint64_t used_bytes(const struct server *srv)
-{
-	return srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
-}
-
 /* ---- making and freeing ---- */
 
 static void make_run(struct work *w)
@@ -259,7 +254,7 @@ static void make_done(struct work *w)
 static struct pool *pool_get(struct server *srv, const struct sfile *sf)
 {
 	struct pool *p = pool_of(srv, sf->uid, sf->job);
-	uint64_t size = srv->cfg.load_share, staging;
+	uint64_t size = srv->cfg.load_share;
 
 	if (size > srv->cfg.arena_total / 2)
 		size = srv->cfg.arena_total / 2;
@@ -269,10 +264,9 @@ static struct pool *pool_get(struct server *srv, const struct sfile *sf)
 		return p->ready ? p : NULL;
 	if (size < (16ull << 20) || srv->stopping || sf->lenders < 2)
 		return NULL;
-	if (used_bytes(srv) > srv->cfg.arena_total || size > srv->cfg.arena_total - used_bytes(srv))
+	if (!users_fit_total(srv, size))
 		return NULL; /* resident images are not evicted for a cache */
-	staging = users_staging(srv, sf->uid);
-	if (staging > srv->cfg.arena_per_uid || size > srv->cfg.arena_per_uid - staging)
+	if (!users_fit_staging(srv, sf->uid, size))
 		return NULL; /* the uid's share is its arenas' first */
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -602,19 +596,6 @@ void share_tick(struct server *srv)
 	}
 }
 
-static bool fits_total(const struct server *srv, uint64_t need)
-{
-	return used_bytes(srv) <= srv->cfg.arena_total &&
-	       need <= srv->cfg.arena_total - used_bytes(srv);
-}
-
-static bool fits_uid(const struct server *srv, uid_t uid, uint64_t need)
-{
-	uint64_t staging = users_staging(srv, uid);
-
-	return staging <= srv->cfg.arena_per_uid && need <= srv->cfg.arena_per_uid - staging;
-}
-
 uint64_t share_bytes_of(const struct server *srv, uid_t uid)
 {
 	const struct list *l;
@@ -629,6 +610,18 @@ uint64_t share_bytes_of(const struct server *srv, uid_t uid)
 	return n;
 }
 
+void share_each(const struct server *srv, void (*fn)(void *ud, uid_t uid, uint64_t bytes),
+		void *ud)
+{
+	const struct list *l;
+
+	list_for_each(l, &srv->pools)
+	{
+		const struct pool *p = list_entry(l, struct pool, link);
+		fn(ud, p->uid, p->size);
+	}
+}
+
 bool share_make_room(struct server *srv, uid_t uid, uint64_t need)
 {
 	struct list *l, *t;
@@ -636,9 +629,9 @@ bool share_make_room(struct server *srv, uid_t uid, uint64_t need)
 	list_for_each_safe(l, t, &srv->pools)
 	{
 		struct pool *p = list_entry(l, struct pool, link);
-		bool total = fits_total(srv, need);
+		bool total = users_fit_total(srv, need);
 
-		if (total && fits_uid(srv, uid, need))
+		if (total && users_fit_staging(srv, uid, need))
 			break;
 		if (!idle(p))
 			continue;
@@ -648,7 +641,7 @@ bool share_make_room(struct server *srv, uid_t uid, uint64_t need)
 			 (unsigned)p->uid, (unsigned)uid);
 		pool_free(srv, p, false);
 	}
-	return fits_total(srv, need);
+	return users_fit_total(srv, need);
 }
 
 bool share_busy(struct server *srv)

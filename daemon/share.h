@@ -115,6 +115,10 @@ void share_tick(struct server *srv);
 bool share_make_room(struct server *srv, uid_t uid, uint64_t need);
 /* Bytes of uid's pools (made or being made). */
 uint64_t share_bytes_of(const struct server *srv, uid_t uid);
+
+/* Calls fn for every pool (made or being made): its uid and bytes. */
+void share_each(const struct server *srv, void (*fn)(void *ud, uid_t uid, uint64_t bytes),
+		void *ud);
 /* Stopping: reaps what is in flight (true if anything still is). */
 bool share_busy(struct server *srv);
 /* Stopping, nothing in flight: frees every pool at once. */

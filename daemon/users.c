@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon/conn.h"
 #include "daemon/loadio.h"
@@ -39,12 +40,40 @@ void users_use(const struct server *srv, uid_t uid, struct users_use *ret)
 	*ret = u;
 }
 
+unsigned users_conns(const struct server *srv, uid_t uid)
+{
+	const struct list *p;
+	unsigned n = 0;
+
+	list_for_each(p, &srv->conns)
+	{
+		const struct conn *c = list_entry(p, struct conn, link);
+
+		n += c->creds.uid == uid && c->state != CONN_CLOSED;
+	}
+	return n;
+}
+
 uint64_t users_staging(const struct server *srv, uid_t uid)
 {
 	struct users_use u;
 
 	users_use(srv, uid, &u);
 	return u.arenas + u.pools;
+}
+
+bool users_fit_total(const struct server *srv, uint64_t need)
+{
+	uint64_t used = srv->arena_in_use + srv->resident_bytes + srv->share_bytes;
+
+	return used <= srv->cfg.arena_total && need <= srv->cfg.arena_total - used;
+}
+
+bool users_fit_staging(const struct server *srv, uid_t uid, uint64_t need)
+{
+	uint64_t staging = users_staging(srv, uid);
+
+	return staging <= srv->cfg.arena_per_uid && need <= srv->cfg.arena_per_uid - staging;
 }
 
 static uint64_t held(const struct users_use *u)
@@ -72,9 +101,31 @@ bool users_over_share(const struct server *srv, uid_t uid)
 
 /* ---- admission ---------------------------------------------------------------- */
 
+/* Whether c is the last live connection of its user's job with nothing
+ * else of the job's in the daemon: closing it would free the job's name for
+ * another user (conn_job_free_for), who could then keep the owner's
+ * restart out. */
+static bool holds_job(const struct server *srv, const struct conn *c)
+{
+	const struct list *p;
+	uid_t owner;
+
+	list_for_each(p, &srv->conns)
+	{
+		const struct conn *o = list_entry(p, struct conn, link);
+
+		if (o != c && (o->state == CONN_ARENA || o->state == CONN_READY) &&
+		    o->creds.uid == c->creds.uid && !strcmp(o->job, c->job))
+			return false;
+	}
+	/* An image of the job of this user's keeps the name by itself. */
+	return !(images_job_owner(srv, c->job, (uid_t)-1, &owner) && owner == c->creds.uid);
+}
+
 /* How readily an idle connection is closed for another: lower first.  -1:
- * never (something of it is in flight, or its HELLO is being answered). */
-static int idle_class(const struct conn *c)
+ * never (something of it is in flight, its HELLO is being answered, or it
+ * alone holds its job's name). */
+static int idle_class(const struct server *srv, const struct conn *c)
 {
 	switch (c->state) {
 	case CONN_NEW:
@@ -82,8 +133,7 @@ static int idle_class(const struct conn *c)
 	case CONN_CONTROL:
 		return 1;
 	case CONN_READY:
-		if (!list_empty(&c->ranks) || (c->writer_ok && writer_held(&c->w)) ||
-		    loadio_active(c))
+		if (conn_saving(c) || loadio_active(c) || holds_job(srv, c))
 			return -1;
 		return 2;
 	case CONN_ARENA:
@@ -166,7 +216,7 @@ struct conn *users_admission_victim(struct server *srv, uid_t uid, unsigned *ret
 		cn = count_of(uids, n, c->creds.uid);
 		if (cn < mine + 2)
 			continue;
-		cl = idle_class(c);
+		cl = idle_class(srv, c);
 		if (cl < 0)
 			continue;
 		if (best && (cl > best_class || (cl == best_class && cn < best_n) ||
@@ -205,6 +255,28 @@ static int append(json_t *a, uid_t uid, const struct users_use *u)
 	return o && json_array_append_new(a, o) == 0 ? 0 : -ENOMEM;
 }
 
+static void count_pool(void *ud, uid_t uid, uint64_t bytes)
+{
+	(void)uid;
+	(void)bytes;
+	(*(size_t *)ud)++;
+}
+
+struct pool_rows {
+	struct row *rows;
+	size_t *n, cap;
+};
+
+static void add_pool(void *ud, uid_t uid, uint64_t bytes)
+{
+	struct pool_rows *pr = ud;
+
+	if (*pr->n < pr->cap) {
+		pr->rows[*pr->n].uid = uid;
+		pr->rows[(*pr->n)++].u.pools = bytes;
+	}
+}
+
 void *users_json(const struct server *srv, uid_t uid, bool all)
 {
 	json_t *a = json_array();
@@ -222,12 +294,14 @@ void *users_json(const struct server *srv, uid_t uid, bool all)
 			goto fail;
 		return a;
 	}
-	/* Root: every uid with a connection (or an arena still in use) or an
-	 * image, summed through one sort rather than one walk per uid. */
+	/* Root: every uid with a connection (or an arena still in use), an
+	 * image or a pool, summed through one sort rather than one walk per
+	 * uid. */
 	list_for_each(p, &srv->conns)
 		cap++;
 	list_for_each(p, &srv->images)
 		cap++;
+	share_each(srv, count_pool, &cap);
 	rows = calloc(cap ? cap : 1, sizeof(*rows));
 	if (!rows)
 		goto fail;
@@ -246,6 +320,11 @@ void *users_json(const struct server *srv, uid_t uid, bool all)
 		rows[n].uid = img->uid;
 		rows[n++].u.images = img->cap;
 	}
+	{
+		struct pool_rows pr = { rows, &n, cap };
+
+		share_each(srv, add_pool, &pr);
+	}
 	qsort(rows, n, sizeof(*rows), cmp_row);
 	for (size_t i = 0; i < n;) {
 		struct users_use u = { 0 };
@@ -255,9 +334,10 @@ void *users_json(const struct server *srv, uid_t uid, bool all)
 			u.conns += rows[i].u.conns;
 			u.arenas += rows[i].u.arenas;
 			u.images += rows[i].u.images;
+			u.pools += rows[i].u.pools;
 		}
-		u.pools = share_bytes_of(srv, id);
-		if (append(a, id, &u) < 0) {
+		/* As a user's own view: only a uid with a connection or bytes. */
+		if ((u.conns || held(&u)) && append(a, id, &u) < 0) {
 			free(rows);
 			goto fail;
 		}

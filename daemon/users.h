@@ -63,8 +63,17 @@ struct users_use {
 
 void users_use(const struct server *srv, uid_t uid, struct users_use *ret);
 
+/* Open (not closed) connections of uid. */
+unsigned users_conns(const struct server *srv, uid_t uid);
+
 /* Bytes of uid that count against arena_per_uid: arenas and pools. */
 uint64_t users_staging(const struct server *srv, uid_t uid);
+
+/* Whether `need` more bytes fit in arena_total next to the arenas, images
+ * and pools; and whether uid's staging (arenas and pools) stays within
+ * arena_per_uid with `need` more. */
+bool users_fit_total(const struct server *srv, uint64_t need);
+bool users_fit_staging(const struct server *srv, uid_t uid, uint64_t need);
 
 /* True if uid, asking for `need` more bytes, may have room made for it out
  * of other uids' images and idle pools (see above); its own it may always
