@@ -87,6 +87,16 @@ int store_claim_nonce(const char *text, size_t len, char ret[STORE_ID_LEN + 1])
 	return r;
 }
 
+bool store_claim_foreign(const char *text, size_t len, const char *self_id)
+{
+	json_t *j = json_loadb(text, len, 0, NULL);
+	const char *by = json_string_value(json_object_get(j, "daemon"));
+	bool foreign = !by || strcmp(by, self_id) != 0;
+
+	json_decref(j);
+	return foreign;
+}
+
 bool store_index_addressed(const char *text, size_t len, const char *nonce)
 {
 	json_t *j = json_loadb(text, len, 0, NULL);

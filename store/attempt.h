@@ -36,6 +36,11 @@ int store_claim_new(const struct store_writer *self, char nonce[STORE_ID_LEN + 1
 /* The nonce of claim text.  0 or -EBADMSG. */
 int store_claim_nonce(const char *text, size_t len, char ret[STORE_ID_LEN + 1]);
 
+/* True if claim text (len bytes) was made by another daemon than self_id
+ * (or cannot be read as a claim): then the work area is that coordinator's
+ * to remove, not the area's creator's (store.h, attempt_fail). */
+bool store_claim_foreign(const char *text, size_t len, const char *self_id);
+
 /* True if index text is addressed ("to") to nonce. */
 bool store_index_addressed(const char *text, size_t len, const char *nonce);
 

@@ -81,12 +81,15 @@ int fs_resolve_existing(const char *path, char *ret, size_t len)
 		size_t at = strlen(buf);
 
 		if (canon) {
-			/* canon, then what did not exist yet (from path[at],
-			 * which starts with '/' unless buf is "/" itself) */
+			/* canon, then what did not exist yet (path from
+			 * path[at] on), one '/' between them */
 			const char *rest = path + at;
-			int w = snprintf(ret, len, "%s%s%s", !strcmp(canon, "/") && *rest == '/' ? "" :
-					 canon, *rest && *rest != '/' && strcmp(canon, "/") ? "/" : "",
-					 rest);
+			int w;
+
+			while (*rest == '/')
+				rest++;
+			w = snprintf(ret, len, "%s%s%s", canon, *rest && strcmp(canon, "/") ? "/" : "",
+				     rest);
 
 			free(canon);
 			if (w < 0 || (size_t)w >= len)

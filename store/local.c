@@ -605,9 +605,27 @@ static int local_attempt_open(const char *root, int rootfd, const struct store_k
 		if (r == 0)
 			break;
 		/* A leftover of this daemon before a restart: none of it may be
-		 * used by this attempt.  Remove it and make a fresh one.  Another
-		 * daemon may be coordinating it right now: renamed away first,
-		 * its commit then fails instead of being emptied. */
+		 * used by this attempt.  Remove it and make a fresh one, unless
+		 * another daemon claimed it: then it is that coordinator's,
+		 * which may be committing it. */
+		{
+			char *claim;
+			size_t clen;
+
+			if (fs_read_file_at(a->workfd, CLAIM_FILE, ATTEMPT_MAX_BYTES, &claim,
+					    &clen) == 0) {
+				bool foreign = store_claim_foreign(claim, clen, self->id);
+
+				free(claim);
+				if (foreign) {
+					snprintf(err, errlen, "work area '%s', of an earlier life of "
+						 "this daemon, is claimed by another daemon's save: "
+						 "save as a new attempt (or set a run id)", where);
+					r = -EEXIST;
+					goto fail;
+				}
+			}
+		}
 		r = store_local_discard(a->rootfd, a->work, a->workfd, uid, true, err, errlen);
 		close(a->workfd);
 		a->workfd = -1;

@@ -251,6 +251,24 @@ static int nested_in(int fd, dev_t dev, unsigned depth, char *what, size_t whatl
 	return r;
 }
 
+/* Renames `name` of rootfd to `trash` and checks that the rename, which
+ * looked the name up again, moved the directory st describes; if it moved
+ * another, that one is put back.  0, -ESTALE (another directory: put
+ * back), or -errno of the rename. */
+static int rename_checked(int rootfd, const char *name, const char *trash, const struct stat *st)
+{
+	struct stat moved;
+
+	if (renameat2(rootfd, name, rootfd, trash, RENAME_NOREPLACE) < 0)
+		return -errno;
+	if (fstatat(rootfd, trash, &moved, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    moved.st_dev != st->st_dev || moved.st_ino != st->st_ino) {
+		(void)renameat2(rootfd, trash, rootfd, name, RENAME_NOREPLACE);
+		return -ESTALE;
+	}
+	return 0;
+}
+
 static int trash_name(char buf[sizeof(STORE_TRASH_PREFIX) + 32])
 {
 	unsigned char rnd[16];
@@ -335,7 +353,7 @@ static int rm_begin(int rootfd, const struct store_rm_target *t, uid_t owner, st
 		    struct store_rm_result *r)
 {
 	const char *name = t->name;
-	struct stat st, now;
+	struct stat st;
 	int e;
 
 	o->fd = -1;
@@ -396,17 +414,14 @@ static int rm_begin(int rootfd, const struct store_rm_target *t, uid_t owner, st
 		goto close;
 	}
 	step("rename");
-	if (renameat2(rootfd, name, rootfd, o->trash, RENAME_NOREPLACE) < 0) {
-		e = -errno;
-		fail(r, e, "renaming it to the trash: %s", strerror(-e));
+	/* The directory locked above, or nothing. */
+	e = rename_checked(rootfd, name, o->trash, &st);
+	if (e == -ESTALE) {
+		fail(r, e, "the directory changed under the removal (kept)");
 		goto close;
 	}
-	/* The name was resolved again by the rename: make sure it moved the
-	 * directory locked above, else put back what it moved. */
-	if (fstatat(rootfd, o->trash, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_dev != st.st_dev ||
-	    now.st_ino != st.st_ino) {
-		(void)renameat2(rootfd, o->trash, rootfd, name, RENAME_NOREPLACE);
-		fail(r, -ESTALE, "the directory changed under the removal (kept)");
+	if (e < 0) {
+		fail(r, e, "renaming it to the trash: %s", strerror(-e));
 		goto close;
 	}
 	return 0;
@@ -422,7 +437,7 @@ int store_local_discard(int rootfd, const char *name, int expect_fd, uid_t uid, 
 			char *err, size_t errlen)
 {
 	char trash[sizeof(STORE_TRASH_PREFIX) + 32];
-	struct stat st, moved;
+	struct stat st;
 	int fd = expect_fd >= 0 ? dup(expect_fd) : open_dir(rootfd, name), r;
 
 	if (fd < 0) {
@@ -436,27 +451,26 @@ int store_local_discard(int rootfd, const char *name, int expect_fd, uid_t uid, 
 	 * checkpoint, and if another rename came first (a commit), ours finds
 	 * nothing and nothing is touched.  Writing the marker before it could
 	 * leave the marker inside a checkpoint committed in between. */
-	if (r == 0 && renameat2(rootfd, name, rootfd, trash, RENAME_NOREPLACE) < 0)
-		r = -errno;
-	/* The name was looked up again by the rename: it must have moved the
-	 * directory we meant, else put back what it moved. */
-	if (r == 0 && (fstatat(rootfd, trash, &moved, AT_SYMLINK_NOFOLLOW) < 0 ||
-		       moved.st_dev != st.st_dev || moved.st_ino != st.st_ino)) {
-		(void)renameat2(rootfd, trash, rootfd, name, RENAME_NOREPLACE);
+	if (r == 0)
+		r = rename_checked(rootfd, name, trash, &st);
+	if (r == -ESTALE)
 		r = -ENOENT; /* (someone else's rename won) */
-	}
 	if (r < 0) {
 		close(fd);
 		snprintf(err, errlen, "%s", strerror(-r));
 		return r;
 	}
 	/* A crash right here leaves an unmarked trash directory: reported by
-	 * the trash sweep, never taken for a checkpoint. */
+	 * the trash sweep, never taken for a checkpoint.  The marker matters
+	 * only after a crash: removing now, a marker that cannot be written
+	 * (a full disk, most likely when saves fail) does not stop it; left
+	 * for the sweep, the directory goes back under its name. */
 	r = write_marker(fd, trash, uid);
-	if (r < 0) {
+	if (r < 0 && !now) {
 		close(fd);
 		snprintf(err, errlen, "writing the removal marker into '%s': %s", trash,
 			 strerror(-r));
+		(void)renameat2(rootfd, trash, rootfd, name, RENAME_NOREPLACE);
 		return r;
 	}
 	if (!now) {

@@ -647,11 +647,10 @@ struct store_shard {
 	char err[384];
 };
 
-/* HEAD of key: 0 (and its size if `size`), -ENOENT, or -errno. */
 /* HEAD of key: 0 (its size into *size if not NULL), -ENOENT, or -errno
  * with S3's reason in err. */
-static int head_object_err(const char *bucket, const char *key, uint64_t *size, char *err,
-			   size_t errlen)
+static int head_object(const char *bucket, const char *key, uint64_t *size, char *err,
+		       size_t errlen)
 {
 	struct s3_req q = { .method = "HEAD", .bucket = bucket, .key = key,
 			    .fail_404_quietly = true };
@@ -661,13 +660,6 @@ static int head_object_err(const char *bucket, const char *key, uint64_t *size, 
 		*size = q.content_length;
 	s3_req_free(&q);
 	return r;
-}
-
-static int head_object(const char *bucket, const char *key, uint64_t *size)
-{
-	char err[512];
-
-	return head_object_err(bucket, key, size, err, sizeof(err));
 }
 
 /* "<work>/<file>" or "<name>/<file>" as a key. */
@@ -740,15 +732,28 @@ static int manifest_owner(const struct store_attempt *a, char *err, size_t errle
 	return r;
 }
 
+/* Whether a daemon marked the attempt failed: -ECANCELED with the marker's
+ * text (or "") in why, else 0 (also when it cannot be read). */
+static int failed_reason(struct store_attempt *a, char *why, size_t whylen)
+{
+	char key[S3_KEY_MAX + 1], e[256], *text;
+	size_t len;
+
+	if (work_key(a, FAILED_MARKER, key, sizeof(key), e, sizeof(e)) < 0 ||
+	    get_own(a->loc.bucket, key, 4096, &text, &len, NULL, 0) < 0)
+		return 0;
+	snprintf(why, whylen, "%.*s", (int)len, text);
+	free(text);
+	return -ECANCELED;
+}
+
 /* The attempt.json found: 0 join, 1 a leftover of an earlier life of this
  * daemon, -EEXIST/-ECANCELED refused (err set). */
 static int check_existing(struct store_attempt *a, const char *text, size_t len,
 			  const struct store_key *k, const struct store_writer *self, char *err,
 			  size_t errlen)
 {
-	char key[S3_KEY_MAX + 1];
-	char *msg;
-	size_t mlen;
+	char why[256];
 	int r = store_attempt_judge(text, len, k, a->id, self, true, a->uid);
 
 	if (r == -EEXIST || r == -EPERM) {
@@ -757,11 +762,9 @@ static int check_existing(struct store_attempt *a, const char *text, size_t len,
 			 a->root, a->work, STORE_ATTEMPT_FILE);
 		return -EEXIST;
 	}
-	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
-	    get_own(a->loc.bucket, key, 4096, &msg, &mlen, NULL, 0) == 0) {
+	if (r == 0 && failed_reason(a, why, sizeof(why)) < 0) {
 		snprintf(err, errlen, "this attempt already failed: %s",
-			 mlen ? msg : "(no reason given)");
-		free(msg);
+			 why[0] ? why : "(no reason given)");
 		return -ECANCELED;
 	}
 	return r;
@@ -796,7 +799,7 @@ static int s3_root_open(const char *base, const char *root, int *ret_fd, char *e
 		return -EINVAL;
 	}
 	for (const char *p = rl.prefix + n; *p;) {
-		char name[S3_PREFIX_MAX + 1], key[S3_KEY_MAX + 1];
+		char name[S3_PREFIX_MAX + 1], key[S3_KEY_MAX + 1], why[256];
 		const char *slash;
 		size_t len;
 
@@ -814,7 +817,7 @@ static int s3_root_open(const char *base, const char *root, int *ret_fd, char *e
 		}
 		snprintf(key, sizeof(key), "%.*s/%s", (int)(p - rl.prefix), rl.prefix,
 			 MANIFEST_FILE);
-		r = head_object(rl.bucket, key, NULL);
+		r = head_object(rl.bucket, key, NULL, why, sizeof(why));
 		if (r == 0) {
 			snprintf(err, errlen, "root '%.400s' lies inside checkpoint 's3://%s/%.*s': a "
 				 "save's root may not be inside a checkpoint", root, rl.bucket,
@@ -824,7 +827,7 @@ static int s3_root_open(const char *base, const char *root, int *ret_fd, char *e
 		if (r != -ENOENT) {
 			snprintf(err, errlen, "root '%.400s': cannot tell whether 's3://%s/%.*s' is a "
 				 "checkpoint: %s", root, rl.bucket, (int)(p - rl.prefix), rl.prefix,
-				 strerror(-r));
+				 why);
 			return r;
 		}
 	}
@@ -914,9 +917,28 @@ static int s3_attempt_open(const char *root, int rootfd, const struct store_key 
 			if (r == 0)
 				break;
 			/* A leftover of this daemon before a restart: none of
-			 * it may be used.  Empty it and start afresh. */
-			char pre[S3_KEY_MAX + 1];
-			r = dir_key(a, a->work, pre, sizeof(pre), err, errlen);
+			 * it may be used.  Empty it and start afresh, unless
+			 * another daemon claimed it: then it is that
+			 * coordinator's, which may still commit it. */
+			char pre[S3_KEY_MAX + 1], ckey[S3_KEY_MAX + 1], *claim;
+			size_t clen;
+			r = work_key(a, CLAIM_FILE, ckey, sizeof(ckey), err, errlen);
+			if (r == 0 && get_own(a->loc.bucket, ckey, ATTEMPT_MAX_BYTES, &claim, &clen,
+					      NULL, 0) == 0) {
+				bool foreign = store_claim_foreign(claim, clen, self->id);
+
+				free(claim);
+				if (foreign) {
+					snprintf(err, errlen, "work area '%s/%s', of an earlier life of "
+						 "this daemon, is claimed by another daemon's save: "
+						 "save as a new attempt (or set a run id)", a->root,
+						 a->work);
+					r = -EEXIST;
+					goto fail;
+				}
+			}
+			if (r == 0)
+				r = dir_key(a, a->work, pre, sizeof(pre), err, errlen);
 			if (r == 0)
 				r = rm_prefix(a->loc.bucket, pre, err, errlen);
 			if (r < 0)
@@ -965,7 +987,7 @@ static int s3_attempt_resume(const char *root, const struct store_key *k, const 
 			     struct store_attempt **ret, char *err, size_t errlen)
 {
 	struct store_attempt *a;
-	char key[S3_KEY_MAX + 1];
+	char key[S3_KEY_MAX + 1], why[256];
 	int r;
 
 	r = attempt_new(root, k, id, self, uid, &a, err, errlen);
@@ -1001,11 +1023,9 @@ static int s3_attempt_resume(const char *root, const struct store_key *k, const 
 			 * life of ours made the area. */
 			r = check_existing(a, text, len, k, self, err, errlen);
 			free(text);
-			if (r == 1 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
-			    get_text(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
-				snprintf(err, errlen, "this attempt already failed: %.*s", (int)len,
-					 len ? text : "(no reason given)");
-				free(text);
+			if (r == 1 && failed_reason(a, why, sizeof(why)) < 0) {
+				snprintf(err, errlen, "this attempt already failed: %s",
+					 why[0] ? why : "(no reason given)");
 				r = -ECANCELED;
 			}
 			if (r >= 0) {
@@ -1222,6 +1242,17 @@ static int upload_abort(struct store_attempt *a, const char *key, const char *up
 	return r;
 }
 
+/* True if rank marker text (len bytes) was made by daemon self_id. */
+static bool marker_by(const char *text, size_t len, const char *self_id)
+{
+	json_t *j = json_loadb(text, len, 0, NULL);
+	const char *by = json_string_value(json_object_get(j, "daemon"));
+	bool mine = self_id[0] && by && !strcmp(by, self_id);
+
+	json_decref(j);
+	return mine;
+}
+
 /*
  * Makes an exclusive marker (If-None-Match) holding a nonce of its own and
  * the id of the daemon that makes it.  When a PUT's answer is lost and its
@@ -1253,20 +1284,17 @@ static int put_marker(const char *bucket, const char *key, const char *self_id,
 	if (r != -EEXIST)
 		return r;
 	if (get_own(bucket, key, 4096, &got, &len, NULL, 0) == 0) {
-		json_t *j = json_loadb(got, len, 0, NULL);
-		const char *by = json_string_value(json_object_get(j, "daemon"));
-
 		if (len == strlen(text) && !memcmp(got, text, len))
 			r = 0; /* ours: the first PUT landed, its answer did not */
-		else if (self_id[0] && by && !strcmp(by, self_id))
+		else if (marker_by(got, len, self_id))
 			r = 1;
-		json_decref(j);
 	}
 	free(got);
 	/* A dead writer of ours that delivered its index may be in a commit
 	 * another daemon is making: its shard key (the same, as the tag is
 	 * the attempt's) must not be written again. */
-	if (r == 1 && index_key && head_object(bucket, index_key, NULL) != -ENOENT)
+	if (r == 1 && index_key &&
+	    head_object(bucket, index_key, NULL, err, errlen) != -ENOENT)
 		return 2;
 	if (r == 1) {
 		r = put_text(bucket, key, text, false, err, errlen);
@@ -1276,38 +1304,25 @@ static int put_marker(const char *bucket, const char *key, const char *self_id,
 	return r;
 }
 
-/* Whether the attempt's work area still stands and no manifest names the
- * checkpoint: 0, -EEXIST (committed, or the area emptied: err), or
+/* 0 if no manifest names the checkpoint yet, -EEXIST if one does (err), or
  * -errno.  A rank marker made after this attempt's commit (which PUTs the
- * manifest before it empties the area of the markers) must not let a
- * shard be written under the committed one's key. */
-static int area_open_still(struct store_attempt *a, char *err, size_t errlen)
+ * manifest before it empties the work area of the markers) must not let a
+ * shard be written under the committed one's key.  (A marker made in an
+ * area a failure emptied needs no look: that rank's save finds the area
+ * gone when it polls, and fails.) */
+static int not_committed(struct store_attempt *a, char *err, size_t errlen)
 {
 	char key[S3_KEY_MAX + 1];
 	int r = ckpt_key(a, MANIFEST_FILE, key, sizeof(key), err, errlen);
 
-	if (r == 0) {
-		r = head_object(a->loc.bucket, key, NULL);
-		if (r == 0) {
-			snprintf(err, errlen, "checkpoint '%s/%s' is committed already (by this "
-				 "attempt, on another daemon)", a->root, a->name);
-			return -EEXIST;
-		}
-		r = r == -ENOENT ? 0 : r;
-	}
 	if (r == 0)
-		r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
+		r = head_object(a->loc.bucket, key, NULL, err, errlen);
 	if (r == 0) {
-		r = head_object(a->loc.bucket, key, NULL);
-		if (r == -ENOENT) {
-			snprintf(err, errlen, "the work area '%s/%s' is gone (the attempt committed "
-				 "or failed on another daemon)", a->root, a->work);
-			return -EEXIST;
-		}
+		snprintf(err, errlen, "checkpoint '%s/%s' is committed already (by this attempt, "
+			 "on another daemon)", a->root, a->name);
+		return -EEXIST;
 	}
-	if (r < 0 && !err[0])
-		snprintf(err, errlen, "S3 HEAD in '%s/%s': %s", a->root, a->work, strerror(-r));
-	return r;
+	return r == -ENOENT ? 0 : r;
 }
 
 /* shard_create; `again` is the spill tier's upload of a rank this daemon
@@ -1375,9 +1390,8 @@ static int shard_create_as(struct store_attempt *a, uint32_t rank, uint64_t size
 	if (r < 0)
 		goto fail;
 	marked = true;
-	err[0] = '\0';
 	{
-		int still = area_open_still(a, err, errlen);
+		int still = not_committed(a, err, errlen);
 
 		if (still < 0) {
 			r = still;
@@ -1471,11 +1485,7 @@ int store_s3_rank_stored(struct store_attempt *a, uint32_t rank, uint64_t size, 
 	if (r == 0)
 		r = get_own(a->loc.bucket, key, 4096, &text, &len, err, errlen);
 	if (r == 0) {
-		json_t *j = json_loadb(text, len, 0, NULL);
-		const char *by = json_string_value(json_object_get(j, "daemon"));
-
-		r = by && !strcmp(by, a->self_id) ? 0 : -ENOENT;
-		json_decref(j);
+		r = marker_by(text, len, a->self_id) ? 0 : -ENOENT;
 		free(text);
 	}
 	if (r == 0) {
@@ -1483,13 +1493,13 @@ int store_s3_rank_stored(struct store_attempt *a, uint32_t rank, uint64_t size, 
 		r = work_key(a, name, key, sizeof(key), err, errlen);
 	}
 	if (r == 0)
-		r = head_object_err(a->loc.bucket, key, NULL, err, errlen);
+		r = head_object(a->loc.bucket, key, NULL, err, errlen);
 	if (r == 0) {
 		index_shard_name_tag(rank, a->tag, file, sizeof(file));
 		r = ckpt_key(a, file, key, sizeof(key), err, errlen);
 	}
 	if (r == 0)
-		r = head_object_err(a->loc.bucket, key, &got, err, errlen);
+		r = head_object(a->loc.bucket, key, &got, err, errlen);
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0) {
@@ -1603,9 +1613,10 @@ static const char *s3_shard_error(const struct store_shard *s)
  * answer was lost: a retry may say NoSuchUpload although it succeeded. */
 static bool object_has_size(const char *bucket, const char *key, uint64_t size)
 {
+	char err[256];
 	uint64_t got;
 
-	return head_object(bucket, key, &got) == 0 && got == size;
+	return head_object(bucket, key, &got, err, sizeof(err)) == 0 && got == size;
 }
 
 static int s3_shard_finish(struct store_shard *s, uint64_t size, char *err, size_t errlen)
@@ -1754,17 +1765,13 @@ static int s3_attempt_count(struct store_attempt *a, uint32_t world, const char 
 			    const uint32_t *local, size_t n_local, uint32_t *io_n, char *err,
 			    size_t errlen)
 {
-	char key[S3_KEY_MAX + 1], *text;
-	size_t len;
 	int r = store_count_delivered(fetch_index, a, world, nonce, local, n_local, io_n, err,
 				      errlen);
+	char why[256];
 
 	/* After the count, whatever it found (store.h). */
-	if (r == 0 && work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
-	    get_own(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
-		free(text);
+	if (r == 0 && failed_reason(a, why, sizeof(why)) < 0)
 		return -ECANCELED;
-	}
 	return r;
 }
 
@@ -1812,8 +1819,10 @@ static int rm_work(struct store_attempt *a, char *err, size_t errlen)
  * The commit's last check: every shard the merged manifest (text) names is
  * in S3 with the size it gives (one HEAD each).  A work area that a
  * collector took for dead, or a hand that deleted a shard, must fail the
- * save, never commit a manifest of what is gone.  0, or -EIO naming the
- * shard (-errno if S3 could not say).
+ * save, never commit a manifest of what is gone.  0; -ENODATA naming the
+ * shard if it is one of this daemon's ranks (mg->local: the spill tier can
+ * send its copy again), -ECANCELED if another daemon's; -errno if S3 could
+ * not say.
  */
 static int shards_whole(struct store_attempt *a, const char *text, const struct store_merge *mg,
 			char *err, size_t errlen)
@@ -1833,7 +1842,7 @@ static int shards_whole(struct store_attempt *a, const char *text, const struct 
 
 		r = ckpt_key(a, m.files[i].path, key, sizeof(key), err, errlen);
 		if (r == 0)
-			r = head_object(a->loc.bucket, key, &size);
+			r = head_object(a->loc.bucket, key, &size, why, sizeof(why));
 		if (r == -ENOENT || (r == 0 && size != m.files[i].size)) {
 			bool local = false;
 
@@ -1849,7 +1858,7 @@ static int shards_whole(struct store_attempt *a, const char *text, const struct 
 			r = local ? -ENODATA : -ECANCELED;
 		} else if (r < 0) {
 			snprintf(err, errlen, "cannot tell whether shard '%s/%s/%s' is whole: %s",
-				 a->root, a->name, m.files[i].path, strerror(-r));
+				 a->root, a->name, m.files[i].path, why);
 		}
 	}
 	manifest_free(&m);
@@ -1910,7 +1919,7 @@ static int s3_attempt_commit(struct store_attempt *a, const struct store_merge *
 
 static int s3_attempt_poll(struct store_attempt *a, const char *id, char *err, size_t errlen)
 {
-	char key[S3_KEY_MAX + 1];
+	char key[S3_KEY_MAX + 1], why[256];
 	char *text;
 	size_t len;
 	int r;
@@ -1926,10 +1935,8 @@ static int s3_attempt_poll(struct store_attempt *a, const char *id, char *err, s
 	}
 	if (r < 0)
 		return 0; /* could not tell: ask again at the next tick */
-	if (work_key(a, FAILED_MARKER, key, sizeof(key), err, errlen) == 0 &&
-	    get_own(a->loc.bucket, key, 4096, &text, &len, NULL, 0) == 0) {
-		snprintf(err, errlen, "%.*s", (int)len, len ? text : "another daemon failed the save");
-		free(text);
+	if (failed_reason(a, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "%s", why[0] ? why : "another daemon failed the save");
 		return -ECANCELED;
 	}
 	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
@@ -2156,13 +2163,10 @@ static int s3_attempt_renew(struct store_attempt *a, const struct store_writer *
 		return r;
 	/* Written after the area was emptied (committed, or failed): ours to
 	 * take back (rm_work says why this order leaves nothing). */
-	r = head_object(a->loc.bucket, akey, NULL);
+	r = head_object(a->loc.bucket, akey, NULL, err, errlen);
 	if (r == -ENOENT) {
 		(void)del_key(a->loc.bucket, key, e, sizeof(e));
 		snprintf(err, errlen, "the work area '%s/%s' is gone", a->root, a->work);
-	} else if (r < 0) {
-		snprintf(err, errlen, "S3 HEAD of '%s/%s/%s': %s", a->root, a->work,
-			 STORE_ATTEMPT_FILE, strerror(-r));
 	}
 	return r;
 }
@@ -2245,7 +2249,8 @@ static int list_one(void *ud, const char *name, bool is_prefix)
 				 MANIFEST_FILE);
 			/* A name too long to hold a manifest key is no checkpoint. */
 			int r = key_of(l->loc, rel, key, sizeof(key), err, sizeof(err)) < 0 ?
-					-ENOENT : head_object(l->loc->bucket, key, NULL);
+					-ENOENT : head_object(l->loc->bucket, key, NULL, err,
+							      sizeof(err));
 			if (r == 0)
 				kind = STORE_ENTRY_CHECKPOINT;
 			/* Only "no manifest" makes it something else: a HEAD that
@@ -3219,7 +3224,7 @@ int store_s3_exists(const char *root, const char *rel)
 	if (r == 0)
 		r = key_of(&loc, rel, key, sizeof(key), err, sizeof(err));
 	if (r == 0)
-		r = head_object(loc.bucket, key, NULL);
+		r = head_object(loc.bucket, key, NULL, err, sizeof(err));
 	return r == 0 ? 1 : r == -ENOENT ? 0 : r;
 }
 
@@ -3276,6 +3281,10 @@ static int leftover_open(const char *dir, const char *id, struct store_attempt *
 	r = work_key(a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
 	if (r == 0)
 		r = get_text(a->loc.bucket, key, ATTEMPT_MAX_BYTES, &text, &len, err, errlen);
+	/* -EBADMSG is kept for "not ours" below: an answer damaged however
+	 * often it was asked for is the way's trouble (tried again later). */
+	if (r == -EBADMSG)
+		r = -EIO;
 	if (r < 0)
 		return r;
 	j = json_loadb(text, len, 0, NULL);
@@ -3335,7 +3344,6 @@ int store_s3_sweep(const char *root, const char *id, const char *instance, int64
 int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_run,
 		     int64_t *ret_age_s, char *err, size_t errlen)
 {
-	char key[S3_KEY_MAX + 1];
 	struct store_attempt a;
 	int64_t idle;
 	json_t *j;
@@ -3364,15 +3372,9 @@ int store_s3_gc_work(const char *dir, const char *id, int64_t grace_s, bool dry_
 		return 0;
 	if (dry_run)
 		return 1;
+	/* (leftover_remove succeeds only once attempt.json, last, is gone) */
 	r = leftover_remove(&a, err, errlen);
-	if (r < 0)
-		return r;
-	r = work_key(&a, STORE_ATTEMPT_FILE, key, sizeof(key), err, errlen);
-	if (r == 0 && head_object(a.loc.bucket, key, NULL) == 0) {
-		snprintf(err, errlen, "its work area could not be removed whole");
-		return -EIO;
-	}
-	return 1;
+	return r < 0 ? r : 1;
 }
 
 /* ---- gc of multipart uploads left without a work area ---- */
