@@ -438,10 +438,11 @@ static bool dup_idle(struct testd *t, int idx, const char *job)
 	if (st) {
 		json_t *cl = json_object_get(st, "clients"), *sv = json_object_get(st, "saves");
 		idle = true;
-		for (size_t i = 0; i < json_array_size(cl); i++)
-			idle &= strcmp(json_string_value(json_object_get(json_array_get(cl, i),
-									 "job")) ?: "",
-				       job) != 0;
+		for (size_t i = 0; i < json_array_size(cl); i++) {
+			const char *cj = json_string_value(json_object_get(json_array_get(cl, i),
+									   "job"));
+			idle &= !cj || strcmp(cj, job) != 0;
+		}
 		idle &= json_array_size(sv) == 0;
 	}
 	json_decref(st);
@@ -494,7 +495,7 @@ static void dup_run(struct testd *t, int scenario, const char *root, const char 
 	struct td_child a0, a1, b0;
 	struct dup_args aa0, aa1, ab0;
 	char g0[TD_PATH], g1[TD_PATH], hold[TD_PATH], waiting[TD_PATH], line[1024];
-	char area[TD_PATH], shard0[TD_PATH], id[STORE_ID_LEN + 1];
+	char area[TD_PATH], shard0[TD_PATH], areas[TD_PATH], id[STORE_ID_LEN + 1];
 	struct store_key k = { .step = 200, .attempt = 0, .world = 2 };
 	bool local = !strncmp(root, "/", 1);
 
@@ -580,7 +581,10 @@ static void dup_run(struct testd *t, int scenario, const char *root, const char 
 	ck_assert_int_eq(td_child_wait(&a1, 30000), 0);
 	dup_wait_idle(t, 0, "dupjob");
 	dup_verify(t, root, "ck");
-	/* A new life of the loser sweeps its registry: still nothing goes. */
+	/* The loser keeps no note of the area (it is the coordinator's), so a
+	 * new life of it has nothing to sweep: still nothing goes. */
+	td_path(areas, sizeof(areas), "%s/state-1/areas", t->dir);
+	ck_assert_msg(td_count_entries(areas, "") == 0, "daemon 1 still notes a work area");
 	ck_assert_int_eq(td_daemon_stop(t, 1), 0);
 	ck_assert_int_eq(td_daemon_start(t, 1, conf), 0);
 	dup_wait_idle(t, 1, "dupjob");

@@ -20,6 +20,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=tests/lib/moto.sh
 . tests/lib/moto.sh
+# shellcheck source=tests/lib/ckptd.sh
+. tests/lib/ckptd.sh
 
 build=${CKPT_BUILD_DIR:-$PWD/${BUILD:-build}}
 for b in ckptd ckptctl tests/ckpt_save_one tests/rm_crash; do
@@ -48,26 +50,6 @@ fail() {
 		[ -f "$l" ] && { echo "--- $l"; tail -n 30 "$l"; }
 	done
 	exit 1
-}
-
-# start NAME CONF: ckptd with CONF (socket $tmp/NAME.sock), log
-# $tmp/NAME.log; waits (bounded) until it listens.
-start() {
-	local name=$1 conf=$2 p
-	"$build/ckptd" -c "$conf" -v >"$tmp/$name.log" 2>&1 &
-	p=$!
-	pids+=("$p")
-	for _ in $(seq 400); do
-		[ -S "$tmp/$name.sock" ] && return 0
-		kill -0 "$p" 2>/dev/null || fail "ckptd $name exited"
-		sleep 0.05
-	done
-	fail "ckptd $name did not listen"
-}
-
-digest() { # DIR: every entry, and every file's digest
-	(cd "$1" && find . -print | LC_ALL=C sort && find . -type f -print0 | LC_ALL=C sort -z |
-		xargs -0 sha256sum)
 }
 
 chmod 755 "$tmp"
@@ -105,16 +87,6 @@ if [ -z "$py" ] || ! "$py" -c 'import moto, boto3' 2>/dev/null; then
 	exit 0
 fi
 moto_start "$py" "$tmp/moto" || fail "moto did not start: $(tail -n 5 "$tmp/moto/moto.log" 2>/dev/null)"
-s3keys() { # PREFIX: every key under it with its ETag, sorted
-	"$py" - "$S3_BUCKET" "$1" <<'PY'
-import boto3, sys
-s3 = boto3.client("s3")
-pg = s3.get_paginator("list_objects_v2")
-keys = ["%s %s" % (o["Key"], o["ETag"]) for p in pg.paginate(Bucket=sys.argv[1], Prefix=sys.argv[2])
-        for o in p.get("Contents", [])]
-print("\n".join(sorted(keys)))
-PY
-}
 s3put() { # KEY [TEXT]: one object
 	"$py" -c 'import boto3, sys; boto3.client("s3").put_object(Bucket=sys.argv[1], Key=sys.argv[2], Body=sys.argv[3].encode())' \
 		"$S3_BUCKET" "$1" "${2:-x}"

@@ -19,6 +19,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=tests/lib/moto.sh
 . tests/lib/moto.sh
+# shellcheck source=tests/lib/ckptd.sh
+. tests/lib/ckptd.sh
 
 build=${CKPT_BUILD_DIR:-$PWD/${BUILD:-build}}
 for b in ckptd ckptctl tests/ckpt_save_one; do
@@ -47,22 +49,6 @@ fail() {
 	exit 1
 }
 
-# start NAME CONF [ENV=VALUE...]: ckptd with CONF (socket $tmp/NAME.sock),
-# log $tmp/NAME.log; waits (bounded) until it listens.
-start() {
-	local name=$1 conf=$2 p
-	shift 2
-	env "$@" "$build/ckptd" -c "$conf" -v >"$tmp/$name.log" 2>&1 &
-	p=$!
-	pids+=("$p")
-	for _ in $(seq 400); do
-		[ -S "$tmp/$name.sock" ] && return 0
-		kill -0 "$p" 2>/dev/null || fail "ckptd $name exited"
-		sleep 0.05
-	done
-	fail "ckptd $name did not listen"
-}
-
 # refused SOCK ROOT NAME WANT: a save that must fail, its message matching WANT.
 refused() {
 	local sock=$1 r=$2 n=$3 want=$4 out
@@ -70,12 +56,6 @@ refused() {
 		fail "a save to '$r' was accepted: $out"
 	fi
 	grep -q -- "$want" <<<"$out" || fail "a save to '$r' failed unclearly: $out"
-}
-
-# digest DIR: every file under DIR with its content digest, and every entry.
-digest() {
-	(cd "$1" && find . -print | LC_ALL=C sort && find . -type f -print0 | LC_ALL=C sort -z |
-		xargs -0 sha256sum)
 }
 
 chmod 755 "$tmp"
@@ -169,16 +149,6 @@ if [ -z "$py" ] || ! "$py" -c 'import moto, boto3' 2>/dev/null; then
 	exit 0
 fi
 moto_start "$py" "$tmp/moto" || fail "moto did not start: $(tail -n 5 "$tmp/moto/moto.log" 2>/dev/null)"
-s3keys() { # PREFIX: every key under it with its ETag, sorted
-	"$py" - "$S3_BUCKET" "$1" <<'PY'
-import boto3, sys
-s3 = boto3.client("s3")
-pg = s3.get_paginator("list_objects_v2")
-keys = ["%s %s" % (o["Key"], o["ETag"]) for p in pg.paginate(Bucket=sys.argv[1], Prefix=sys.argv[2])
-        for o in p.get("Contents", [])]
-print("\n".join(sorted(keys)))
-PY
-}
 s3root="s3://$S3_BUCKET/r"
 cat >"$tmp/s.conf" <<CONF
 socket = $tmp/s.sock
