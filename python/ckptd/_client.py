@@ -159,6 +159,18 @@ def get(rank, world, root):
         return c
 
 
+def drop(client):
+    """Forgets a connection that was lost (the daemon stopped or
+    restarted): the next get() connects anew.  Its handle is freed."""
+    with _lock:
+        if _clients.get(client.key) is client:
+            del _clients[client.key]
+        else:
+            return
+    if client.pid == os.getpid():
+        _lib.lib.ckpt_disconnect(client.handle)
+
+
 def try_get(rank, world, root):
     """As get(), None when no daemon runs (loads then read by themselves)."""
     try:

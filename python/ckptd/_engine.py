@@ -57,6 +57,11 @@ def split_checkpoint_id(checkpoint_id):
     return root, name
 
 
+# errnos that say the connection to ckptd is gone (the daemon stopped or
+# restarted): the connection is dropped and the next call makes a new one.
+LOST = (errno.ENOTCONN, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE)
+
+
 def _check(r, what):
     if r < 0:
         raise SaveError("%s: %s" % (what, _lib.last_error() or strerror(-r)), -r)
@@ -187,6 +192,7 @@ class Reader:
     """An open committed checkpoint (libckpt reader)."""
 
     def __init__(self, path=None, latest_root=None):
+        self.handle = None
         h = ctypes.c_void_p()
         lib = _lib.lib
         if latest_root is not None:

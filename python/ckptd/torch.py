@@ -335,9 +335,18 @@ def async_save(state_dict, *, checkpoint_id, process_group=None, step=None, metr
     st = _step_of(step)
     mets = _check_metrics(metrics)
     items, blobs, keep = _prepare(state_dict, rank, world, allow_pickle)
+    meta = {"ckptd.python": str(FORMAT)} if rank == 0 else None
     client = _client.get(rank, world, root)
-    p = _engine.save(client, root, name, st, items, blobs, mets,
-                     {"ckptd.python": str(FORMAT)} if rank == 0 else None, keep)
+    try:
+        p = _engine.save(client, root, name, st, items, blobs, mets, meta, keep)
+    except SaveError as e:
+        if e.errno not in _engine.LOST:
+            raise
+        # The daemon went away since this connection was made (a restart):
+        # nothing was sent, so the save is made again on a new one.
+        _client.drop(client)
+        client = _client.get(rank, world, root)
+        p = _engine.save(client, root, name, st, items, blobs, mets, meta, keep)
     return AsyncSaveResponse(p.staging_completion, p.upload_completion,
                              os.fspath(checkpoint_id))
 
@@ -512,7 +521,14 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
         for dev in cuda_devs:
             torch.cuda.current_stream(dev).synchronize()
         client = _client.try_get(rank, world, root) if boxes else None
-        stats = _engine.load(rd, boxes, client=client, partial=not strict)
+        try:
+            stats = _engine.load(rd, boxes, client=client, partial=not strict)
+        except CheckpointError as e:
+            if client is None or e.errno not in _engine.LOST:
+                raise
+            # The daemon went away: the load is done again by libckpt alone.
+            _client.drop(client)
+            stats = _engine.load(rd, boxes, client=None, partial=not strict)
     _tree.rebuild_tuples(tuples)
     for obj, sd in statefuls:
         obj.load_state_dict(sd)

@@ -98,7 +98,10 @@ def daemon(tmp_path):
     """A running ckptd of this test; the package is pointed at it."""
     import ckptd
     d = Daemon(tmp_path / "d").start()
-    ckptd.configure(socket=d.sock)
+    # A small arena: each test connects anew, and the arena is touched
+    # whole at connect (slow on these machines).  Larger saves still work
+    # (staging waits for the daemon to drain).
+    ckptd.configure(socket=d.sock, arena_bytes="64M")
     os.environ["CKPTD_SOCKET"] = d.sock
     yield d
     d.stop()
