@@ -128,7 +128,8 @@ def test_daemon_killed_mid_save_fails_the_future(tmp_path):
         r.staging_completion.result(timeout=300)
         wait_for(lambda: (gate / "commit.waiting").exists(), "the daemon to reach its commit")
         d.kill()
-        with pytest.raises(ckptd.SaveError):
+        (gate / "commit.hold").unlink()
+        with pytest.raises(ckptd.SaveError, match="connection to ckptd lost"):
             r.upload_completion.result(timeout=120)
         assert not os.path.exists(os.path.join(d.root, "s", "manifest.json"))
         # A daemon started again serves new saves; the lost one is not
