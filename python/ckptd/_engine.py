@@ -287,9 +287,11 @@ def meta_key(rank):
     return "%smeta/%d" % (META_PREFIX, rank)
 
 
-def read_meta(reader, rank):
-    """The Python metadata a rank saved, or None if it saved none."""
-    raw = reader.blob(meta_key(rank))
+def read_meta(reader, rank, raw=None):
+    """The Python metadata a rank saved (raw: its blob, already read), or
+    None if it saved none."""
+    if raw is None:
+        raw = reader.blob(meta_key(rank))
     if raw is None:
         return None
     try:
@@ -322,12 +324,15 @@ class LoadBox:
         self.device_index = device_index
 
 
-def load(reader, boxes, client=None, partial=False):
-    """Fills every box from the checkpoint (one load through the C planner).
-    Returns the load's stats as a dict.  Raises CheckpointError; if the load
-    failed after it started, the message lists the tensors that may hold
-    partial bytes."""
+def load(reader, boxes, client=None, partial=False, blobs=()):
+    """Fills every box, and reads every blob key of `blobs` the checkpoint
+    has, in one load through the C planner (through the daemon when client
+    is given, so from its memory where it holds the files).  Returns (the
+    load's stats as a dict, {key: bytes}).  Raises CheckpointError; if the
+    load failed after it started, the message lists the tensors that may
+    hold partial bytes."""
     lib = _lib.lib
+    got = {}
     h = ctypes.c_void_p()
     r = lib.ckpt_load_begin(reader.handle, _lib.LOAD_PARTIAL if partial else 0, ctypes.byref(h))
     if r < 0:
@@ -357,6 +362,15 @@ def load(reader, boxes, client=None, partial=False):
             r = lib.ckpt_load_add_tensor(ld, ctypes.byref(t))
             if r < 0 and first_err is None:
                 first_err = (r, _lib.last_error())
+        for key in blobs:
+            n = lib.ckpt_reader_blob_size(reader.handle, key.encode())
+            if n < 0:
+                continue
+            buf = ctypes.create_string_buffer(max(n, 1))
+            r = lib.ckpt_load_add_blob(ld, key.encode(), buf, n)
+            if r < 0 and first_err is None:
+                first_err = (r, _lib.last_error())
+            got[key] = (buf, n)
         if client is not None:
             lib.ckpt_load_set_client(ld, client.handle)
         done = ctypes.c_void_p()
@@ -368,7 +382,7 @@ def load(reader, boxes, client=None, partial=False):
         r = lib.ckpt_future_wait(done, -1)
         if r < 0:
             msg = (lib.ckpt_future_error(done) or b"").decode("utf-8", "replace")
-            names = sorted({b.name for b in boxes})
+            names = sorted({b.name for b in boxes}) or ["(none: only blobs were read)"]
             shown = ", ".join(names[:20]) + (" and %d more" % (len(names) - 20)
                                              if len(names) > 20 else "")
             raise CheckpointError(
@@ -377,8 +391,9 @@ def load(reader, boxes, client=None, partial=False):
         st = _lib.LoadStats()
         st.size = ctypes.sizeof(_lib.LoadStats)
         lib.ckpt_load_stats(ld, ctypes.byref(st))
-        return {k: getattr(st, k) for k, _ in _lib.LoadStats._fields_
-                if k not in ("size", "reserved", "reserved2")}
+        return ({k: getattr(st, k) for k, _ in _lib.LoadStats._fields_
+                 if k not in ("size", "reserved", "reserved2")},
+                {k: buf.raw[:n] for k, (buf, n) in got.items()})
     finally:
         lib.ckpt_load_free(ld)
 

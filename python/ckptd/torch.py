@@ -435,6 +435,20 @@ def _np_box(name, a, saved, reader):
     return LoadBox(name, code, list(v.shape), v.ctypes.data or None, strides=strides)
 
 
+def _load(rd, boxes, via, partial, blobs):
+    """_engine.load through via["client"], or by libckpt alone if the daemon
+    went away (via["client"] is then None for the loads that follow)."""
+    client = via["client"]
+    try:
+        return _engine.load(rd, boxes, client=client, partial=partial, blobs=blobs)
+    except CheckpointError as e:
+        if client is None or e.errno not in _engine.LOST:
+            raise
+        via["client"] = None
+        _client.drop(client)
+        return _engine.load(rd, boxes, client=None, partial=partial, blobs=blobs)
+
+
 def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pickle=False,
          no_dist=False, storage_reader=None, planner=None):
     """Loads checkpoint `checkpoint_id` into state_dict in place, whatever
@@ -458,8 +472,14 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
     leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf)
     with _engine.Reader(path) as rd:
         saved_world = rd.world
-        meta0 = _engine.read_meta(rd, 0)
-        own = _engine.read_meta(rd, rank) if world == saved_world and rank else meta0
+        # Through the daemon where one runs: after a crash the files may be
+        # in its memory only.  Everything read is CRC-checked either way.
+        via = {"client": _client.try_get(rank, world, root)}
+        own_rank = rank if world == saved_world else 0
+        k0, kown = _engine.meta_key(0), _engine.meta_key(own_rank)
+        _, raw = _load(rd, [], via, False, sorted({k0, kown}))
+        meta0 = _engine.read_meta(rd, 0, raw[k0]) if k0 in raw else None
+        own = _engine.read_meta(rd, own_rank, raw[kown]) if kown in raw else None
         if own is None:
             own = meta0 or {}
         meta0 = meta0 or {}
@@ -491,15 +511,21 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
                 continue
             post.append(leaf)
         # Values: this rank's own when the world is the one that saved,
-        # else rank 0's.
+        # else rank 0's.  Their blobs are read with the tensors.
+        vrank = own.get("rank", 0)
+        bkeys = ["%sb/%d/%s" % (META_PREFIX, vrank, leaf.name) for leaf in post
+                 if leaf.name in own.get("blobs", {})]
+        for dev in cuda_devs:
+            torch.cuda.current_stream(dev).synchronize()
+        stats, raw = _load(rd, boxes, via, not strict, bkeys)
         for leaf in post:
             name = leaf.name
             if name in own.get("values", {}):
                 _tree.assign(leaf, own["values"][name])
             elif name in own.get("blobs", {}):
                 kind = own["blobs"][name]
-                raw = rd.blob("%sb/%d/%s" % (META_PREFIX, own.get("rank", 0), name))
-                if raw is None:
+                data = raw.get("%sb/%d/%s" % (META_PREFIX, vrank, name))
+                if data is None:
                     raise CheckpointError("checkpoint %s: the blob of '%s' is missing"
                                           % (path, name))
                 if kind == "pickle":
@@ -508,27 +534,16 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
                             "checkpoint %s: '%s' was saved with pickle; loading it runs code "
                             "from the checkpoint: pass allow_pickle=True if you trust it"
                             % (path, name))
-                    _tree.assign(leaf, pickle.loads(raw))
+                    _tree.assign(leaf, pickle.loads(data))
                 else:
-                    _tree.assign(leaf, raw if not isinstance(leaf.value, bytearray)
-                                 else bytearray(raw))
+                    _tree.assign(leaf, data if not isinstance(leaf.value, bytearray)
+                                 else bytearray(data))
             elif name in tensors or rd.tensor_info(name) is not None:
                 raise CheckpointError("checkpoint %s: '%s' is a value here but was saved as a "
                                       "tensor" % (path, name))
             elif strict:
                 raise CheckpointError("checkpoint %s has no value '%s' (strict=False skips "
                                       "what the checkpoint lacks)" % (path, name))
-        for dev in cuda_devs:
-            torch.cuda.current_stream(dev).synchronize()
-        client = _client.try_get(rank, world, root) if boxes else None
-        try:
-            stats = _engine.load(rd, boxes, client=client, partial=not strict)
-        except CheckpointError as e:
-            if client is None or e.errno not in _engine.LOST:
-                raise
-            # The daemon went away: the load is done again by libckpt alone.
-            _client.drop(client)
-            stats = _engine.load(rd, boxes, client=None, partial=not strict)
     _tree.rebuild_tuples(tuples)
     for obj, sd in statefuls:
         obj.load_state_dict(sd)

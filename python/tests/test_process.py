@@ -85,3 +85,41 @@ def test_exit_with_saves_in_flight(daemon):
     d = {"v": torch.zeros(8)}
     ct.load(d, checkpoint_id=os.path.join(daemon.root, "exit-2"))
     assert torch.equal(d["v"], torch.ones(8))
+
+
+def test_restart_after_kill_loads_from_the_daemons_memory(daemon):
+    # A trainer saving with resident images is killed with SIGKILL; its
+    # restart on this node loads from ckptd's memory (the shard on disk is
+    # even gone), every block still checked against the manifest.
+    root = daemon.root
+    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, signal, torch, ckptd, ckptd.torch as ct
+        ckptd.configure(resident=True, arena_bytes="64M")
+        g = torch.Generator().manual_seed(11)
+        ct.save({"w": torch.randn(512, 1024, generator=g), "step": 7},
+                checkpoint_id=os.path.join(%r, "step-7"), step=7)
+        print("saved", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """ % root)], stdout=subprocess.PIPE, text=True, env=daemon.env_for_child())
+    try:
+        assert trainer.stdout.readline().strip() == "saved"
+        trainer.wait(300)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    latest = ckptd.latest(root)
+    assert latest == os.path.join(root, "step-7")
+    for f in os.listdir(latest):
+        if f.endswith(".safetensors"):
+            os.unlink(os.path.join(latest, f))
+    out = _run(daemon, """
+        import torch, ckptd, ckptd.torch as ct
+        ckptd.configure(resident=True, arena_bytes="64M")
+        g = torch.Generator().manual_seed(11)
+        want = torch.randn(512, 1024, generator=g)
+        d = {"w": torch.zeros(512, 1024), "step": 0}
+        st = ct.load(d, checkpoint_id=ckptd.latest(%r))
+        assert torch.equal(d["w"], want) and d["step"] == 7
+        print("resident", st["bytes_resident"])
+    """ % root)
+    assert int(out.stdout.split("resident")[1]) >= 512 * 1024 * 4, out.stdout
