@@ -110,7 +110,8 @@ FAKE_NCCL := $(if $(HAVE_CUDA),$(if $(NCCL_INC),$(BUILD)/tests/libfakenccl.so))
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRCS))
 TOOL_BINS   := $(patsubst tests/tools/%.c,$(BUILD)/tests/%,$(TOOL_SRCS))
 
-.PHONY: all deps test test-s3-faults unit integration demo bench install uninstall clean help check-deps FORCE
+.PHONY: all deps test test-s3-faults unit integration demo bench install uninstall clean help check-deps \
+	python-lib wheel FORCE
 
 all: $(LIB_SO) $(LIB_A) $(CKPTD) $(CKPTCTL) $(BUILD)/libckpt.pc
 
@@ -120,6 +121,7 @@ help:
 	@echo "make test       run every test (unit + integration)"
 	@echo "make test-s3-faults  the long S3 fault campaign (1000 injected faults)"
 	@echo "make demo       start a private ckptd and drive it with a sample trainer"
+	@echo "make wheel      the Python package (ckptd) as a wheel bundling libckpt, into $(BUILD)/wheel/"
 	@echo "make bench      benchmarks against memcpy, fio, torch.save, DCP (QUICK=1: small)"
 	@echo "make install    install under PREFIX=$(PREFIX), config in SYSCONFDIR=$(SYSCONFDIR) (DESTDIR=)"
 	@echo "options: V=1 (verbose), SANITIZE=address,undefined | thread, WERROR=1"
@@ -191,6 +193,56 @@ $(LIB_SO): $(CLIENT_OBJS) $(CORE_OBJS) client/libckpt.map
 $(LIB_A): $(CLIENT_OBJS) $(CORE_OBJS)
 	$(call msg,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
+
+# The libckpt the Python wheel bundles (python/setup.py copies $(PYLIB_DIR)
+# into ckptd/_lib/): libckpt.so's objects, linked so that the wheel needs
+# nothing on the user's machine but glibc and libcurl.  liburing is linked
+# in (Debian's liburing.a is position-independent); Debian ships jansson's
+# archive without -fPIC and no archive of ISA-L, so their shared libraries
+# are copied beside it and found through RUNPATH $ORIGIN; libcurl stays the
+# system's, because it brings OpenSSL, whose fixes must come from the
+# distribution.  Their Debian copyright files go along where they exist.
+PYLIB_DIR    := $(BUILD)/python/lib
+PYLIB        := $(PYLIB_DIR)/libckpt.so.0
+PYLIB_COPIES := libjansson.so.4 libisal.so.2
+PYLIB_DOCS   := libjansson4 libisal2 liburing2
+
+$(PYLIB): $(CLIENT_OBJS) $(CORE_OBJS) client/libckpt.map
+	$(call msg,LD,$@)
+	@rm -rf $(PYLIB_DIR) && mkdir -p $(PYLIB_DIR)/licenses
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libckpt.so.0 -Wl,--version-script=client/libckpt.map \
+		-Wl,-rpath,'$$ORIGIN' -Wl,--as-needed -o $@ $(CLIENT_OBJS) $(CORE_OBJS) \
+		-Wl,-Bstatic -luring -Wl,-Bdynamic -ljansson -lisal -lcurl -lpthread -ldl
+	$(Q)for l in $(PYLIB_COPIES); do \
+		f=$$($(CC) -print-file-name=$$l); \
+		case $$f in /*) cp -L "$$f" $(PYLIB_DIR)/$$l ;; \
+		*) echo "$$l: not found by $(CC) -print-file-name" >&2; rm -f $@; exit 1 ;; esac; \
+	done
+	$(Q)for d in $(PYLIB_DOCS); do \
+		if [ -r /usr/share/doc/$$d/copyright ]; then \
+			cp /usr/share/doc/$$d/copyright $(PYLIB_DIR)/licenses/$$d.copyright; fi; \
+	done
+
+# `make wheel`: the Python package with that libckpt, built offline by the
+# pinned setuptools of scripts/requirements-wheel.txt (scripts/pyenv.sh).
+WHEEL_DIR := $(BUILD)/wheel
+PY_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' python/ckptd/__init__.py)
+ifneq ($(SANITIZE),)
+python-lib wheel:
+	@echo "make $@: python cannot load a sanitized libckpt; build it without SANITIZE" >&2; exit 1
+else
+python-lib: $(PYLIB)
+
+wheel: $(PYLIB)
+	@[ "$(PY_VERSION)" = "$(VERSION)" ] || { \
+		echo "python/ckptd/__init__.py says version '$(PY_VERSION)', the Makefile $(VERSION)" >&2; exit 1; }
+	$(call msg,WHEEL,$(WHEEL_DIR))
+	@rm -rf $(WHEEL_DIR) $(BUILD)/python/setuptools && mkdir -p $(WHEEL_DIR)
+	$(Q)py=$$(scripts/pyenv.sh wheel) && \
+		CKPTD_LIBCKPT_BUNDLE=$(abspath $(PYLIB_DIR)) CKPTD_SETUP_BUILD=$(abspath $(BUILD)/python/setuptools) \
+		"$$py" -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w $(WHEEL_DIR) ./python
+	@ls $(WHEEL_DIR)/*.whl
+endif
 
 $(LIB_INT): $(CLIENT_OBJS) $(CORE_OBJS) $(DAEMON_OBJS)
 	$(call msg,AR,$@)

@@ -4,6 +4,7 @@
 # (scripts/pyenv.sh, cached outside the repository).
 #
 #   scripts/deps.sh                 build + test packages, the test Python env
+#                                   and the one `make wheel` builds with
 #   scripts/deps.sh --bench         also the bench Python env (torch: large)
 #   scripts/deps.sh --check-build   only check the build packages: exit 1 and
 #                                   name the missing ones; installs nothing
@@ -32,7 +33,7 @@ quiet=0
 bench=0
 
 usage() {
-	sed -n '2,16s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+	sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 }
 
 for arg in "$@"; do
@@ -140,13 +141,20 @@ else
 		"${build_pkgs[*]} ${test_pkgs[*]}" >&2
 fi
 
-# The test env is optional for building and for most tests: when it cannot
-# be made (no network), the tests that need it say SKIP.  The bench env is
-# what --bench was asked for, so its failure is an error.
+# The test env and the wheel env (`make wheel`'s setuptools) are optional
+# for building and for most tests: when one cannot be made (no network), the
+# tests that need it say SKIP.  The bench env is what --bench was asked for,
+# so its failure is an error.
 if py=$("$here/pyenv.sh" test); then
 	say "test Python: $py"
 else
 	echo "$prog: warning: no test Python environment; tests that need it will SKIP" >&2
+fi
+if py=$("$here/pyenv.sh" wheel); then
+	say "wheel-building Python: $py"
+else
+	echo "$prog: warning: no Python environment to build wheels with; make wheel fails" \
+		"and its test will SKIP" >&2
 fi
 if [ "$bench" = 1 ]; then
 	py=$("$here/pyenv.sh" bench) || {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pyenv.sh NAME - prints the python of a ready virtual environment with the
-# packages of scripts/requirements-NAME.txt (NAME: test or bench), making it
-# first if needed.
+# packages of scripts/requirements-NAME.txt (NAME: test, bench or wheel: the
+# pinned setuptools `make wheel` builds with), making it first if needed.
 #
 # The environment lives outside the repository, in
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ckptd/venv-NAME-<hash>
@@ -23,14 +23,14 @@ die() {
 }
 
 if [ $# -ne 1 ]; then
-	echo "usage: $prog test|bench" >&2
+	echo "usage: $prog test|bench|wheel" >&2
 	exit 2
 fi
 name=$1
 case $name in
-test | bench) ;;
+test | bench | wheel) ;;
 *)
-	echo "usage: $prog test|bench" >&2
+	echo "usage: $prog test|bench|wheel" >&2
 	exit 2
 	;;
 esac

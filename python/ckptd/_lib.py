@@ -173,7 +173,12 @@ def _load():
             fn.restype = res
             fn.argtypes = args
         return lib, path
-    raise ImportError("ckptd: cannot load libckpt; tried:\n  " + "\n  ".join(tried) +
+    hint = ""
+    if any("libcurl.so.4" in t for t in tried):
+        # The wheel bundles everything else libckpt needs; libcurl is the
+        # system's (see the Makefile's python-lib target).
+        hint = "\nlibckpt needs the system's libcurl: on Debian/Ubuntu `apt-get install libcurl4`"
+    raise ImportError("ckptd: cannot load libckpt; tried:\n  " + "\n  ".join(tried) + hint +
                       "\nInstall the ckptd wheel (it bundles libckpt), or set CKPTD_LIBCKPT "
                       "to the path of a libckpt.so 0.6 or later")
 
