@@ -64,12 +64,15 @@ class Leaf:
         self.key = key
 
 
-def flatten(state, is_leaf):
+def flatten(state, is_leaf, before_stateful=None):
     """Walks `state` (a dict) and returns (leaves, statefuls, tuples):
     leaves in walk order; statefuls as (obj, its state dict) innermost
     first; tuples as (parent, key, list) whose list replaces the tuple on
     load.  is_leaf(v) says whether v is a value the caller handles (a
-    tensor) rather than a container."""
+    tensor) rather than a container; before_stateful(obj), if given, is
+    called before a Stateful's state_dict() (a load uses it to give a fresh
+    optimizer the state it is to receive).  statefuls are (obj, state dict,
+    name)."""
     if not isinstance(state, collections.abc.Mapping):
         raise TypeError("the state to save or load must be a dict (a state_dict), not %s"
                         % type(state).__name__)
@@ -96,12 +99,14 @@ def flatten(state, is_leaf):
             for i, sub in enumerate(holder):
                 walk(sub, name + "." + str(i) if name else str(i), holder, i, path + (i,))
         elif is_stateful(v):
+            if before_stateful is not None:
+                before_stateful(v)
             sd = v.state_dict()
             if not isinstance(sd, collections.abc.Mapping):
                 raise TypeError("%s.state_dict() of %r returned %s, not a dict"
                                 % (type(v).__name__, name, type(sd).__name__))
             walk(sd, name, None, None, path)
-            statefuls.append((v, sd))
+            statefuls.append((v, sd, name))
         else:
             add(v, name, parent, key, path)
 

@@ -99,6 +99,21 @@ class AsyncSaveResponse:
         self.upload_completion = upload
         self.checkpoint_id = checkpoint_id
 
+    # DCP's async_save returns a plain Future (the upload's) unless given a
+    # stager: code that calls .result() on it keeps working here.
+    def result(self, timeout=None):
+        """upload_completion.result(): waits until committed."""
+        return self.upload_completion.result(timeout)
+
+    def done(self):
+        return self.upload_completion.done()
+
+    def exception(self, timeout=None):
+        return self.upload_completion.exception(timeout)
+
+    def add_done_callback(self, fn):
+        self.upload_completion.add_done_callback(lambda _f: fn(self))
+
     def __repr__(self):
         return "AsyncSaveResponse(%r, staged=%s, committed=%s)" % (
             self.checkpoint_id, self.staging_completion.done(), self.upload_completion.done())
@@ -435,6 +450,53 @@ def _np_box(name, a, saved, reader):
     return LoadBox(name, code, list(v.shape), v.ctypes.data or None, strides=strides)
 
 
+def _init_optimizer(obj):
+    """A fresh optimizer has no state (no moments, no step counts) until
+    its first step, so its state_dict() would name nothing to load into and
+    the checkpoint's state would be dropped.  As DCP's get_state_dict does,
+    it takes one step with zero gradients and a zero learning rate first,
+    which makes every entry without changing a parameter."""
+    if not isinstance(obj, torch.optim.Optimizer) or obj.state:
+        return
+    params = [p for g in obj.param_groups for p in g["params"]]
+    if any(p.grad is not None for p in params):
+        return
+    made = []
+    for p in params:
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+            made.append(p)
+    lrs = []
+    for g in obj.param_groups:
+        lrs.append(g.get("lr"))
+        if "lr" in g:
+            g["lr"] = torch.tensor(0.0) if isinstance(g["lr"], torch.Tensor) else 0.0
+    try:
+        with torch.no_grad():
+            obj.step()
+    finally:
+        for g, lr in zip(obj.param_groups, lrs):
+            if "lr" in g:
+                g["lr"] = lr
+        for p in made:
+            p.grad = None
+
+
+def _check_stateful_complete(rd, meta, statefuls, dest_names):
+    """strict: a Stateful whose state_dict() lacks names the checkpoint
+    holds under its prefix would silently drop them on load_state_dict()."""
+    saved = set(rd.tensor_names()) | set(meta.get("values", {})) | set(meta.get("blobs", {}))
+    for _, _, prefix in statefuls:
+        p = prefix + "." if prefix else ""
+        lost = sorted(n for n in saved if n.startswith(p) and n not in dest_names)
+        if lost:
+            raise CheckpointError(
+                "checkpoint %s holds %d name(s) under '%s' that its state_dict() here lacks "
+                "(e.g. '%s'): they would be lost on load_state_dict(); make the object's "
+                "state complete first, or pass strict=False" % (rd.path, len(lost), prefix,
+                                                                lost[0]))
+
+
 def _load(rd, boxes, via, partial, blobs):
     """_engine.load through via["client"], or by libckpt alone if the daemon
     went away (via["client"] is then None for the loads that follow)."""
@@ -469,7 +531,7 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
     path = cid if cid.startswith("s3://") else os.path.abspath(cid)
     root, _ = _engine.split_checkpoint_id(checkpoint_id)
     rank, world = _rank_world(process_group, no_dist)
-    leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf)
+    leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf, _init_optimizer)
     with _engine.Reader(path) as rd:
         saved_world = rd.world
         # Through the daemon where one runs: after a crash the files may be
@@ -510,6 +572,8 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
                         cuda_devs.add(v.device)
                 continue
             post.append(leaf)
+        if strict and statefuls:
+            _check_stateful_complete(rd, own, statefuls, {leaf.name for leaf in leaves})
         # Values: this rank's own when the world is the one that saved,
         # else rank 0's.  Their blobs are read with the tensors.
         vrank = own.get("rank", 0)
@@ -545,6 +609,6 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
                 raise CheckpointError("checkpoint %s has no value '%s' (strict=False skips "
                                       "what the checkpoint lacks)" % (path, name))
     _tree.rebuild_tuples(tuples)
-    for obj, sd in statefuls:
+    for obj, sd, _ in statefuls:
         obj.load_state_dict(sd)
     return stats

@@ -15,6 +15,7 @@ import torch
 
 import ckptd
 import ckptd.torch as ct
+from conftest import wait_for
 
 
 def _bits(t):
@@ -289,3 +290,55 @@ def test_python_metadata_is_per_rank_json(daemon):
         meta = json.loads(rd.blob("~ckptd/meta/0"))
         assert meta["format"] == 1 and meta["values"] == {"n": 1}
         assert rd.metadata("ckptd.python") == "1"
+
+
+def test_fresh_optimizer_receives_its_state(daemon):
+    # A new optimizer has no state until its first step: load gives it
+    # every moment and step count the checkpoint holds, without moving a
+    # parameter (as DCP's get_state_dict does).
+    m, o = _model_and_optim(0)
+    cid = os.path.join(daemon.root, "optim")
+    ct.save({"model": m, "optim": o}, checkpoint_id=cid)
+    torch.manual_seed(3)
+    m2 = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    o2 = torch.optim.AdamW(m2.parameters(), lr=0.01)
+    ct.load({"model": m2, "optim": o2}, checkpoint_id=cid)
+    s1, s2 = o.state_dict(), o2.state_dict()
+    assert set(s1["state"]) == set(s2["state"]) and s1["state"]
+    for i in s1["state"]:
+        for k in s1["state"][i]:
+            assert torch.equal(s1["state"][i][k], s2["state"][i][k]), (i, k)
+    for a, b in zip(m.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+    # The next steps of both are the same, bit for bit.
+    x = torch.randn(4, 8)
+    for mm, oo in ((m, o), (m2, o2)):
+        oo.zero_grad()
+        mm(x).pow(2).sum().backward()
+        oo.step()
+    for a, b in zip(m.parameters(), m2.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_stateful_missing_names_is_an_error_when_strict(daemon):
+    cid = os.path.join(daemon.root, "stateful")
+    ct.save({"c": Counter(4)}, checkpoint_id=cid)
+
+    class Smaller(Counter):
+        def state_dict(self):
+            return {"n": self.n}
+
+    with pytest.raises(ckptd.CheckpointError, match="c.hist"):
+        ct.load({"c": Smaller()}, checkpoint_id=cid)
+    s = Smaller()
+    ct.load({"c": s}, checkpoint_id=cid, strict=False)
+    assert s.n == 4
+
+
+def test_response_is_future_like(daemon):
+    r = ct.async_save({"w": torch.ones(2)}, checkpoint_id=os.path.join(daemon.root, "fut"))
+    seen = []
+    r.add_done_callback(seen.append)
+    assert r.result(timeout=300) is None and r.done() and r.exception() is None
+    wait_for(lambda: seen, "the done callback")
+    assert seen[0] is r
