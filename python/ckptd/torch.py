@@ -8,7 +8,33 @@
     resp.upload_completion.result()    # committed: complete and visible
 
 No collective is ever called: ranks meet in ckptd's commit.  The process
-group (if any) is asked for its rank and size only, in the caller's thread.
+group (if any) is asked for its rank and size only, in the caller's thread;
+the threads that complete the futures only wait in libckpt.
+
+Sharded state (verified with gloo on CPU, torch 2.15, by
+python/tests/test_dist.py, which also checks from inside every rank that
+no thread but the main one calls into torch.distributed while 4 ranks run
+collectives with saves in flight):
+
+  - A DTensor is saved as this rank's local chunk, placed in the global
+    tensor by the box of DTensor.__create_chunk_list__() (DCP's own chunk
+    list: uneven shards, empty shards, FSDP2's and tensor parallelism's
+    _StridedShard layouts).  A chunk held by several ranks (Replicate
+    placements) is written once, by one of them: see _replica_of.  A
+    Partial placement is refused with a TypeError before anything is sent
+    (at load too).  A DTensor whose local part is not one box is refused.
+  - A plain tensor (or numpy array) saved under a process group of more
+    than one rank is taken as replicated, as DCP takes it: every rank is
+    expected to hold the same value under the same name, and one rank,
+    chosen from the name, writes it.  A tensor only some ranks hold, or
+    that differs between ranks, needs a name of its own per rank.
+  - Copies of a DTensor outside its own mesh (DDP over tensor-parallel
+    submeshes) are not known to be copies: each is written and ckptd
+    refuses the overlapping chunks (the upload future raises SaveError).
+  - load() fills each destination's own box (a DTensor's local chunk, a
+    plain tensor whole) from whatever chunks the checkpoint has: any other
+    mesh, placements or number of ranks; the C planner reads only the
+    bytes those boxes need.
 """
 import json
 import os
@@ -122,7 +148,10 @@ class AsyncSaveResponse:
 def _rank_world(process_group, no_dist=False):
     if no_dist or not dist.is_available() or not dist.is_initialized():
         return 0, 1
-    return dist.get_rank(process_group), dist.get_world_size(process_group)
+    rank = dist.get_rank(process_group)
+    if rank < 0:
+        raise ValueError("this process is not a member of the process_group given")
+    return rank, dist.get_world_size(process_group)
 
 
 def _writer(name, n):
@@ -201,46 +230,83 @@ def _tensor_items(name, v, rank, world, items, keep, tmeta):
         t = t.contiguous()
     keep.append(t)
     tmeta[name] = {"torch": str(dtype).replace("torch.", "")}
+    # Replicated over the group (as DCP takes a plain tensor): one rank,
+    # a function of the name, writes it; the others are its replicas.
     w = _writer(name, world)
     items.append(TensorItem(name, code, list(t.shape), t.data_ptr() or None, device=device,
                             device_index=index, replica=(rank - w) % world, stream=stream))
 
 
-def _replica_of(v, name, offsets):
+def _replica_of(v, name):
     """(replica index this rank writes as, replica count) of a DTensor's
-    local chunk: the ranks holding the same chunk differ only in the mesh
-    dimensions the DTensor is replicated over."""
+    local chunk, or None when this rank is not in the DTensor's mesh.
+
+    The ranks of the mesh that hold the same chunk are those whose
+    coordinates agree in every mesh dimension that is not Replicate (Shard
+    dimensions pick the chunk); they differ only in the Replicate
+    dimensions, whose coordinates, read as one mixed-radix number, number
+    them 0 .. count-1.  One of them writes (libckpt writes replica 0 and
+    skips the others): which one is a pure function of the tensor's name
+    and the chunk's Shard coordinates, so every holder computes the same
+    writer without talking to the others, and the chunks of one tensor go
+    round the replicas in turn (with 2 chunks on 2 replicas, each replica
+    writes one).  Checked in python/tests/test_dist.py for 1-D meshes
+    (Shard, Replicate) and 2-D meshes (Shard+Replicate, Replicate+Shard,
+    Replicate+Replicate, Shard+Shard, FSDP2 with tensor parallelism's
+    _StridedShard+Shard)."""
     mesh = v.device_mesh
     coord = mesh.get_coordinate()
     if coord is None:
         return None
-    idx, n = 0, 1
+    rep, n, shard = 0, 1, 0
     for d, p in enumerate(v.placements):
+        size = mesh.size(d)
         if isinstance(p, Replicate):
-            idx = idx * mesh.size(d) + coord[d]
-            n *= mesh.size(d)
-    w = zlib.crc32(("%s@%s" % (name, ",".join(map(str, offsets)))).encode()) % n
-    return (idx - w) % n, n
+            rep = rep * size + coord[d]
+            n *= size
+        else:
+            shard = shard * size + coord[d]
+    w = (zlib.crc32(name.encode()) + shard) % n
+    return (rep - w) % n, n
+
+
+def _dtensor_chunk(name, v, what):
+    """(offsets, sizes, local tensor) of this rank's part of DTensor v, from
+    the chunk list DCP uses (DTensor.__create_chunk_list__, which knows
+    uneven and empty shards), or None when this rank is not in v's mesh
+    (it holds no part).  Partial placements and layouts whose local part
+    is not one box of the global tensor are refused."""
+    for p in v.placements:
+        if isinstance(p, Partial):
+            raise TypeError("'%s': a DTensor with a Partial placement (%r) holds partial "
+                            "sums, not values, and cannot be %s: redistribute it (e.g. to "
+                            "Replicate) first" % (name, p, what))
+    if v.device_mesh.get_coordinate() is None:
+        return None
+    chunks = v.__create_chunk_list__()
+    if len(chunks) != 1:
+        raise TypeError("'%s': a DTensor whose local part is %d chunks cannot be %s"
+                        % (name, len(chunks), what))
+    offsets = [int(x) for x in chunks[0].offsets]
+    sizes = [int(x) for x in chunks[0].sizes]
+    local = v.to_local()
+    if list(local.shape) != sizes:
+        raise TypeError("'%s': the local tensor's shape %s is not its chunk's %s (a strided "
+                        "sharding cannot be %s)" % (name, list(local.shape), sizes, what))
+    return offsets, sizes, local
 
 
 def _dtensor_items(name, v, items, keep, tmeta):
-    for p in v.placements:
-        if isinstance(p, Partial):
-            raise TypeError("'%s': a DTensor with a Partial placement holds partial sums, not "
-                            "values: redistribute it (e.g. to Replicate) before saving" % name)
-    chunks = v.__create_chunk_list__()
-    if len(chunks) != 1:
-        raise TypeError("'%s': a DTensor whose local part is %d chunks cannot be saved"
-                        % (name, len(chunks)))
-    offsets = [int(x) for x in chunks[0].offsets]
-    sizes = [int(x) for x in chunks[0].sizes]
-    rep = _replica_of(v, name, offsets)
-    if rep is None:  # this rank is not in the DTensor's mesh
+    """This rank's chunk of DTensor v: its box of the global tensor (an
+    empty one too: libckpt stores a chunk of 0 elements, with no data, and
+    its tiling check ignores it), written by one of the ranks holding it
+    (_replica_of)."""
+    part = _dtensor_chunk(name, v, "saved")
+    if part is None:  # this rank is not in the DTensor's mesh
         return
-    local = v.to_local().detach()
-    if list(local.shape) != sizes:
-        raise TypeError("'%s': the local tensor's shape %s is not its chunk's %s (strided "
-                        "sharding is not supported)" % (name, list(local.shape), sizes))
+    offsets, sizes, local = part
+    rep = _replica_of(v, name)
+    local = local.detach()
     gshape = [int(x) for x in v.shape]
     t, code, how = _storage_view(name, local)
     if how == "complex":
@@ -336,6 +402,13 @@ def async_save(state_dict, *, checkpoint_id, process_group=None, step=None, metr
     float, str, None, bytes) are saved per rank.  step (int) orders
     checkpoints for ckptd.latest(); metrics (name -> number) serve
     `ckptctl prune --keep-best`.
+
+    process_group: the ranks that save this checkpoint together (default:
+    the default group once torch.distributed is initialized, else this
+    process alone).  It is asked for this rank and its size, here in the
+    caller's thread, and for nothing else: no collective is called, now or
+    later.  DTensors are saved as their local chunks, and plain tensors
+    under a group of several ranks as replicated (module docstring).
 
     Raises TypeError/ValueError for a state it cannot save (before anything
     is sent), ckptd.DaemonNotRunning, ckptd.SaveError if ckptd refuses it;
@@ -559,11 +632,11 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
                 if _is_ndarray(v):
                     boxes.append(_np_box(name, v, saved, rd))
                 elif DTensor is not None and isinstance(v, DTensor):
-                    ch = v.__create_chunk_list__()
-                    if len(ch) != 1:
-                        raise TypeError("'%s': a DTensor of %d local chunks" % (name, len(ch)))
-                    local = v.to_local()
-                    boxes.append(_dest_box(name, local, saved, rd, ch[0].offsets, v.shape))
+                    part = _dtensor_chunk(name, v, "loaded")
+                    if part is None:  # not in its mesh: nothing to fill
+                        continue
+                    offsets, _, local = part
+                    boxes.append(_dest_box(name, local, saved, rd, offsets, v.shape))
                     if local.device.type == "cuda":
                         cuda_devs.add(local.device)
                 else:
