@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from . import _client, _engine, _lib, _tree
 from ._engine import META_PREFIX, FORMAT, TensorItem, LoadBox
+from .data import ShardTable
 from ._errors import CheckpointError, SaveError
 
 try:  # torch >= 2.5
@@ -261,12 +262,15 @@ def _value_kind(name, v, allow_pickle):
                     % (name, type(v).__name__))
 
 
-def _prepare(state_dict, rank, world, allow_pickle):
+def _prepare(state_dict, rank, world, allow_pickle, dl_tables=None):
     leaves, _, _ = _tree.flatten(state_dict, _is_tensor_leaf)
     items, keep, blobs = [], [], []
     tmeta, values, bmeta = {}, {}, {}
     for leaf in leaves:
         v = leaf.value
+        if isinstance(v, ShardTable) and dl_tables is not None:
+            dl_tables.append((leaf.name, v))  # ckpt_save_add_dl_table
+            continue
         if _is_tensor_leaf(v):
             _tensor_items(leaf.name, v, rank, world, items, keep, tmeta)
             continue
@@ -334,10 +338,12 @@ def async_save(state_dict, *, checkpoint_id, process_group=None, step=None, metr
     rank, world = _rank_world(process_group, no_dist)
     st = _step_of(step)
     mets = _check_metrics(metrics)
-    items, blobs, keep = _prepare(state_dict, rank, world, allow_pickle)
+    dl_tables = []
+    items, blobs, keep = _prepare(state_dict, rank, world, allow_pickle, dl_tables)
     client = _client.get(rank, world, root)
     p = _engine.save(client, root, name, st, items, blobs, mets,
-                     {"ckptd.python": str(FORMAT)} if rank == 0 else None, keep)
+                     {"ckptd.python": str(FORMAT)} if rank == 0 else None, keep,
+                     dl_tables=dl_tables)
     return AsyncSaveResponse(p.staging_completion, p.upload_completion,
                              os.fspath(checkpoint_id))
 
@@ -426,6 +432,45 @@ def _np_box(name, a, saved, reader):
     return LoadBox(name, code, list(v.shape), v.ctypes.data or None, strides=strides)
 
 
+def _init_optimizers(state, depth=0):
+    """An optimizer that has not stepped yet has no state (Adam's moments
+    appear at its first step), so its state_dict() gives load() nowhere to
+    put the saved ones and they would be left out without a word.  As DCP's
+    set_state_dict does, give such an optimizer its state first: one step
+    with zero gradients and a zero learning rate (the values are then
+    overwritten by the load)."""
+    if depth > 64:
+        return
+    if isinstance(state, torch.optim.Optimizer):
+        opt = state
+        if opt.state:
+            return
+        params = [p for g in opt.param_groups for p in g["params"]]
+        if any(p.grad is not None for p in params):
+            return
+        for p in params:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        lrs = []
+        for g in opt.param_groups:
+            if "lr" in g:
+                lrs.append(g["lr"])
+                g["lr"] = torch.tensor(0.0) if isinstance(g["lr"], torch.Tensor) else 0.0
+        try:
+            opt.step()
+        finally:
+            for g in opt.param_groups:
+                if "lr" in g:
+                    g["lr"] = lrs.pop(0)
+            opt.zero_grad(set_to_none=True)
+    elif isinstance(state, dict):
+        for v in state.values():
+            _init_optimizers(v, depth + 1)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            _init_optimizers(v, depth + 1)
+
+
 def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pickle=False,
          no_dist=False, storage_reader=None, planner=None):
     """Loads checkpoint `checkpoint_id` into state_dict in place, whatever
@@ -446,6 +491,7 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
     path = cid if cid.startswith("s3://") else os.path.abspath(cid)
     root, _ = _engine.split_checkpoint_id(checkpoint_id)
     rank, world = _rank_world(process_group, no_dist)
+    _init_optimizers(state_dict)
     leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf)
     with _engine.Reader(path) as rd:
         saved_world = rd.world
@@ -485,6 +531,9 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
         # else rank 0's.
         for leaf in post:
             name = leaf.name
+            if isinstance(leaf.value, ShardTable):  # dealt by ckpt_dl_restore
+                leaf.value._restore_from(rd, name, strict)
+                continue
             if name in own.get("values", {}):
                 _tree.assign(leaf, own["values"][name])
             elif name in own.get("blobs", {}):
