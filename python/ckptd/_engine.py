@@ -193,6 +193,8 @@ def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
 class Reader:
     """An open committed checkpoint (libckpt reader)."""
 
+    handle = None  # until opened: __del__ of one that failed to open has nothing to close
+
     def __init__(self, path=None, latest_root=None):
         h = ctypes.c_void_p()
         lib = _lib.lib

@@ -491,9 +491,13 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
     path = cid if cid.startswith("s3://") else os.path.abspath(cid)
     root, _ = _engine.split_checkpoint_id(checkpoint_id)
     rank, world = _rank_world(process_group, no_dist)
-    _init_optimizers(state_dict)
-    leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf)
+    if not isinstance(state_dict, dict):
+        _tree.flatten(state_dict, _is_tensor_leaf)  # its TypeError, before the checkpoint's
     with _engine.Reader(path) as rd:
+        # Only once the checkpoint opened: a load that cannot start leaves
+        # the optimizers as they were.
+        _init_optimizers(state_dict)
+        leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf)
         saved_world = rd.world
         meta0 = _engine.read_meta(rd, 0)
         own = _engine.read_meta(rd, rank) if world == saved_world and rank else meta0

@@ -490,3 +490,39 @@ def test_table_load_errors(ranks):
         ranks.load(0, 1, "t", {"other": fresh})
     ranks.load(0, 1, "t", {"other": fresh}, strict=False)
     assert fresh.same_topology is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_rng_cuda(daemon):
+    torch.cuda.manual_seed_all(7)
+    torch.rand(1, device="cuda")  # CUDA in use: RNGState saves its generators
+    st = {"rng": ckptd.rng.RNGState()}
+    ckptd.torch.save(st, checkpoint_id=daemon.root + "/rngc")
+    want = torch.rand(3, device="cuda").cpu()
+    torch.cuda.manual_seed_all(0)
+    ckptd.torch.load({"rng": ckptd.rng.RNGState()}, checkpoint_id=daemon.root + "/rngc")
+    assert torch.equal(torch.rand(3, device="cuda").cpu(), want)
+
+
+def test_fresh_optimizer_gets_saved_state(daemon):
+    """A fresh Adam has no moments until it steps; load gives it its state
+    first, so the saved moments land (they were silently dropped); a load
+    that cannot open its checkpoint leaves the optimizer untouched."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(m.parameters(), lr=0.1)
+    m(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    ckptd.torch.save({"m": m, "o": opt}, checkpoint_id=daemon.root + "/opt")
+    m2 = torch.nn.Linear(3, 2)
+    opt2 = torch.optim.Adam(m2.parameters(), lr=0.5)
+    with pytest.raises(ckptd.CheckpointError):
+        ckptd.torch.load({"m": m2, "o": opt2}, checkpoint_id=daemon.root + "/none")
+    assert not opt2.state and all(p.grad is None for p in m2.parameters())
+    ckptd.torch.load({"m": m2, "o": opt2}, checkpoint_id=daemon.root + "/opt")
+    a, b = opt.state_dict(), opt2.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for i in a["state"]:
+        for k in a["state"][i]:
+            assert torch.equal(a["state"][i][k], b["state"][i][k])
+    assert all(p.grad is None for p in m2.parameters())
