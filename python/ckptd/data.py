@@ -26,8 +26,9 @@ a model with dropout and a random transform).  The batches' indices did
 come back in order: torchdata 0.11 snapshots the sampler at the last batch
 the loop took, not at the prefetched ones.  What went wrong was randomness:
 
-  1. Creating a DataLoader iterator draws its workers' base seed from the
-     global torch RNG (unless the loader has its own generator).  The
+  1. Creating a DataLoader iterator draws a base seed for its workers from
+     the global torch RNG, with num_workers=0 too (unless the loader has a
+     generator of its own).  The
      uninterrupted run drew it at the epoch's start, before the save; the
      resumed run restored the RNG and then drew again when it built the
      resumed iterator, so every later torch draw of the main process
