@@ -125,10 +125,12 @@ class PendingSave:
 
 
 def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
-         cuda_stream=None):
+         cuda_stream=None, dl_tables=()):
     """Begins, fills and commits one save of this rank.  tensors: TensorItems;
-    blobs: (key, bytes); returns a PendingSave.  Raises SaveError when
-    libckpt refuses it (nothing is committed then)."""
+    blobs: (key, bytes); dl_tables: (name, ckptd.data.ShardTable), each
+    this rank's block of a data-loader table (ckpt_save_add_dl_table);
+    returns a PendingSave.  Raises SaveError when libckpt refuses it
+    (nothing is committed then)."""
     lib = _lib.lib
     opts = _lib.SaveOpts()
     opts.size = ctypes.sizeof(_lib.SaveOpts)
@@ -171,6 +173,11 @@ def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
             t.cuda_stream = it.stream
             add(handle, ref)  # a failure is reported again by the commit
         bufs = []
+        for key, table in dl_tables:
+            buf, n = table._block()
+            bufs.append(buf)
+            lib.ckpt_save_add_dl_table(handle, key.encode(), buf, n, table.k, table.row0,
+                                       table.n_shards, table.replica)
         for key, data in blobs:
             buf = ctypes.create_string_buffer(bytes(data), len(data)) if data else None
             bufs.append(buf)
@@ -190,6 +197,8 @@ def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
 
 class Reader:
     """An open committed checkpoint (libckpt reader)."""
+
+    handle = None  # until opened: __del__ of one that failed to open has nothing to close
 
     def __init__(self, path=None, latest_root=None):
         self.handle = None

@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from . import _client, _engine, _lib, _tree
 from ._engine import META_PREFIX, FORMAT, TensorItem, LoadBox
+from .data import ShardTable
 from ._errors import CheckpointError, SaveError
 
 try:  # torch >= 2.5
@@ -342,12 +343,15 @@ def _value_kind(name, v, allow_pickle):
                     % (name, type(v).__name__))
 
 
-def _prepare(state_dict, rank, world, allow_pickle):
+def _prepare(state_dict, rank, world, allow_pickle, dl_tables=None):
     leaves, _, _ = _tree.flatten(state_dict, _is_tensor_leaf)
     items, keep, blobs = [], [], []
     tmeta, values, bmeta = {}, {}, {}
     for leaf in leaves:
         v = leaf.value
+        if isinstance(v, ShardTable) and dl_tables is not None:
+            dl_tables.append((leaf.name, v))  # ckpt_save_add_dl_table
+            continue
         if _is_tensor_leaf(v):
             _tensor_items(leaf.name, v, rank, world, items, keep, tmeta)
             continue
@@ -422,11 +426,13 @@ def async_save(state_dict, *, checkpoint_id, process_group=None, step=None, metr
     rank, world = _rank_world(process_group, no_dist)
     st = _step_of(step)
     mets = _check_metrics(metrics)
-    items, blobs, keep = _prepare(state_dict, rank, world, allow_pickle)
+    dl_tables = []
+    items, blobs, keep = _prepare(state_dict, rank, world, allow_pickle, dl_tables)
     meta = {"ckptd.python": str(FORMAT)} if rank == 0 else None
     client = _client.get(rank, world, root)
     try:
-        p = _engine.save(client, root, name, st, items, blobs, mets, meta, keep)
+        p = _engine.save(client, root, name, st, items, blobs, mets, meta, keep,
+                         dl_tables=dl_tables)
     except SaveError as e:
         if e.errno not in _engine.LOST:
             raise
@@ -434,7 +440,8 @@ def async_save(state_dict, *, checkpoint_id, process_group=None, step=None, metr
         # nothing was sent, so the save is made again on a new one.
         _client.drop(client)
         client = _client.get(rank, world, root)
-        p = _engine.save(client, root, name, st, items, blobs, mets, meta, keep)
+        p = _engine.save(client, root, name, st, items, blobs, mets, meta, keep,
+                         dl_tables=dl_tables)
     return AsyncSaveResponse(p.staging_completion, p.upload_completion,
                              os.fspath(checkpoint_id))
 
@@ -604,8 +611,12 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
     path = cid if cid.startswith("s3://") else os.path.abspath(cid)
     root, _ = _engine.split_checkpoint_id(checkpoint_id)
     rank, world = _rank_world(process_group, no_dist)
-    leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf, _init_optimizer)
+    if not isinstance(state_dict, dict):
+        _tree.flatten(state_dict, _is_tensor_leaf)  # its TypeError, before the checkpoint's
     with _engine.Reader(path) as rd:
+        # Only once the checkpoint opened: a load that cannot start leaves
+        # the optimizers as they were.
+        leaves, statefuls, tuples = _tree.flatten(state_dict, _is_tensor_leaf, _init_optimizer)
         saved_world = rd.world
         # Through the daemon where one runs: after a crash the files may be
         # in its memory only.  Everything read is CRC-checked either way.
@@ -657,6 +668,9 @@ def load(state_dict, *, checkpoint_id, process_group=None, strict=True, allow_pi
         stats, raw = _load(rd, boxes, via, not strict, bkeys)
         for leaf in post:
             name = leaf.name
+            if isinstance(leaf.value, ShardTable):  # dealt by ckpt_dl_restore
+                leaf.value._restore_from(rd, name, strict)
+                continue
             if name in own.get("values", {}):
                 _tree.assign(leaf, own["values"][name])
             elif name in own.get("blobs", {}):
