@@ -11,7 +11,7 @@ import re
 import threading
 
 from . import _client, _lib
-from ._errors import CheckpointError, SaveError, CkptdError, strerror
+from ._errors import CheckpointError, SaveError, strerror
 
 META_PREFIX = "~ckptd/"
 FORMAT = 1  # of the Python metadata blob; a newer one is refused on load
@@ -347,7 +347,6 @@ def load(reader, boxes, client=None, partial=False, blobs=()):
     if r < 0:
         raise CheckpointError("load of %s: %s" % (reader.path, _lib.last_error()), -r)
     ld = h.value
-    keep = []
     try:
         t = _lib.LoadTensor()
         t.size = ctypes.sizeof(_lib.LoadTensor)
