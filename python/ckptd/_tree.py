@@ -24,7 +24,9 @@ MAX_NAME = 512
 
 
 def _escape(s):
-    if all(0x20 <= ord(c) <= 0x7e and c != "%" for c in s):
+    # For ASCII, isprintable() is exactly 0x20..0x7e: the common case costs
+    # two C calls, not a loop over the characters.
+    if s.isascii() and s.isprintable() and "%" not in s:
         return s
     out = []
     for c in s:

@@ -13,6 +13,7 @@ group (if any) is asked for its rank and size only, in the caller's thread.
 import json
 import os
 import pickle
+import sys
 import zlib
 
 import torch
@@ -66,6 +67,11 @@ _dt = getattr(torch, "bits16", None)
 if _dt is not None:
     _add_dtype("bits16", "U16", "bytes")
 
+# What a tensor's entry in the Python metadata says, one per dtype (only
+# read, so shared by every tensor of that dtype).
+_TMETA = {_dt: {"torch": str(_dt).replace("torch.", "")} for _dt in _DTYPES}
+_STRIDED = torch.strided
+
 _NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
               "int32": "I32", "uint32": "U32", "int64": "I64", "uint64": "U64",
               "float16": "F16", "float32": "F32", "float64": "F64"}
@@ -73,7 +79,6 @@ _NP_COMPLEX = {"complex64": "F32", "complex128": "F64"}
 
 
 def _np():
-    import sys
     return sys.modules.get("numpy")
 
 
@@ -156,7 +161,7 @@ def _storage_view(name, t):
 def _tensor_items(name, v, rank, world, items, keep, tmeta):
     if DTensor is not None and isinstance(v, DTensor):
         return _dtensor_items(name, v, items, keep, tmeta)
-    if _is_ndarray(v):
+    if not isinstance(v, torch.Tensor):  # a numpy array (a tensor leaf)
         np = _np()
         kind = v.dtype.name
         if kind in _NP_DTYPES:
@@ -174,6 +179,19 @@ def _tensor_items(name, v, rank, world, items, keep, tmeta):
                                 replica=(rank - w) % world))
         return
     dtype = v.dtype
+    m = _DTYPES.get(dtype)
+    # The common case first, at the least cost (every tensor adds to the
+    # time async_save blocks the trainer): a contiguous host tensor of a
+    # dtype stored as it is.  Its memory is read as it is, so neither a
+    # detached alias nor a view is needed.  Anything else takes the
+    # general path below.
+    if (m is not None and m[1] is None and v.layout == _STRIDED and v.is_cpu and
+            v.is_contiguous() and not v.is_neg()):
+        keep.append(v)
+        tmeta[name] = _TMETA[dtype]
+        items.append(TensorItem(name, m[0], list(v.shape), v.data_ptr() or None,
+                                replica=(rank - _writer(name, world)) % world if world > 1 else 0))
+        return
     t, code, how = _storage_view(name, v.detach())
     device, index, stream = _lib.DEVICE_HOST, 0, None
     if t.device.type == "cuda":
