@@ -114,10 +114,14 @@ class PendingSave:
     that waits in libckpt (without the GIL), and what must stay alive until
     the bytes are staged."""
 
-    def __init__(self, handle, staged, committed, keepalive, path):
+    def __init__(self, handle, keepalive, path):
+        # Made before ckpt_save_commit, started (start()) right after it:
+        # once the commit has returned, the save's copy threads take the
+        # CPUs, and on a machine with few of them the caller's thread may
+        # wait for one in whatever it still has to do before returning.
         self.handle = handle
-        self.staged = staged
-        self.committed = committed
+        self.staged = None
+        self.committed = None
         self.keepalive = keepalive
         self.path = path
         self.staging_completion = concurrent.futures.Future()
@@ -125,6 +129,11 @@ class PendingSave:
         self._staged_evt = threading.Event()
         for f in (self.staging_completion, self.upload_completion):
             f.set_running_or_notify_cancel()
+
+    def start(self, staged, committed):
+        """The commit succeeded: its futures are waited for from now on."""
+        self.staged = staged
+        self.committed = committed
         _client.track(self)
         _waiters.submit(self._run)
 
@@ -260,13 +269,14 @@ def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
             lib.ckpt_save_add_blob(handle, key.encode(), buf, len(data))
         staged = ctypes.c_void_p()
         committed = ctypes.c_void_p()
+        p = PendingSave(handle, (keepalive, bufs), "%s/%s" % (root, name))
         _check(lib.ckpt_save_commit(handle, ctypes.byref(staged), ctypes.byref(committed)),
                "ckptd refused the save of %s/%s" % (root, name))
     except BaseException:
         lib.ckpt_save_free(handle)
         raise
-    return PendingSave(handle, staged.value, committed.value, (keepalive, bufs),
-                       "%s/%s" % (root, name))
+    p.start(staged.value, committed.value)
+    return p
 
 
 # ---- reading ----
