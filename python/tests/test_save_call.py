@@ -181,3 +181,49 @@ def test_fork_child_saves_with_threads_of_its_own(daemon):
     dst = {"w": torch.zeros(4096)}
     ct.load(dst, checkpoint_id=os.path.join(daemon.root, "child"))
     assert torch.equal(dst["w"], torch.full((4096,), 2.0))
+
+
+class _Stateful:
+    def __init__(self):
+        self.sd = {"x": torch.ones(2)}
+
+    def state_dict(self):
+        return self.sd
+
+    def load_state_dict(self, sd):
+        self.sd = sd
+
+
+@pytest.mark.parametrize("state", [
+    {"a": {"b": torch.ones(1), "c": 3}, "d": "s", "e": None, "f": b"x"},
+    {"model": {"w": torch.ones(2)}, "optim": {"state": {0: {"m": torch.ones(2)}}}},  # int keys
+    {"l": [torch.ones(1), {"z": 2}], "t": (1, 2)},                                 # lists, tuples
+    {"__x": torch.ones(1), "y": {"__z": 1}},                                       # renamed names
+    {"sp ace": 1, "uni\u00e9": 2, "pc%t": 3},                                      # escaped keys
+    {"obj": _Stateful(), "n": 1.5},                                                # Stateful
+    {"a": {}, "b": {"c": {}}},                                                     # empty dicts
+])
+def test_fast_flatten_gives_flattens_names(state):
+    from ckptd import _tree
+
+    leaves, _, _ = _tree.flatten(state, ct._is_tensor_leaf)
+    names, values = _tree.names_values(state, ct._is_tensor_leaf)
+    assert names == [leaf.name for leaf in leaves]
+    assert all(a is b for a, b in zip(values, [leaf.value for leaf in leaves]))
+
+
+@pytest.mark.parametrize("state", [
+    {"a.b": 1, "a": {"b": 2}},      # two paths, one name
+    {"~ckptd": 1},                  # reserved
+    {"": 1},                        # no name
+    {"x" * 600: 1},                 # too long
+    [1, 2],                         # not a dict
+])
+def test_fast_flatten_refuses_as_flatten_does(state):
+    from ckptd import _tree
+
+    with pytest.raises((TypeError, ValueError)) as want:
+        _tree.flatten(state, ct._is_tensor_leaf)
+    with pytest.raises(type(want.value)) as got:
+        _tree.names_values(state, ct._is_tensor_leaf)
+    assert str(got.value) == str(want.value)
