@@ -257,7 +257,13 @@ def run(kind, trainer, savers, sd, args, tag):
     drain = now() - td
     for p in paths:
         shutil.rmtree(p, ignore_errors=True)
+    # Where the time went: the median step at each offset from a save (0:
+    # the step right after one; k - 1: the step that ends with one), the
+    # same offsets in a run without saves.
+    # (steps[j] is step j + 1: the saves follow steps[k - 1], steps[2k - 1]...)
+    by_offset = [median(steps[j::k]) * 1e3 for j in range(k)]
     return {"seconds": seconds, "steps": n, "saves": len(paths), "step_ms": median(steps) * 1e3,
+            "step_ms_by_offset": [round(x, 2) for x in by_offset],
             "step_ms_max": max(steps) * 1e3, "call_ms_total": call_s * 1e3,
             "staging_wait_ms_total": stage_wait_s * 1e3, "upload_wait_ms_total": upload_wait_s * 1e3,
             "drain_ms": drain * 1e3, "t_start": t0, "t_end": t0 + seconds}
