@@ -209,7 +209,8 @@ def _targets_line(result):
     for t in result.get("targets", []):
         state = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
         s = "%s %s: %s (%s" % (state, t["scenario"], t["target"], fmt(t["value"], 3))
-        if t["rule"] and t["rule"].startswith("ceiling"):
+        if t["rule"] and (t["rule"].startswith("ceiling") or
+                          any(w in t["rule"] for w in ("not judgeable", "bootstrap", "broken limit"))):
             s += "; " + t["rule"]
         parts.append(s + ")")
     return "; ".join(parts)
@@ -223,7 +224,9 @@ def _header(result):
         result.get("protocol", 1), result.get("rounds", "?"), m.get("cpus"), m.get("mem_gib"), m.get("kernel"),
         m.get("fs"), m.get("fio"), m.get("torch")) + "".join(
         "; %s measured against the FAKE CUDA runtime (no GPU)" % n
-        for n, s in result.get("scenarios", {}).items() if s.get("fake_cuda"))
+        for n, s in result.get("scenarios", {}).items() if s.get("fake_cuda")) + (
+        "; NOT RECORDABLE (protocol v3: see its notes)"
+        if result.get("recordable") is False and not result.get("quick") else "")
 
 
 def text_table(result):

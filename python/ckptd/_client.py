@@ -72,6 +72,9 @@ def socket_path():
 _JOB_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
+_jobs = {}  # root -> its derived job id (hashing it on every save cost ~50 us)
+
+
 def job_for(root):
     job = _settings.get("job") or os.environ.get("CKPTD_JOB")
     if job:
@@ -80,8 +83,12 @@ def job_for(root):
                              "ckptd.configure(job=...) or $CKPTD_JOB)" % job)
         return job
     # Every rank saves under the same root, so the root names the job.
-    return "py-" + hashlib.sha256(os.path.abspath(root).encode()
-                                  if "://" not in root else root.encode()).hexdigest()[:20]
+    job = _jobs.get(root)
+    if job is None:
+        job = "py-" + hashlib.sha256(os.path.abspath(root).encode()
+                                     if "://" not in root else root.encode()).hexdigest()[:20]
+        _jobs[root] = job
+    return job
 
 
 class Client:

@@ -39,6 +39,7 @@ collectives with saves in flight):
 import json
 import os
 import pickle
+import sys
 import zlib
 
 import torch
@@ -93,6 +94,12 @@ _dt = getattr(torch, "bits16", None)
 if _dt is not None:
     _add_dtype("bits16", "U16", "bytes")
 
+# What a tensor's entry in the Python metadata says, one per dtype (only
+# read, so shared by every tensor of that dtype).
+_TMETA = {_dt: {"torch": str(_dt).replace("torch.", "")} for _dt in _DTYPES}
+_STRIDED = torch.strided
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # exact types: no subclass
+
 _NP_DTYPES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16",
               "int32": "I32", "uint32": "U32", "int64": "I64", "uint64": "U64",
               "float16": "F16", "float32": "F32", "float64": "F64"}
@@ -100,7 +107,6 @@ _NP_COMPLEX = {"complex64": "F32", "complex128": "F64"}
 
 
 def _np():
-    import sys
     return sys.modules.get("numpy")
 
 
@@ -201,7 +207,7 @@ def _storage_view(name, t):
 def _tensor_items(name, v, rank, world, items, keep, tmeta):
     if DTensor is not None and isinstance(v, DTensor):
         return _dtensor_items(name, v, items, keep, tmeta)
-    if _is_ndarray(v):
+    if not isinstance(v, torch.Tensor):  # a numpy array (a tensor leaf)
         np = _np()
         kind = v.dtype.name
         if kind in _NP_DTYPES:
@@ -344,27 +350,55 @@ def _value_kind(name, v, allow_pickle):
 
 
 def _prepare(state_dict, rank, world, allow_pickle, dl_tables=None):
-    leaves, _, _ = _tree.flatten(state_dict, _is_tensor_leaf)
+    names, leaves = _tree.names_values(state_dict, _is_tensor_leaf)
     items, keep, blobs = [], [], []
     tmeta, values, bmeta = {}, {}, {}
-    for leaf in leaves:
-        v = leaf.value
+    for name, v in zip(names, leaves):
+        # The common case first, inline and at the least cost (every tensor
+        # adds to the time async_save blocks the trainer): a plain (not
+        # DTensor) contiguous host tensor of a dtype stored as it is.  Its
+        # memory is read as it is: no detached alias or view is needed.
+        # Anything else takes _tensor_items's general path.
+        if type(v) in _PLAIN_TENSORS:
+            dtype = v.dtype
+            m = _DTYPES.get(dtype)
+            if (m is not None and m[1] is None and v.layout is _STRIDED and v.is_cpu and
+                    v.is_contiguous() and not v.is_neg()):
+                keep.append(v)
+                tmeta[name] = _TMETA[dtype]
+                item = TensorItem(name, m[0], list(v.shape), v.data_ptr() or None)
+                if world > 1:
+                    item.replica = (rank - _writer(name, world)) % world
+                items.append(item)
+                continue
         if isinstance(v, ShardTable) and dl_tables is not None:
-            dl_tables.append((leaf.name, v))  # ckpt_save_add_dl_table
+            dl_tables.append((name, v))  # ckpt_save_add_dl_table
             continue
         if _is_tensor_leaf(v):
-            _tensor_items(leaf.name, v, rank, world, items, keep, tmeta)
+            _tensor_items(name, v, rank, world, items, keep, tmeta)
             continue
-        kind, val = _value_kind(leaf.name, v, allow_pickle)
+        kind, val = _value_kind(name, v, allow_pickle)
         if kind == "value":
-            values[leaf.name] = val
+            values[name] = val
         else:
-            bmeta[leaf.name] = kind
-            blobs.append(("%sb/%d/%s" % (META_PREFIX, rank, leaf.name), val))
+            bmeta[name] = kind
+            blobs.append(("%sb/%d/%s" % (META_PREFIX, rank, name), val))
     meta = {"format": FORMAT, "rank": rank, "world": world, "tensors": tmeta,
             "values": values, "blobs": bmeta}
-    blobs.append((_engine.meta_key(rank), json.dumps(meta, separators=(",", ":")).encode()))
+    # A trainer saves the same names, dtypes and values again and again:
+    # comparing with the last save's metadata (its per-dtype entries are
+    # the same objects) costs a fraction of encoding it anew.
+    last = _last_meta
+    if last is not None and last[0] == meta:
+        raw = last[1]
+    else:
+        raw = json.dumps(meta, separators=(",", ":")).encode()
+        globals()["_last_meta"] = (meta, raw)
+    blobs.append((_engine.meta_key(rank), raw))
     return items, blobs, keep
+
+
+_last_meta = None  # (metadata, its JSON) of the last save of this process
 
 
 def _step_of(step):
