@@ -85,9 +85,10 @@ staged_ms during / the staged_ms alone, per round.
 
 py-save-2g, py-load-2g and train-overhead (issue 31) measure the Python
 package, ckptd.torch, and follow protocol v3 (see "the Python package"
-below: 7 rounds, sync and drop_caches before every timed save and load,
-targets judged by judge_v3, other processes' CPU share recorded and a run
-marked NOT RECORDABLE above 10 %).  Their Python side
+below: at least 7 rounds (py-save-2g 9, train-overhead 11), sync and
+drop_caches before every timed save and load, targets judged by judge_v3,
+other processes' CPU share recorded and a run marked NOT RECORDABLE above
+10 %).  Their Python side
 (bench/baselines/pyckptd.py, bench/baselines/train.py) runs in the bench
 environment with this tree's package and this build's libckpt.
 py-save-2g: save-2g's state (2 GiB in 256 fp32 tensors) as a dict of torch
