@@ -154,21 +154,18 @@ class PendingSave:
         try:
             r = lib.ckpt_future_wait(self.staged, -1)
             self.keepalive = None  # the trainer's memory is no longer read
-            if r < 0:
-                err = self._fail(self.staged, r)
-                self._staged_evt.set()
-                _client.untrack(self)
-                self.staging_completion.set_exception(err)
-                r2 = lib.ckpt_future_wait(self.committed, -1)
-                self.upload_completion.set_exception(self._fail(self.committed, r2)
-                                                     if r2 < 0 else err)
-                return
             self._staged_evt.set()
             _client.untrack(self)
-            self.staging_completion.set_result(None)
+            staged_err = self._fail(self.staged, r) if r < 0 else None
+            if staged_err is not None:
+                self.staging_completion.set_exception(staged_err)
+            else:
+                self.staging_completion.set_result(None)
             r = lib.ckpt_future_wait(self.committed, -1)
             if r < 0:
                 self.upload_completion.set_exception(self._fail(self.committed, r))
+            elif staged_err is not None:
+                self.upload_completion.set_exception(staged_err)
             else:
                 self.upload_completion.set_result(None)
         finally:
@@ -276,9 +273,11 @@ def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
             lib.ckpt_save_add_dl_table(handle, key.encode(), buf, n, table.k, table.row0,
                                        table.n_shards, table.replica)
         for key, data in blobs:
-            buf = ctypes.create_string_buffer(bytes(data), len(data)) if data else None
-            bufs.append(buf)
-            lib.ckpt_save_add_blob(handle, key.encode(), buf, len(data))
+            # bytes are immutable: libckpt reads them where they are (kept
+            # alive in bufs until staged), no copy into a ctypes buffer.
+            data = bytes(data)
+            bufs.append(data)
+            lib.ckpt_save_add_blob(handle, key.encode(), data if data else None, len(data))
         staged = ctypes.c_void_p()
         committed = ctypes.c_void_p()
         p = PendingSave(handle, (keepalive, bufs), "%s/%s" % (root, name))
@@ -411,6 +410,13 @@ def read_meta(reader, rank, raw=None):
         raise CheckpointError("checkpoint %s was saved by a newer ckptd package (Python "
                               "metadata format %r; this one reads up to %d): upgrade ckptd "
                               "to load it" % (reader.path, fmt, FORMAT))
+    # The checkpoint is not trusted: what the loader indexes by must have
+    # the types it expects, or the load stops here with a CheckpointError.
+    if (not isinstance(meta.get("rank", 0), int) or
+            any(not isinstance(meta.get(k, {}), dict) for k in ("tensors", "values", "blobs")) or
+            any(not isinstance(v, dict) for v in meta.get("tensors", {}).values())):
+        raise CheckpointError("checkpoint %s: its Python metadata (%s) is not valid: a field "
+                              "has the wrong type" % (reader.path, meta_key(rank)))
     return meta
 
 
@@ -512,11 +518,10 @@ def latest(root):
         root = os.path.abspath(root)
     h = ctypes.c_void_p()
     r = _lib.lib.ckpt_reader_open_latest(root.encode(), ctypes.byref(h))
-    if r == -errno.ENOENT and "no committed checkpoint" in _lib.last_error():
-        return None
+    if r == -errno.ENOENT and (not root.startswith("s3://") or
+                               "no committed checkpoint" in _lib.last_error()):
+        return None  # (on S3, -ENOENT is also a bucket that does not exist)
     if r < 0:
-        if -r == errno.ENOENT and not root.startswith("s3://"):
-            return None
         raise CheckpointError("latest(%s): %s" % (root, _lib.last_error() or strerror(-r)), -r)
     try:
         return _lib.lib.ckpt_reader_path(h.value).decode()
@@ -552,7 +557,12 @@ def list_checkpoints(root, metrics=()):
     names = []
 
     def add(_ud, name):
-        names.append(name.decode())
+        # (ckptd names checkpoints in ASCII: a name that is not UTF-8 is
+        # nobody's checkpoint, and an exception here would not cross C.)
+        try:
+            names.append(name.decode())
+        except UnicodeDecodeError:
+            pass
         return 0
 
     cb = _lib.LIST_FN(add)

@@ -55,8 +55,8 @@ def is_stateful(v):
 
 
 class Leaf:
-    """A value at a place in the state: parent[key] is it (for a tuple
-    parent, `holder` is the list the tuple is rebuilt from on load)."""
+    """A value at a place in the state: parent[key] is it (for a value in a
+    tuple, parent is the list the tuple is rebuilt from on load)."""
     __slots__ = ("name", "value", "parent", "key")
 
     def __init__(self, name, value, parent, key):
