@@ -4054,6 +4054,37 @@ def limit_note(key, per, notes):
                      % (key, sum(1 for v in vals if v > 1.0), len(vals), max(vals)))
 
 
+def py_and_c_workers(name, mode, daemon, sc, py, run_dir, nbytes, tensors, arena, notes, want_dcp):
+    """The Python worker (bench/baselines/pyckptd.py in `mode`, with DCP when
+    want_dcp) and ckpt_bench, one client of `arena` bytes each, started side
+    by side.  Returns (the Python worker, ckpt_bench, the list of those that
+    started)."""
+    progress("%s: starting the Python worker (ckptd.torch%s) and ckpt_bench" % (name, ", DCP" if want_dcp else ""))
+    pyw = py_worker("pyckptd", mode, daemon, sc, py, run_dir, arena, notes, not want_dcp)
+    ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, 1, ["default:0"], arena), run_dir,
+                        worker_env(1), notes)
+    return pyw, ckpt, [w for w in (pyw, ckpt) if w]
+
+
+def await_py_and_c(pyw, ckpt, arena, small_arena_costs, want_dcp, notes):
+    """The ready messages of py_and_c_workers' two workers (BenchError if
+    either did not start).  Notes why DCP cannot run, and a client whose
+    arena is smaller than asked with what that costs."""
+    pready = await_ready(pyw, notes, "the Python worker")
+    if pready is None:
+        raise BenchError("the Python worker did not start: %s" % notes[-1])
+    ready = await_ready(ckpt, notes, "ckpt_bench")
+    if ready is None:
+        raise BenchError("ckpt_bench did not start: %s" % notes[-1])
+    if want_dcp and pready.get("no_dcp"):
+        notes.append("DCP: %s" % pready["no_dcp"])
+    for who, got in (("the Python client", pready.get("arena_bytes")),
+                     ("the C client", ready["clients"]["default"].get("arena_bytes"))):
+        if got is None or got < arena:
+            notes.append("%s's arena is %s bytes, %d asked for: %s" % (who, got, arena, small_arena_costs))
+    return pready, ready
+
+
 def py_worker(name, mode, daemon, sc, py, run_dir, arena, notes, no_dcp):
     argv = [py, os.path.join(REPO, "bench", "baselines", "pyckptd.py"), "--mode", mode, "--dir", daemon.data,
             "--socket", daemon.socket, "--bytes", str(sc["bytes"]), "--tensors", str(sc["tensors"]),
@@ -4102,29 +4133,15 @@ def pysave_scenario(name, sc, daemon, py, run_dir, failures):
             want_dcp = False
             notes.append("DCP left out: %.1f GiB of memory available, the scenario with DCP wants ~%.1f GiB"
                          % (avail / GIB, (base + plan["dcp_async"]) / GIB))
-    progress("%s: starting the Python worker (ckptd.torch%s) and ckpt_bench" % (name, ", DCP" if want_dcp else ""))
-    pyw = py_worker("pyckptd", "save", daemon, sc, py, run_dir, arena, notes, not want_dcp)
-    ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, 1, ["default:0"], arena), run_dir,
-                        worker_env(1), notes)
-    workers = [w for w in (pyw, ckpt) if w]
+    pyw, ckpt, workers = py_and_c_workers(name, "save", daemon, sc, py, run_dir, nbytes, tensors, arena,
+                                          notes, want_dcp)
     warm = {}
     try:
-        pready = await_ready(pyw, notes, "the Python worker")
-        if pready is None:
-            raise BenchError("the Python worker did not start: %s" % notes[-1])
-        ready = await_ready(ckpt, notes, "ckpt_bench")
-        if ready is None:
-            raise BenchError("ckpt_bench did not start: %s" % notes[-1])
+        pready, ready = await_py_and_c(pyw, ckpt, arena, "its staging may wait for the disk", want_dcp,
+                                       notes)
         configs = [c for c in pready.get("dcp_configs", []) if c.split("-")[0] in dcp_modes] if want_dcp else []
-        if want_dcp and pready.get("no_dcp"):
-            notes.append("DCP: %s" % pready["no_dcp"])
         detail.update({"python_worker": pready, "ckpt_bench": ready, "uring_depth": uring_depth,
                        "arena_bytes": arena})
-        for who, got in (("the Python client", pready.get("arena_bytes")),
-                         ("the C client", ready["clients"]["default"].get("arena_bytes"))):
-            if got is None or got < arena:
-                notes.append("%s's arena is %s bytes, %d asked for: its staging may wait for the disk"
-                             % (who, got, arena))
         progress("%s: warm-up saves" % name)
         warm["ckptd_py"] = pyw.cmd("ckptd")
         warm["ckptd_c"] = ckpt.cmd("save default")
@@ -4317,28 +4334,14 @@ def pyload_scenario(name, sc, daemon, py, run_dir, failures):
         notes.append("only %.1f GiB of memory available, the scenario wants ~%.1f GiB"
                      % (avail / GIB, sum(plan.values()) / GIB))
     want_dcp = not SKIP_DCP
-    progress("%s: starting the Python worker (ckptd.torch%s) and ckpt_bench" % (name, ", DCP" if want_dcp else ""))
-    pyw = py_worker("pyckptd", "load", daemon, sc, py, run_dir, LOAD_ARENA, notes, not want_dcp)
-    ckpt = start_worker("ckpt_bench", ckpt_argv(daemon, nbytes, tensors, 1, ["default:0"], LOAD_ARENA), run_dir,
-                        worker_env(1), notes)
-    workers = [w for w in (pyw, ckpt) if w]
+    pyw, ckpt, workers = py_and_c_workers(name, "load", daemon, sc, py, run_dir, nbytes, tensors, LOAD_ARENA,
+                                          notes, want_dcp)
     warm = {}
     try:
-        pready = await_ready(pyw, notes, "the Python worker")
-        if pready is None:
-            raise BenchError("the Python worker did not start: %s" % notes[-1])
-        ready = await_ready(ckpt, notes, "ckpt_bench")
-        if ready is None:
-            raise BenchError("ckpt_bench did not start: %s" % notes[-1])
+        pready, ready = await_py_and_c(pyw, ckpt, LOAD_ARENA, "reads through ckptd are capped at half of it",
+                                       want_dcp, notes)
         have_dcp = want_dcp and not pready.get("no_dcp")
-        if want_dcp and pready.get("no_dcp"):
-            notes.append("DCP: %s" % pready["no_dcp"])
         detail.update({"python_worker": pready, "ckpt_bench": ready, "uring_depth": uring_depth})
-        for who, got in (("the Python client", pready.get("arena_bytes")),
-                         ("the C client", ready["clients"]["default"].get("arena_bytes"))):
-            if got is None or got < LOAD_ARENA:
-                notes.append("%s's arena is %s bytes, %d asked for: reads through ckptd are capped at half "
-                             "of it" % (who, got, LOAD_ARENA))
         progress("%s: saving the checkpoints to load" % name)
         made = {"ckptd_py": pyw.cmd("keep_ckptd"), "ckptd_c": ckpt.cmd("save default keep")}
         files = made["ckptd_py"]["files"]

@@ -9,7 +9,9 @@ so run.py can read the argument helpers without torch.
 """
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 
 def setup_env(threads, gpu=False):
@@ -66,6 +68,40 @@ def fsync_tree(path):
             fsync_path(os.path.join(dirpath, f))
         fsync_path(dirpath)
     fsync_path(os.path.dirname(os.path.abspath(path)))
+
+
+def drop_tree(path, flush=False):
+    """Every file under path dropped from the page cache (DONTNEED drops
+    clean pages only: flush writes dirty ones back first with fdatasync;
+    without it the caller has made them clean, e.g. by an fsync).
+    Returns (files, bytes)."""
+    files = size = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for n in names:
+            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if flush:
+                    os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                size += os.fstat(fd).st_size
+                files += 1
+            finally:
+                os.close(fd)
+    return files, size
+
+
+def gloo_alone(dist, work_dir, prefix):
+    """torch.distributed initialised as a job of one rank (gloo, a file
+    store in a fresh directory under work_dir), as DCP wants a process
+    group.  Returns the store's directory (the caller removes it)."""
+    store = tempfile.mkdtemp(prefix=prefix, dir=work_dir)
+    try:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(store, "store"),
+                                rank=0, world_size=1)
+    except BaseException:
+        shutil.rmtree(store, ignore_errors=True)
+        raise
+    return store
 
 
 def cpus():

@@ -143,22 +143,6 @@ def raise_fd_limit(torch, tensors):
     return ""
 
 
-def drop_tree(path):
-    """Every file under path dropped from the page cache (DONTNEED drops
-    clean pages: dcp_keep fsynced them).  Returns (files, bytes)."""
-    files = size = 0
-    for dirpath, _dirs, names in os.walk(path):
-        for n in names:
-            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                size += os.fstat(fd).st_size
-                files += 1
-            finally:
-                os.close(fd)
-    return files, size
-
-
 def tensor_crcs(sd):
     """CRC32 of every tensor's bytes (host tensors, contiguous)."""
     return {k: zlib.crc32(t.detach().contiguous().view(-1).numpy().view("uint8")) for k, t in sd.items()}
@@ -324,7 +308,7 @@ def dcp_kept(cmd, rank, args, dist, dcp, sd, pg, kept):
     # out fails the check below.
     for t in sd.values():
         t.fill_(float("nan"))
-    dropped = drop_tree(path)
+    dropped = common.drop_tree(path)
     dist.barrier()
     t0 = time.monotonic()
     dcp.load(sd, checkpoint_id=path, process_group=pg, storage_reader=dcp.FileSystemReader(path))

@@ -47,7 +47,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 
@@ -176,22 +175,6 @@ def check(torch, sd, want, what):
         raise RuntimeError("%s: %d tensors differ from what was saved (first: %s)" % (what, len(bad), bad[0]))
 
 
-def drop_tree(path):
-    """Every file under path dropped from the page cache; (files, bytes)."""
-    files = size = 0
-    for dirpath, _dirs, names in os.walk(path):
-        for n in names:
-            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                size += os.fstat(fd).st_size
-                files += 1
-            finally:
-                os.close(fd)
-    return files, size
-
-
 def overhead(torch, ct, ckptd_mod, args):
     """The binding's cost, measured on small tensors (16 fp32 each), so that
     what is timed is the call and not a copy.  For each count n:
@@ -308,12 +291,11 @@ def main():
     from ckptd import _client
 
     torch.set_num_threads(threads)
-    store = tempfile.mkdtemp(prefix="pyckptd-store-", dir=args.dir)
+    store = None
     peer = None
     kept = {}
     try:
-        dist.init_process_group("gloo", init_method="file://" + os.path.join(store, "store"), rank=0,
-                                world_size=1)
+        store = common.gloo_alone(dist, args.dir, "pyckptd-store-")
         peer = Peer(torch, dist, args)
         peer.setup(args.mode)
         sd = common.make_state(args.bytes, args.tensors)
@@ -349,7 +331,8 @@ def main():
             peer.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-        shutil.rmtree(store, ignore_errors=True)
+        if store is not None:
+            shutil.rmtree(store, ignore_errors=True)
 
 
 def run_cmd(cmd, args, torch, ct, ckptd, peer, sd, kept, n):
@@ -410,7 +393,7 @@ def run_cmd(cmd, args, torch, ct, ckptd, peer, sd, kept, n):
         # left out fails the check below.
         for t in sd.values():
             t.fill_(float("nan"))
-        files, size = drop_tree(path)
+        files, size = common.drop_tree(path, flush=True)
         t0 = now()
         if key == "ckptd":
             stats = ct.load(sd, checkpoint_id=path)

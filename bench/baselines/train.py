@@ -61,7 +61,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 
@@ -335,11 +334,10 @@ def main():
     import ckptd
 
     torch.set_num_threads(threads)
-    store = tempfile.mkdtemp(prefix="train-store-", dir=args.dir)
+    store = None
     savers = None
     try:
-        dist.init_process_group("gloo", init_method="file://" + os.path.join(store, "store"), rank=0,
-                                world_size=1)
+        store = common.gloo_alone(dist, args.dir, "train-store-")
         trainer = Trainer(torch, args)
         trainer.set_batch(1)
         trainer.step()  # Adam's state exists from the first step on
@@ -382,7 +380,8 @@ def main():
             savers.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-        shutil.rmtree(store, ignore_errors=True)
+        if store is not None:
+            shutil.rmtree(store, ignore_errors=True)
 
 
 if __name__ == "__main__":
