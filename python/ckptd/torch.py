@@ -168,10 +168,15 @@ def _writer(name, n):
 _side_streams = {}
 
 
-def _stream_after_current(device):
+def _stream_after_current(device, ordered):
     """A private stream of `device` that waits for what is queued on the
     current stream now: copies ordered on it see the tensor as it is at
-    the call, whatever the trainer queues afterwards."""
+    the call, whatever the trainer queues afterwards.  ordered: this save's
+    {device index: stream}, so that one event per device orders all of a
+    save's tensors (not one per tensor)."""
+    got = ordered.get(device.index)
+    if got is not None:
+        return got
     s = _side_streams.get(device.index)
     if s is None:
         s = torch.cuda.Stream(device=device)
@@ -179,6 +184,7 @@ def _stream_after_current(device):
     ev = torch.cuda.Event()
     ev.record(torch.cuda.current_stream(device))
     s.wait_event(ev)
+    ordered[device.index] = s.cuda_stream
     return s.cuda_stream
 
 
@@ -204,9 +210,9 @@ def _storage_view(name, t):
     return t, code, how
 
 
-def _tensor_items(name, v, rank, world, items, keep, tmeta):
+def _tensor_items(name, v, rank, world, items, keep, tmeta, ordered):
     if DTensor is not None and isinstance(v, DTensor):
-        return _dtensor_items(name, v, items, keep, tmeta)
+        return _dtensor_items(name, v, items, keep, tmeta, ordered)
     if not isinstance(v, torch.Tensor):  # a numpy array (a tensor leaf)
         np = _np()
         kind = v.dtype.name
@@ -229,7 +235,7 @@ def _tensor_items(name, v, rank, world, items, keep, tmeta):
     device, index, stream = _lib.DEVICE_HOST, 0, None
     if t.device.type == "cuda":
         device, index = _lib.DEVICE_CUDA, t.device.index or 0
-        stream = _stream_after_current(t.device)
+        stream = _stream_after_current(t.device, ordered)
     elif t.device.type != "cpu":
         raise TypeError("'%s': tensors on %s cannot be saved (CPU and CUDA only)"
                         % (name, t.device))
@@ -303,7 +309,7 @@ def _dtensor_chunk(name, v, what):
     return offsets, sizes, local
 
 
-def _dtensor_items(name, v, items, keep, tmeta):
+def _dtensor_items(name, v, items, keep, tmeta, ordered):
     """This rank's chunk of DTensor v: its box of the global tensor (an
     empty one too: libckpt stores a chunk of 0 elements, with no data, and
     its tiling check ignores it), written by one of the ranks holding it
@@ -321,7 +327,7 @@ def _dtensor_items(name, v, items, keep, tmeta):
     device, index, stream = _lib.DEVICE_HOST, 0, None
     if t.device.type == "cuda":
         device, index = _lib.DEVICE_CUDA, t.device.index or 0
-        stream = _stream_after_current(t.device)
+        stream = _stream_after_current(t.device, ordered)
     if not t.is_contiguous():
         t = t.contiguous()
     keep.append(t)
@@ -353,6 +359,7 @@ def _prepare(state_dict, rank, world, allow_pickle, dl_tables=None):
     names, leaves = _tree.names_values(state_dict, _is_tensor_leaf)
     items, keep, blobs = [], [], []
     tmeta, values, bmeta = {}, {}, {}
+    ordered = {}  # CUDA device -> the stream this save's copies wait on
     for name, v in zip(names, leaves):
         # The common case first, inline and at the least cost (every tensor
         # adds to the time async_save blocks the trainer): a plain (not
@@ -375,7 +382,7 @@ def _prepare(state_dict, rank, world, allow_pickle, dl_tables=None):
             dl_tables.append((name, v))  # ckpt_save_add_dl_table
             continue
         if _is_tensor_leaf(v):
-            _tensor_items(name, v, rank, world, items, keep, tmeta)
+            _tensor_items(name, v, rank, world, items, keep, tmeta, ordered)
             continue
         kind, val = _value_kind(name, v, allow_pickle)
         if kind == "value":
