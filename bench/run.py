@@ -4271,8 +4271,9 @@ def pysave_scenario(name, sc, daemon, py, run_dir, failures):
         b["what"] = ("medians over the rounds (each round: every count saved several times, each call timed once "
                      "the last save's thread is idle). call_ms: async_save's call of n tensors of 16 fp32; "
                      "prepare_ms: ckptd.torch's flattening and torch introspection alone (Python); add_ms: handing "
-                     "the n prepared tensors to libckpt through ctypes (the reused struct and n "
-                     "ckpt_save_add_tensor calls, in a save begun and freed); per_tensor_*: (n=10000 - n=1) / "
+                     "the n prepared tensors to libckpt through ctypes (their array of structs packed, the last "
+                     "save's not reused, and one ckpt_save_add_tensors call, in a save begun and freed; "
+                     "call_ms saves the same tensors each time and so reuses it); per_tensor_*: (n=10000 - n=1) / "
                      "9999; ctypes_call_ns: one bare ctypes call (ckpt_dtype_size). The C client's own call for "
                      "the 256 tensors of this scenario: c_call_ms")
         r["binding"] = b

@@ -796,6 +796,52 @@ int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tenso
 	return spoil(save, add_tensor(save, tensor));
 }
 
+static int add_tensors(struct ckpt_save *save, const struct ckpt_tensor *tensors, size_t n)
+{
+	const unsigned char *at = (const unsigned char *)tensors;
+	uint32_t stride;
+
+	if (!save || (n && !tensors)) {
+		cli_set_error("ckpt_save_add_tensors: NULL argument");
+		return -EINVAL;
+	}
+	if (n == 0)
+		return 0;
+	/* The array's element size is the caller's sizeof(struct ckpt_tensor),
+	 * which CKPT_TENSOR_INIT put into every element's first field. */
+	memcpy(&stride, at, sizeof(stride));
+	for (size_t i = 0; i < n; i++, at += stride) {
+		uint32_t size;
+		int r;
+
+		memcpy(&size, at, sizeof(size));
+		if (size != stride) {
+			cli_set_error("ckpt_save_add_tensors: tensor %zu of %zu has size %u, tensor 0 "
+				      "%u: every element of the array must be initialised with "
+				      "CKPT_TENSOR_INIT", i, n, size, stride);
+			return -EINVAL;
+		}
+		r = add_tensor(save, (const struct ckpt_tensor *)at);
+		if (r < 0) {
+			char msg[PROTO_MSG_LEN];
+			const char *why = ckpt_last_error();
+			static const char prefix[] = "ckpt_save_add_tensor: ";
+
+			if (strncmp(why, prefix, sizeof(prefix) - 1) == 0)
+				why += sizeof(prefix) - 1;
+			snprintf(msg, sizeof(msg), "%s", why);
+			cli_set_error("ckpt_save_add_tensors: tensor %zu of %zu: %s", i, n, msg);
+			return r;
+		}
+	}
+	return 0;
+}
+
+int ckpt_save_add_tensors(struct ckpt_save *save, const struct ckpt_tensor *tensors, size_t n)
+{
+	return spoil(save, add_tensors(save, tensors, n));
+}
+
 static int add_blob(struct ckpt_save *save, const char *key, const void *data, size_t len)
 {
 	char err[256];

@@ -395,6 +395,19 @@ struct ckpt_tensor {
  */
 CKPT_API int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tensor *tensor);
 
+/*
+ * Adds n tensors, as n calls of ckpt_save_add_tensor() in order would, in
+ * one call (a binding from another language pays its per-call cost once).
+ * The array's elements are each tensors[0].size bytes long: initialise
+ * every one with CKPT_TENSOR_INIT.  The first tensor that fails stops the
+ * call, whose return value is then that failure's, with a message naming
+ * the tensor's index; as after any failed add, the save is spoiled.
+ * Returns 0 (also for n == 0), or the errors of ckpt_save_add_tensor, and
+ * -EINVAL for elements of differing sizes.  (LIBCKPT_0.6)
+ */
+CKPT_API int ckpt_save_add_tensors(struct ckpt_save *save, const struct ckpt_tensor *tensors,
+				   size_t n);
+
 /* Adds an opaque byte blob (data-loader state, RNG state, a config) under
  * `key`.  `data` must stay valid until staged.  Errors as for add_tensor. */
 CKPT_API int ckpt_save_add_blob(struct ckpt_save *save, const char *key, const void *data,

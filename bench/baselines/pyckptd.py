@@ -187,8 +187,12 @@ def overhead(torch, ct, ckptd_mod, args):
                      tensor's dtype, device, layout, pointer; the metadata
                      JSON): the Python side;
       add_ms         handing the n tensors to libckpt (_engine._add_tensors:
-                     the reused struct and n ckpt_save_add_tensor calls) in a
-                     save begun and then freed: the ctypes side.
+                     packing the array of structs and one
+                     ckpt_save_add_tensors call) in a save begun and then
+                     freed, the reuse of the last save's array turned off
+                     (what a save whose tensors changed pays): the ctypes
+                     side.  The whole call (call_ms) saves the same tensors
+                     each time, as a trainer does, and so reuses it.
     Beside them: one bare ctypes call (ckpt_dtype_size) in ns."""
     from ckptd import _engine, _lib, _client
     import ctypes
@@ -227,6 +231,7 @@ def overhead(torch, ct, ckptd_mod, args):
             h = ctypes.c_void_p()
             if lib.ckpt_save_begin_opts(client.handle, ctypes.byref(opts), ctypes.byref(h)) < 0:
                 raise RuntimeError("ckpt_save_begin_opts: %s" % _lib.last_error())
+            _engine._last_pack = None
             t4 = time.perf_counter()
             _engine._add_tensors(h.value, items)
             t5 = time.perf_counter()

@@ -90,6 +90,7 @@ _SIGS = {
     "ckpt_save_set_metadata": (ctypes.c_int, [c_p, c_str, c_str]),
     "ckpt_save_set_metric": (ctypes.c_int, [c_p, c_str, ctypes.c_double]),
     "ckpt_save_add_tensor": (ctypes.c_int, [c_p, ctypes.POINTER(Tensor)]),
+    "ckpt_save_add_tensors": (ctypes.c_int, [c_p, ctypes.POINTER(Tensor), ctypes.c_size_t]),
     "ckpt_save_add_blob": (ctypes.c_int, [c_p, c_str, c_p, ctypes.c_size_t]),
     "ckpt_save_set_cuda_stream": (ctypes.c_int, [c_p, c_p]),
     "ckpt_save_commit": (ctypes.c_int, [c_p, ctypes.POINTER(c_p), ctypes.POINTER(c_p)]),

@@ -373,10 +373,8 @@ def _prepare(state_dict, rank, world, allow_pickle, dl_tables=None):
                     v.is_contiguous() and not v.is_neg()):
                 keep.append(v)
                 tmeta[name] = _TMETA[dtype]
-                item = TensorItem(name, m[0], list(v.shape), v.data_ptr() or None)
-                if world > 1:
-                    item.replica = (rank - _writer(name, world)) % world
-                items.append(item)
+                items.append((name, m[0], v.shape, v.data_ptr(),
+                              (rank - _writer(name, world)) % world if world > 1 else 0))
                 continue
         if isinstance(v, ShardTable) and dl_tables is not None:
             dl_tables.append((name, v))  # ckpt_save_add_dl_table

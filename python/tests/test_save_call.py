@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The save call's cheap paths (the ones `make bench` times in py-save-2g):
-the fast path for plain host tensors beside the general one, the reused
-struct that hands tensors to libckpt, and the reused threads that complete
-the futures.  Every check is on what a load gives back, never on time."""
+the fast path for plain host tensors beside the general one, the array
+that hands all tensors to libckpt in one call (reused while unchanged),
+and the reused threads that complete the futures.  Every check is on what a load gives back, never on time."""
 import os
 import threading
 
@@ -20,7 +20,7 @@ from conftest import wait_for  # noqa: E402
 def mixed_state():
     """Tensors that take the fast path and tensors that do not, side by
     side, so that the struct handed to libckpt goes from one kind to the
-    other and back."""
+    other and back in the one array handed to libckpt."""
     g = torch.Generator().manual_seed(7)
     base = torch.randn(6, 5, generator=g)
     z = torch.randn(3, dtype=torch.complex64, generator=g)
@@ -112,6 +112,39 @@ def test_many_tensors_each_keeps_its_own_shape(daemon):
     ct.load(dst, checkpoint_id=cid)
     for k, v in state.items():
         assert torch.equal(dst[k], v), k
+
+
+def test_reused_tensor_array_follows_every_change(daemon):
+    # The array handed to ckpt_save_add_tensors is reused while a save's
+    # tensors equal the last save's (names, shapes, addresses): each
+    # change of one of them must reach the checkpoint.
+    a = torch.arange(8, dtype=torch.float32)
+    b = torch.full((2, 3), 5.0)
+    state = {"a": a, "b": b}
+    saves = []
+
+    def save(tag):
+        cid = os.path.join(daemon.root, tag)
+        ct.save(state, checkpoint_id=cid)
+        saves.append((cid, {k: v.clone() for k, v in state.items()}))
+
+    save("s0")
+    a.add_(1)            # same tensors, new values: the array is reused
+    save("s1")
+    assert _engine._last_pack is not None and _engine._last_pack[0][0][0] == "a"
+    state["b"] = torch.full((2, 3), 7.0)   # another tensor: another address
+    save("s2")
+    state["b"].resize_(3, 2)               # same storage, another shape
+    save("s3")
+    state["c"] = torch.ones(1)             # one more name
+    save("s4")
+    del state["a"]                         # one name fewer
+    save("s5")
+    for cid, want in saves:
+        dst = {k: torch.zeros_like(v) for k, v in want.items()}
+        ct.load(dst, checkpoint_id=cid)
+        for k, v in want.items():
+            assert dst[k].shape == v.shape and torch.equal(dst[k], v), (cid, k)
 
 
 def waiter_threads():

@@ -208,6 +208,52 @@ START_TEST(test_tensor_and_save_opts_size)
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -E2BIG);
 	ckpt_save_free(s);
 
+	/* Several tensors in one call (0.6): an array of the caller's
+	 * struct, stepped by its size field, in order. */
+	ck_assert_int_eq(ckpt_save_begin(c, "/r", "many", 5, &s), 0);
+	uint64_t shapes[3] = { 4, 2, 1 };
+	struct ckpt_tensor many[3];
+	static const char *const many_names[3] = { "a", "b", "c" };
+	for (int i = 0; i < 3; i++)
+		many[i] = (struct ckpt_tensor){ CKPT_TENSOR_INIT, .name = many_names[i],
+						.dtype = CKPT_F32, .ndim = 1,
+						.shape = &shapes[i], .data = w };
+	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 0), 0);
+	ck_assert_int_eq(ckpt_save_add_tensors(s, NULL, 0), 0);
+	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 3), 0);
+	GROWN(struct ckpt_tensor) gmany[2] = { { .base = many[0] }, { .base = many[1] } };
+	gmany[0].base.name = "d";
+	gmany[1].base.name = "e";
+	gmany[0].base.size = gmany[1].base.size = sizeof(gmany[0]);
+	ck_assert_int_eq(ckpt_save_add_tensors(s, &gmany[0].base, 2), 0);
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
+	ck_assert_int_eq(ckpt_future_wait(cm, 30000), 0);
+	ckpt_save_free(s);
+	fs = fake_ckptd_save(fake, 1);
+	ck_assert_uint_eq(fs->layout.n_items, 5);
+	static const char *const want[5] = { "a", "b", "c", "d", "e" };
+	for (int i = 0; i < 5; i++)
+		ck_assert_str_eq(fs->layout.items[i].name, want[i]);
+	ck_assert_uint_eq(layout_shape(&fs->layout, &fs->layout.items[1])[0], 2);
+
+	/* The first bad tensor stops the call, is named by its index, and
+	 * spoils the save; so does an element of another size. */
+	ck_assert_int_eq(ckpt_save_begin(c, "/r", "bad", 6, &s), 0);
+	many[1].dtype = (enum ckpt_dtype)99;
+	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 3), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "ckpt_save_add_tensors: tensor 1 of 3:"));
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "unknown dtype"));
+	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), -EINVAL);
+	ckpt_save_free(s);
+	ck_assert_int_eq(ckpt_save_begin(c, "/r", "bad2", 7, &s), 0);
+	many[1].dtype = CKPT_F32;
+	many[2].size = CKPT_TENSOR_SIZE_VER0;
+	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 3), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "tensor 2 of 3 has size"));
+	ck_assert_int_eq(ckpt_save_add_tensors(NULL, many, 3), -EINVAL);
+	ck_assert_int_eq(ckpt_save_add_tensors(s, NULL, 1), -EINVAL);
+	ckpt_save_free(s);
+
 	ckpt_disconnect(c);
 	fake_ckptd_stop(fake);
 	rmdir(dir);
@@ -274,7 +320,7 @@ START_TEST(test_symbols)
 	/* 0.6: what a reader tells, the checkpoints of a root (for Python). */
 	static const char *const v06[] = {
 		"ckpt_list", "ckpt_reader_metadata", "ckpt_reader_metric",
-		"ckpt_reader_path", "ckpt_reader_time",
+		"ckpt_reader_path", "ckpt_reader_time", "ckpt_save_add_tensors",
 	};
 	for (size_t i = 0; i < sizeof(v06) / sizeof(v06[0]); i++)
 		ck_assert_msg(dlvsym(h, v06[i], "LIBCKPT_0.6") != NULL, "%s@LIBCKPT_0.6: %s",
