@@ -501,6 +501,7 @@ static void *recv_thread_main(void *arg)
 	} buf;
 	char detail[PROTO_MSG_LEN];
 
+	pthread_setname_np(pthread_self(), "ckpt-recv");
 	for (;;) {
 		int fd = -1;
 		ssize_t n = proto_recv(c->sock, buf.b, &fd);
@@ -822,6 +823,7 @@ int ckpt_connect(const struct ckpt_connect_opts *opts, struct ckpt_client **ret_
 	else
 		want = env_copy_threads_default(env_cpu_count(), getenv("LOCAL_WORLD_SIZE"), why,
 						sizeof(why));
+	c->copy_nice = env_copy_nice(getenv("CKPT_COPY_NICE"));
 	for (; c->n_copy < want; c->n_copy++) {
 		r = -pthread_create(&c->copy_threads[c->n_copy], NULL, copy_thread_main, c);
 		if (r < 0)

@@ -16,6 +16,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "client/internal.h"
 
@@ -392,6 +395,20 @@ void *copy_thread_main(void *arg)
 	struct pending q = { 0 };
 	char err[PROTO_MSG_LEN];
 
+	pthread_setname_np(pthread_self(), "ckpt-copy"); /* for top -H, and tests */
+	if (c->copy_nice > 0) {
+		/* Per thread on Linux: this thread's nice value, relative to
+		 * the one it inherited.  Raising it needs no privilege. */
+		pid_t tid = (pid_t)syscall(SYS_gettid);
+		int cur;
+
+		errno = 0;
+		cur = getpriority(PRIO_PROCESS, (id_t)tid);
+		if (errno == 0 && cur < 19 &&
+		    setpriority(PRIO_PROCESS, (id_t)tid, cur + c->copy_nice > 19 ? 19 :
+				cur + c->copy_nice) < 0)
+			cli_log(CKPT_LOG_DEBUG, "copy thread: setpriority: %s", strerror(errno));
+	}
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping) {
 		struct ckpt_save *s = c->active;

@@ -76,6 +76,35 @@ unsigned env_copy_threads_default(unsigned cpus, const char *local_world_size, c
 	return n;
 }
 
+/* ---- copy threads' priority ---- */
+
+/*
+ * How much lower than the trainer's threads the host copy threads run:
+ * $CKPT_COPY_NICE, 0..19, added to their nice value.  Staging shares the
+ * CPUs with the training step that runs while it copies; the step's own
+ * threads (torch's intra-op pool) wait for each other, so a copy thread
+ * that takes a CPU from one of them stalls all of them.  A higher nice
+ * value gives the step's threads the CPUs whenever they want them and the
+ * copies the rest; a trainer that waits for staging leaves every CPU to
+ * them.  Not set or not a number in range: the default (logged).
+ */
+int env_copy_nice(const char *value)
+{
+	char *end;
+	long v;
+
+	if (!value || !*value)
+		return CLI_COPY_NICE_DEFAULT;
+	errno = 0;
+	v = strtol(value, &end, 10);
+	if (errno || *end || !isdigit((unsigned char)*value) || v > 19) {
+		cli_log(CKPT_LOG_WARNING, "$CKPT_COPY_NICE '%.40s' is not a number in 0..19: the "
+			"copy threads use the default, %d", value, CLI_COPY_NICE_DEFAULT);
+		return CLI_COPY_NICE_DEFAULT;
+	}
+	return (int)v;
+}
+
 /* ---- umask ---- */
 
 int env_parse_umask(const char *status, unsigned *ret_umask)

@@ -48,6 +48,8 @@
 #include "shm/proto.h"
 
 #define CLI_MAX_COPY_THREADS 64
+/* Added to the copy threads' nice value unless $CKPT_COPY_NICE says otherwise. */
+#define CLI_COPY_NICE_DEFAULT 0
 #define CLI_DEFAULT_ARENA (1ull << 30)
 #define CLI_ATTEMPT_NAMES 64 /* names whose attempt count a client remembers */
 
@@ -413,6 +415,7 @@ void saves_abandon_locked(struct ckpt_client *c);
 /* Thread bodies. */
 void *save_thread_main(void *arg);
 void *copy_thread_main(void *arg);
+int env_copy_nice(const char *value);
 
 /* ---- client (client.c) ---- */
 
@@ -488,6 +491,8 @@ struct ckpt_client {
 	pthread_t recv_thread, save_thread;
 	pthread_t copy_threads[CLI_MAX_COPY_THREADS];
 	unsigned n_copy;
+	int copy_nice;                    /* added to the copy threads' nice
+	                                   * value (env_copy_nice) */
 	bool recv_started, save_started;
 };
 

@@ -1195,6 +1195,7 @@ void *save_thread_main(void *arg)
 {
 	struct ckpt_client *c = arg;
 
+	pthread_setname_np(pthread_self(), "ckpt-save");
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		struct ckpt_save *s;

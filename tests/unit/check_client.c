@@ -5,12 +5,14 @@
  * refusals, lost connections, futures), and reading a checkpoint back.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -307,6 +309,88 @@ START_TEST(test_connect_ok)
 	env_start(&e, fo, 0);
 	ck_assert_uint_eq(ckpt_client_arena_bytes(e.c), 16 * MiB);
 	ck_assert_uint_eq(ckpt_client_arena_bytes(NULL), 0);
+	env_stop(&e);
+}
+END_TEST
+
+/* The nice values of this process's threads named `comm`; returns how
+ * many there are. */
+static int nice_of_threads(const char *comm, int *nice, int max)
+{
+	char path[96], buf[512];
+	int n = 0;
+	DIR *d = opendir("/proc/self/task");
+
+	ck_assert_ptr_nonnull(d);
+	for (struct dirent *de; (de = readdir(d)) != NULL;) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* the thread has exited */
+		bool match = fgets(buf, sizeof(buf), f) && strncmp(buf, comm, strlen(comm)) == 0 &&
+			     buf[strlen(comm)] == '\n';
+		fclose(f);
+		if (!match || n == max)
+			continue;
+		/* Field 19 of stat is the nice value; field 2 (comm) ends at
+		 * the last ')'. */
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", de->d_name);
+		f = fopen(path, "r");
+		ck_assert_ptr_nonnull(f);
+		ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+		fclose(f);
+		const char *p = strrchr(buf, ')');
+		ck_assert_ptr_nonnull(p);
+		int field = 2;
+		for (p++; *p && field < 19; p++)
+			if (*p == ' ')
+				field++;
+		nice[n++] = atoi(p);
+	}
+	closedir(d);
+	return n;
+}
+
+/* $CKPT_COPY_NICE lowers the copy threads' priority, and only theirs: the
+ * caller's threads and the library's other threads keep the process's. */
+START_TEST(test_copy_nice)
+{
+	struct env e;
+	struct fake_ckptd_opts fo = { .arena_max = 16 * MiB };
+	int nice[CLI_MAX_COPY_THREADS], base;
+
+	errno = 0;
+	base = getpriority(PRIO_PROCESS, 0);
+	ck_assert_int_eq(errno, 0);
+	if (base > 12)
+		return; /* already nearly as low as it goes: nothing to see */
+	setenv("CKPT_COPY_NICE", "7", 1);
+	memset(&e, 0, sizeof(e));
+	env_dir(&e);
+	fo.socket_path = e.sock;
+	ck_assert_int_eq(fake_ckptd_start(&fo, &e.fake), 0);
+	struct ckpt_connect_opts o = opts_for(&e, 16 * MiB);
+	o.copy_threads = 3;
+	ck_assert_int_eq(ckpt_connect(&o, &e.c), 0);
+	unsetenv("CKPT_COPY_NICE");
+	/* Each copy thread sets its own value as it starts. */
+	for (int tries = 0;; tries++) {
+		int n = nice_of_threads("ckpt-copy", nice, CLI_MAX_COPY_THREADS);
+		bool all = n == 3;
+		for (int i = 0; i < n; i++)
+			all = all && nice[i] == base + 7;
+		if (all)
+			break;
+		ck_assert_msg(tries < 30000, "copy threads: %d found, want 3 at nice %d", n, base + 7);
+		usleep(1000);
+	}
+	ck_assert_int_eq(nice_of_threads("ckpt-save", nice, 1), 1);
+	ck_assert_int_eq(nice[0], base);
+	ck_assert_int_eq(nice_of_threads("ckpt-recv", nice, 1), 1);
+	ck_assert_int_eq(nice[0], base);
+	ck_assert_int_eq(getpriority(PRIO_PROCESS, 0), base);
 	env_stop(&e);
 }
 END_TEST
@@ -1589,6 +1673,7 @@ static Suite *client_suite(void)
 	TC("connect_bad_opts", test_connect_bad_opts, 10);
 	TC("connect_refused", test_connect_refused, 10);
 	TC("connect_ok", test_connect_ok, 10);
+	TC("copy_nice", test_copy_nice, 60);
 	TC("connect_timeout", test_connect_timeout, 10);
 	TC("connect_timeout_backlog", test_connect_timeout_backlog, 10);
 	TC("connect_refused_reason", test_connect_refused_reason, 20);

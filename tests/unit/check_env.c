@@ -227,6 +227,22 @@ START_TEST(test_run_id_long)
 }
 END_TEST
 
+/* ---- copy threads' nice value ---- */
+
+START_TEST(test_copy_nice)
+{
+	ck_assert_int_eq(env_copy_nice(NULL), CLI_COPY_NICE_DEFAULT);
+	ck_assert_int_eq(env_copy_nice(""), CLI_COPY_NICE_DEFAULT);
+	ck_assert_int_eq(env_copy_nice("0"), 0);
+	ck_assert_int_eq(env_copy_nice("7"), 7);
+	ck_assert_int_eq(env_copy_nice("19"), 19);
+	static const char *const bad[] = { "20", "-1", "+3", " 3", "3 ", "x", "1e3",
+					   "99999999999999999999999" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(env_copy_nice(bad[i]) == CLI_COPY_NICE_DEFAULT, "'%s'", bad[i]);
+}
+END_TEST
+
 static Suite *env_suite(void)
 {
 	Suite *s = suite_create("env");
@@ -235,6 +251,9 @@ static Suite *env_suite(void)
 	tc = tcase_create("copy_threads_default");
 	tcase_add_loop_test(tc, test_copy_threads_default, 0,
 			    sizeof(threads_cases) / sizeof(threads_cases[0]));
+	suite_add_tcase(s, tc);
+	tc = tcase_create("copy_nice");
+	tcase_add_test(tc, test_copy_nice);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("cpu_count");
 	tcase_add_test(tc, test_cpu_count);
