@@ -100,7 +100,6 @@ static struct cli_pool *pool_map_locked(struct ckpt_client *c, uint32_t gen, int
 	p->size = (uint64_t)st.st_size;
 	p->next = c->pools;
 	c->pools = p;
-	__atomic_store_n(&c->pooled, true, __ATOMIC_RELAXED);
 	/* An older pool nobody reads any more goes now. */
 	for (struct cli_pool **pp = &p->next; *pp;) {
 		struct cli_pool *o = *pp;
@@ -160,11 +159,6 @@ static int on_load_done_locked(struct ckpt_client *c, const struct proto_load_do
 			w->done = true;
 			w->err = m->err;
 			w->got = m->got;
-			/* Cells pay only while a pool dedups them (load.c
-			 * do_daemon): an offered read answered in the arena
-			 * says the daemon has none for us now. */
-			if (w->offered && !m->err)
-				__atomic_store_n(&c->pooled, p != NULL, __ATOMIC_RELAXED);
 			if (p) {
 				p->users++;
 				w->pool = p;

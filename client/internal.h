@@ -482,7 +482,6 @@ struct ckpt_client {
 	char spill_dir[PROTO_MSG_LEN];    /* the daemon's S3 spill tier, or "" */
 	bool share;                       /* offer PROTO_LOAD_SHARE (unless
 	                                   * CKPT_LOAD_SHARE=0) */
-	bool pooled;                      /* a pool was ever mapped (atomic) */
 	struct cli_pool *pools;           /* the daemon's pools mapped, newest
 	                                   * first (older ones go when unused) */
 	uint32_t lread_next;              /* tokens handed out */

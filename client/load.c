@@ -1160,29 +1160,31 @@ static int serve_bounce(struct ckpt_load *ld, const struct plan_read *rd, struct
 	return 0;
 }
 
-/* Reads through the daemon go in cells of the file: the daemon's pool
- * (daemon/share.h) shares a read between loaders only when they ask for
- * the same bytes, and loaders' plans cut their reads in different places;
- * asking for whole cells of a fixed grid makes their requests the same. */
-#define LOAD_CELL (8ull << 20)
-#define LOAD_MAX_CELLS (PROTO_LOAD_MAX / LOAD_CELL)
+/* A read through the daemon that offers the pool goes as pieces, its bytes
+ * cut at the PROTO_LOAD_CELL grid of the file (proto.h): the pool keeps
+ * whole cells, so every loader's piece of a cell is answered from the one
+ * read of it, wherever the loaders' plans cut their reads, and whether or
+ * not a pool is there yet (a piece answered in the arena is just the bytes
+ * asked for).  At most this many pieces. */
+#define LOAD_MAX_PIECES (PROTO_LOAD_MAX / PROTO_LOAD_CELL + 1)
 
-/* A contiguous read-only view of pool cells (each mapped from the pool's
- * descriptor at its offset), or NULL; its length (for munmap) in *ret_len.
- * n cells of LOAD_CELL bytes, the last `last` bytes (rounded up to a
- * page). */
-static char *cells_window(const struct cli_lread *lr, size_t n, uint64_t last, size_t *ret_len)
+/* A contiguous read-only view of the n pieces of a read, piece i being
+ * [cut[i], cut[i + 1]) of the file, each mapped from the pool's descriptor
+ * at its offset; or NULL.  Its length (for munmap) in *ret_len. */
+static char *pieces_window(const struct cli_lread *lr, const uint64_t *cut, size_t n,
+			   size_t *ret_len)
 {
-	size_t total = (size_t)((n - 1) * LOAD_CELL + cli_div_up(last, 4096) * 4096);
+	size_t total = (size_t)(cut[n] - cut[0]);
 	char *win = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	if (win == MAP_FAILED)
 		return NULL;
 	*ret_len = total;
 	for (size_t i = 0; i < n; i++) {
-		size_t len = i + 1 < n ? (size_t)LOAD_CELL : total - (size_t)(i * LOAD_CELL);
-		if (mmap(win + i * LOAD_CELL, len, PROT_READ, MAP_SHARED | MAP_FIXED, lr[i].pool->fd,
-			 (off_t)lr[i].pool_off) == MAP_FAILED) {
+		void *at = win + (cut[i] - cut[0]);
+
+		if (mmap(at, (size_t)(cut[i + 1] - cut[i]), PROT_READ, MAP_SHARED | MAP_FIXED,
+			 lr[i].pool->fd, (off_t)lr[i].pool_off) == MAP_FAILED) {
 			munmap(win, total);
 			return NULL;
 		}
@@ -1191,22 +1193,25 @@ static char *cells_window(const struct cli_lread *lr, size_t n, uint64_t last, s
 }
 
 /*
- * Through the daemon: it reads the read's bytes, widened to whole cells,
- * into slots of the client's arena (registered with io_uring and faulted
- * in long ago) or into its pool, where another loader's request may have
- * read them already; then they are checked and scattered there as a bounce
- * buffer's would be (pool cells through a contiguous view of them).
- * Returns 1 if the read does not fit the arena (the caller reads it
- * itself), 0, or -errno with the load failed.
+ * Through the daemon: it reads the read's bytes (on the O_DIRECT grid,
+ * in pieces if offered to the pool) into slots of the client's arena
+ * (registered with io_uring and faulted in long ago) or into its pool,
+ * where another loader's request may have read them already; then they are
+ * checked and scattered there as a bounce buffer's would be (pool pieces
+ * through a contiguous view of them).  Returns 1 if the read does not fit
+ * the arena (the caller reads it itself), 0, or -errno with the load
+ * failed.
  */
 static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lthread *th)
 {
 	struct ckpt_client *c = ld->client;
-	uint64_t a0 = rd->begin / LOAD_CELL * LOAD_CELL;
-	uint64_t a1 = cli_div_up(rd->end, LOAD_CELL) * LOAD_CELL;
-	uint64_t n_slots = cli_div_up(a1 - a0, c->slot_bytes), shared = 0, last = 0;
-	struct cli_lread lr[LOAD_MAX_CELLS];
-	size_t n = (size_t)((a1 - a0) / LOAD_CELL), in_pool = 0;
+	uint64_t a0 = rd->begin / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
+	uint64_t a1 = cli_div_up(rd->end, PROTO_LOAD_ALIGN) * PROTO_LOAD_ALIGN;
+	uint64_t n_slots = cli_div_up(a1 - a0, c->slot_bytes), shared = 0;
+	uint64_t cut[LOAD_MAX_PIECES + 1];
+	struct cli_lread lr[LOAD_MAX_PIECES];
+	bool offer = c->share && !ld->rd->s3;
+	size_t n = 0, in_pool = 0;
 	char *arena, *win = NULL;
 	size_t win_len = 0;
 	const char *src;
@@ -1214,24 +1219,20 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	int r = 0;
 
 	cli_reader_touch(ld->rd); /* the daemon reads for us: our lease still counts */
-	/* Cells only once the daemon answers this client in a pool: without
-	 * one, a cell's bytes beyond the read would be read from the disk
-	 * for nothing (the pool is what dedups them). */
-	if (!c->share || ld->rd->s3 || !__atomic_load_n(&c->pooled, __ATOMIC_RELAXED) ||
-	    a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2) {
-		/* One read of the bytes, on the O_DIRECT grid. */
-		a0 = rd->begin / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
-		a1 = cli_div_up(rd->end, PROTO_LOAD_ALIGN) * PROTO_LOAD_ALIGN;
-		n_slots = cli_div_up(a1 - a0, c->slot_bytes);
-		n = 1;
-	}
 	/* Half the arena at most, so two reads always fit at once. */
 	if (a1 - a0 > PROTO_LOAD_MAX || n_slots > c->slots.n_slots / 2)
 		return 1;
+	cut[0] = a0;
+	while (offer && a1 > a0 && cut[n] / PROTO_LOAD_CELL < (a1 - 1) / PROTO_LOAD_CELL) {
+		cut[n + 1] = (cut[n] / PROTO_LOAD_CELL + 1) * PROTO_LOAD_CELL;
+		n++;
+	}
+	cut[++n] = a1;
 	/* Saves on the same client take slots one at a time as they come
 	 * back; rather than wait long for a run of them, read here.  A read
-	 * answered in the pool leaves them unused: they bound what this
-	 * client holds there as they bound its reads into the arena. */
+	 * answered in the pool leaves them unused: they bound the reads this
+	 * client holds there (each piece pins its cell) as they bound its
+	 * reads into the arena. */
 	first = cli_arena_take(c, (uint32_t)n_slots, ld->rd->s3 ? LOAD_S3_SLOT_WAIT_MS : 2000);
 	if (first == -ETIMEDOUT)
 		return 1;
@@ -1249,14 +1250,16 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 		return r;
 	}
 	for (size_t i = 0; i < n; i++)
-		cli_load_send(c, ld->lhandles[rd->file], a0 + i * (a1 - a0) / n, (a1 - a0) / n,
-			      (uint64_t)first * c->slot_bytes + i * (a1 - a0) / n, !ld->rd->s3,
-			      &lr[i]);
-	/* Every cell's answer, whatever came before it: each holds a pin or
+		cli_load_send(c, ld->lhandles[rd->file], cut[i], cut[i + 1] - cut[i],
+			      (uint64_t)first * c->slot_bytes + (cut[i] - a0), offer, &lr[i]);
+	/* Every piece's answer, whatever came before it: each holds a pin or
 	 * a waiter until it is waited for and released. */
 	for (size_t i = 0; i < n; i++) {
-		uint64_t c0 = a0 + i * (a1 - a0) / n, need;
 		int64_t g = cli_load_wait(c, &lr[i]);
+		/* The bytes of the read in this piece: all there unless the
+		 * file is shorter than its manifest says. */
+		uint64_t b = rd->begin > cut[i] ? rd->begin : cut[i];
+		uint64_t e = rd->end < cut[i + 1] ? rd->end : cut[i + 1];
 
 		if (got < 0)
 			continue;
@@ -1264,23 +1267,15 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 			got = g;
 			continue;
 		}
-		/* A cell before the end of the read must be whole. */
-		need = rd->end > c0 ? rd->end - c0 : 0;
-		if (need > (a1 - a0) / n)
-			need = (a1 - a0) / n;
-		if ((uint64_t)g < need) {
+		if ((uint64_t)g < e - cut[i]) {
 			got = -ENODATA;
 			continue;
 		}
 		if (lr[i].bytes) {
 			in_pool++;
-			if (lr[i].shared) {
-				uint64_t b = rd->begin > c0 ? rd->begin : c0;
-				uint64_t e = rd->end < c0 + need ? rd->end : c0 + need;
-				shared += e > b ? e - b : 0;
-			}
+			if (lr[i].shared)
+				shared += e - b;
 		}
-		last = need;
 	}
 	if (got == -EMFILE) {
 		/* The daemon lends no more descriptors (daemon/loadio.h). */
@@ -1317,23 +1312,23 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	}
 	src = arena;
 	if (in_pool == n) {
-		/* Cells side by side in one pool (the daemon hands out room
+		/* Pieces side by side in one pool (the daemon hands out room
 		 * first-fit, so a read's cells often are) are read through the
 		 * client's mapping of the whole pool, whose pages stay mapped
 		 * from one read to the next; others through a view made for
 		 * this read, whose pages fault in afresh. */
 		size_t i = 1;
 		while (i < n && lr[i].pool == lr[0].pool &&
-		       lr[i].pool_off == lr[0].pool_off + i * LOAD_CELL)
+		       lr[i].pool_off == lr[0].pool_off + (cut[i] - a0))
 			i++;
-		src = i == n ? lr[0].bytes : (win = cells_window(lr, n, last, &win_len));
+		src = i == n ? lr[0].bytes : (win = pieces_window(lr, cut, n, &win_len));
 	}
 	if (!src || (in_pool && in_pool < n)) {
-		/* Some cells in the arena, some in the pool (the pool was
+		/* Some pieces in the arena, some in the pool (the pool was
 		 * made meanwhile), or no view: the pool's into the arena. */
 		for (size_t i = 0; i < n; i++)
 			if (lr[i].bytes)
-				memcpy(arena + i * (a1 - a0) / n, lr[i].bytes, (size_t)lr[i].got);
+				memcpy(arena + (cut[i] - a0), lr[i].bytes, (size_t)lr[i].got);
 		src = arena;
 	}
 	atomic_fetch_add_explicit(&ld->bytes_daemon, rd->end - rd->begin, memory_order_relaxed);
@@ -1341,7 +1336,6 @@ static int do_daemon(struct ckpt_load *ld, const struct plan_read *rd, struct lt
 	r = serve_bounce(ld, rd, th, src + (rd->begin - a0));
 	if (win)
 		munmap(win, win_len);
-	/* (n > 1 only with cells: a window spans whole cells.) */
 out:
 	for (size_t i = 0; i < n; i++)
 		cli_load_release(c, &lr[i]);

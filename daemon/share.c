@@ -39,6 +39,9 @@ struct pool {
 	struct list lru;         /* READY, unpinned: least recently used first */
 	uint32_t n_entries;
 	uint32_t pins;           /* pins on entries + entries reading */
+	uint64_t evicted;        /* entries dropped for room (status) */
+	uint64_t refused;        /* reads it could not take: no room, or
+	                          * across cells (status) */
 	int64_t last_ms;
 };
 
@@ -62,7 +65,10 @@ struct pentry {
 	off_t fsize;             /* with the times, what fstat said of the file
 	                          * (its device and inode are sf's) */
 	struct timespec mtime, ctime;
-	uint64_t file_off, len, off;
+	uint64_t file_off;       /* its cell's first byte */
+	uint64_t len;            /* the cell up to the end of the file (on
+	                          * the O_DIRECT grid): its room at `off` */
+	uint64_t off;
 	uint64_t got;
 	uint32_t reader_id;      /* the connection whose request read it */
 	uint32_t refs;
@@ -350,6 +356,7 @@ static bool find_gap(struct pool *p, uint64_t len, struct list **ret_at, uint64_
 			       list_entry(next, struct pentry, by_off)->off;
 
 		entry_free(p, e);
+		p->evicted++;
 		if (end - b >= len && p->n_entries < SHARE_MAX_ENTRIES) {
 			*ret_at = next;
 			*ret_off = b;
@@ -486,6 +493,7 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	       struct share_wait *w)
 {
 	struct pool *p = sf ? pool_get(srv, sf) : NULL;
+	uint64_t cell = w->file_off / PROTO_LOAD_CELL * PROTO_LOAD_CELL, end, len;
 	struct pentry *e = NULL;
 	struct list *l, *at;
 	uint64_t off;
@@ -493,12 +501,16 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	if (!p)
 		return false;
 	p->last_ms = now_ms();
+	/* Entries are whole cells: a read across two would need bytes of two
+	 * entries side by side (the client cuts its reads at the grid). */
+	if (w->len == 0 || (w->file_off + w->len - 1) / PROTO_LOAD_CELL != cell / PROTO_LOAD_CELL) {
+		p->refused++;
+		return false;
+	}
 	list_for_each(l, &p->entries)
 	{
 		struct pentry *x = list_entry(l, struct pentry, by_off);
-		if (x->sf == sf && x->file_off <= w->file_off &&
-		    w->file_off - x->file_off <= x->len &&
-		    w->len <= x->len - (w->file_off - x->file_off) && same_file(x, st)) {
+		if (x->sf == sf && x->file_off == cell && same_file(x, st)) {
 			e = x;
 			break;
 		}
@@ -518,8 +530,17 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 		}
 		return true;
 	}
-	if (w->len > p->size || !find_gap(p, w->len, &at, &off))
+	/* The cell up to the end of the file (on the O_DIRECT grid): a
+	 * small file's cell takes only its own room.  Nothing there: the
+	 * read says so without the pool. */
+	end = ((uint64_t)st->st_size + PROTO_LOAD_ALIGN - 1) / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
+	if (end <= cell)
 		return false;
+	len = end - cell < PROTO_LOAD_CELL ? end - cell : PROTO_LOAD_CELL;
+	if (len > p->size || !find_gap(p, len, &at, &off)) {
+		p->refused++;
+		return false;
+	}
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return false;
@@ -529,8 +550,8 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	e->fsize = st->st_size;
 	e->mtime = st->st_mtim;
 	e->ctime = st->st_ctim;
-	e->file_off = w->file_off;
-	e->len = w->len;
+	e->file_off = cell;
+	e->len = len;
 	e->off = off;
 	e->refs = 1;
 	list_add_tail(at, &e->by_off); /* before `at`: keeps the offset order */
@@ -541,7 +562,7 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 	w->next = NULL;
 	e->waiters = w;
 	/* read_done may run at once (an allocation failure) and answer w. */
-	loadio_read_pieces(srv->store, p->io, fd, off, w->file_off, w->len, read_done, e);
+	loadio_read_pieces(srv->store, p->io, fd, off, cell, len, read_done, e);
 	return true;
 }
 
@@ -680,11 +701,12 @@ void share_status(const struct server *srv, void *arr, uid_t uid, bool all)
 			continue;
 		list_for_each(k, &p->entries)
 			held += list_entry(k, struct pentry, by_off)->len;
-		json_array_append_new(arr, json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:b}", "uid",
-						     (json_int_t)p->uid, "job", p->job, "bytes",
-						     (json_int_t)p->size,
-						     "held_bytes", (json_int_t)held, "entries",
-						     (json_int_t)p->n_entries, "pins",
-						     (json_int_t)p->pins, "ready", p->ready));
+		json_array_append_new(
+			arr, json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "uid",
+				       (json_int_t)p->uid, "job", p->job, "bytes",
+				       (json_int_t)p->size, "held_bytes", (json_int_t)held,
+				       "entries", (json_int_t)p->n_entries, "pins",
+				       (json_int_t)p->pins, "evicted", (json_int_t)p->evicted,
+				       "refused", (json_int_t)p->refused, "ready", p->ready));
 	}
 }

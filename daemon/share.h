@@ -22,19 +22,24 @@
  * it is ready (populating it takes a second or so here) reads land in the
  * clients' arenas as without it.
  *
- * An entry is the bytes [file_off, file_off + len) of one file, at `off`
- * in the pool, keyed by the file's identity as fstat() gives it at each
- * read (device, inode, size, mtime, ctime), so a file written again is a
- * new key.  A read is answered by an entry that contains it (READY, or
- * READING: it waits), else by a new entry read from the disk with the
- * asking client's descriptor.  Entries are pinned while a waiting read or
- * a client holds them (the client sends LOAD_RELEASE when it has copied
- * and checked the bytes); unpinned ones are kept, least recently used
- * first, until their room is needed, and only while some client of the uid
- * has the file lent (LOAD_FILE to LOAD_CLOSE): the pool shares bytes
- * between loads that run at the same time, and is not a cache that would
- * serve a later load of the same file from memory (the page cache's job;
- * a load from ckptd's memory is what resident images are for).  A pool
+ * An entry is one cell of one file (proto.h, PROTO_LOAD_CELL: 8 MiB of its
+ * grid), up to the file's end, at `off` in the pool, keyed by the file's
+ * identity as fstat() gives it at each read (device, inode, size, mtime,
+ * ctime), so a file written again is a new key.  A read lies within one
+ * cell (the client cuts its reads at the grid; one that does not is read
+ * into the arena) and is answered by that cell's entry (READY, or READING:
+ * it waits), else by a new entry, the whole cell read from the disk with
+ * the asking client's descriptor.  Whole cells, not the bytes asked for:
+ * loaders' plans cut their reads in different places, and an entry of
+ * one's bytes would hold another's only by chance (it read them again).
+ * Entries are pinned while a waiting read or a client holds them (the
+ * client sends LOAD_RELEASE when it has copied and checked the bytes);
+ * unpinned ones are kept, least recently used first, until their room is
+ * needed, and only while some client of the uid has the file lent
+ * (LOAD_FILE to LOAD_CLOSE): the pool shares bytes between loads that run
+ * at the same time, and is not a cache that would serve a later load of
+ * the same file from memory (the page cache's job; a load from ckptd's
+ * memory is what resident images are for).  A pool
  * nobody pinned for SHARE_IDLE_MS is freed, and so is an idle one when an
  * arena needs the memory (arenas win, as over resident images).  A uid's
  * pools count against its arena_per_uid with its arenas (users.h): a pool
@@ -88,8 +93,9 @@ struct sfile *share_lend(struct server *srv, uid_t uid, const char *job, const s
 void share_unlend(struct server *srv, struct sfile *f);
 /* Asks for [w->file_off, +w->len) of lent file sf, open as fd (fstat'ed
  * now as st).  Returns true if w will be answered by cb, false if the
- * pool cannot take it now (none yet: one is being made; no room;
- * disabled): the caller reads it itself. */
+ * pool cannot take it now (none yet: one is being made; no room; across
+ * two cells; past the end of the file; disabled): the caller reads it
+ * itself. */
 bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *st,
 	       struct share_wait *w);
 /* What an answered read got: bytes (from file_off, at most len; fewer at

@@ -295,6 +295,15 @@ struct proto_load_read {
  * instead of the arena (the client can map it and will LOAD_RELEASE). */
 #define PROTO_LOAD_SHARE 0x1u
 
+/* The grid the pool keeps files in: a read offered to it (PROTO_LOAD_SHARE)
+ * lies within one cell [k * PROTO_LOAD_CELL, (k + 1) * PROTO_LOAD_CELL) of
+ * its file, and is answered from the pool's copy of that whole cell, read
+ * once for every request that falls in it (daemon/share.h).  A read
+ * offered across two cells is answered in the arena. */
+#define PROTO_LOAD_CELL (8ull << 20)
+_Static_assert(PROTO_LOAD_CELL % PROTO_LOAD_ALIGN == 0 && PROTO_LOAD_MAX % PROTO_LOAD_CELL == 0,
+	       "cells are whole O_DIRECT blocks, and a largest read is whole cells");
+
 struct proto_load_done {
 	struct proto_hdr h;
 	uint32_t token;

@@ -44,16 +44,17 @@
 #define SAVE_WORLD 8
 #define N_LOADERS 3
 #define MAX_DEFS 2
-/* 16 slots of 8 MiB: a read through ckptd (at most 16 MiB, so 3 cells)
- * takes 3 slots and may take up to half the arena, so the 8 load threads
- * of a loader seldom wait for slots (a thread that waited 2 s would read
+/* 16 slots of 8 MiB: a loader's read of a shard of bands_defs (one read
+ * per shard, 8.75 MiB from the end of its header) takes 2 slots, so its 8
+ * load threads never wait for slots (a thread that waited 2 s would read
  * by itself: bytes_daemon < bytes_read, which the checks name). */
 #define LOADER_ARENA (128 * MiB)
 /* Every loader arena and pool of a case fit arena_total (the other-user
  * case has two pools and four loaders), so no pool is refused or freed for
- * room; a pool (256 MiB) holds every cell of the checkpoint (16 cells of
- * 8 MiB), so nothing is evicted and each cell is read once while the loads
- * hold their files. */
+ * room; a pool (256 MiB) holds every cell of the checkpoint (16 cells, of
+ * 8 MiB and 0.75 MiB), so nothing is evicted (its status says "evicted" 0,
+ * "refused" 0) and each cell is read once while the loads hold their
+ * files. */
 #define DAEMON_CONF \
 	"arena_max = 128M\narena_total = 2G\nload_share = 256M\ncommit_deadline = 60s\n"
 #define UID_NOBODY 65534
@@ -423,6 +424,7 @@ struct loads_now {
 	unsigned of_uid;       /* pools listed for the uid */
 	bool have, ready;
 	int64_t entries, pins, held;
+	int64_t evicted, refused;  /* cells dropped for room, reads not taken */
 };
 
 static char *status_text(struct testd *t)
@@ -481,6 +483,8 @@ static void loads_now(struct testd *t, uid_t uid, const char *job, struct loads_
 		ret->entries = int_field(p, "entries", out);
 		ret->pins = int_field(p, "pins", out);
 		ret->held = int_field(p, "held_bytes", out);
+		ret->evicted = int_field(p, "evicted", out);
+		ret->refused = int_field(p, "refused", out);
 	}
 	json_decref(j);
 	free(out);
@@ -640,9 +644,17 @@ START_TEST(test_three_bands)
 		      (unsigned long long)sum_read, (unsigned long long)total);
 	ck_assert_msg(sum_shared > 0, "no loader got a byte another had read: %llu of %llu",
 		      (unsigned long long)sum_shared, (unsigned long long)sum_daemon);
-	/* Each cell was read for one loader and given to the others (the
-	 * pool holds them all): what the loaders did not get from another's
-	 * read is about the shards once, not three times. */
+	/* The pool had room for every cell: the one reason it may read a
+	 * cell twice (its first copy evicted, or a read it could not take)
+	 * did not arise. */
+	ck_assert_msg(after.evicted == before.evicted && after.refused == before.refused,
+		      "the pool evicted %lld cells and refused %lld reads during the loads",
+		      (long long)(after.evicted - before.evicted),
+		      (long long)(after.refused - before.refused));
+	/* Each cell was read for one loader and given to the others, however
+	 * the loaders' reads were cut and whichever came first: what the
+	 * loaders did not get from another's read is about the shards once,
+	 * not three times. */
 	ck_assert_msg(own * 10 <= total * 11,
 		      "the loaders got %llu bytes not from another's read, of %llu bytes of "
 		      "shards: more than one read of each",
@@ -665,8 +677,8 @@ START_TEST(test_three_bands)
 		ck_assert_msg(own <= (uint64_t)disk,
 			      "the loaders got %llu bytes not shared, ckptd read only %lld",
 			      (unsigned long long)own, (long long)disk);
-		/* ckptd counts whole cells it answered from another's read; the
-		 * loaders only the bytes they asked for of them. */
+		/* ckptd counts the bytes it answered from another's read on
+		 * the O_DIRECT grid; the loaders only those of their reads. */
 		ck_assert_msg(after.shared - before.shared >= (int64_t)sum_shared,
 			      "ckptd says it shared %lld bytes, the loaders %llu",
 			      (long long)(after.shared - before.shared),
@@ -972,6 +984,98 @@ START_TEST(test_other_user_pool)
 }
 END_TEST
 
+/* ---- 5. reads cut in different places share their cells --------------------- */
+
+/*
+ * A loader that reads a little of one shard (16 rows of 'w': the start of
+ * rank 0's file) keeps it lent; then another, on a client of its own,
+ * loads a column band of everything, its reads cut elsewhere (a whole
+ * shard each).  What the second needs of the cell the first read comes
+ * from the pool, whichever client either is and whatever they read
+ * before: the pool keeps cells, not the bytes one read asked for.
+ */
+START_TEST(test_other_cuts)
+{
+	struct testd t;
+	struct ckpt_client *a, *b, *p, *q;
+	struct loader lp, lq;
+	struct loads_now before, after;
+	char path[TD_PATH];
+	uint64_t total;
+	int64_t disk;
+
+	unsetenv("CKPT_LOAD_SHARE");
+	td_init(&t, "other_cuts");
+	ck_assert_int_eq(td_daemon_start(&t, 0, DAEMON_CONF), 0);
+	save_bands(&t, "bands", path, sizeof(path));
+	total = shard_bytes(path, SAVE_WORLD);
+	a = td_connect(td_sock(&t, 0), LOAD_JOB, 0, 4, LOADER_ARENA);
+	b = td_connect(td_sock(&t, 0), LOAD_JOB, 1, 4, LOADER_ARENA);
+	warm_up(&t, path, LOAD_JOB, a, b);
+	wait_pool_empty(&t, geteuid(), LOAD_JOB);
+	/* Clients that never read through the pool before. */
+	p = td_connect(td_sock(&t, 0), LOAD_JOB, 2, 4, LOADER_ARENA);
+	q = td_connect(td_sock(&t, 0), LOAD_JOB, 3, 4, LOADER_ARENA);
+
+	loads_now(&t, geteuid(), LOAD_JOB, &before);
+	lp = (struct loader){ .path = path, .defs = bands_defs, .n_defs = 1, .band = 0,
+			      .n_bands = 1, .rows = 16, .c = p };
+	if (loader_begin(&lp) == 0)
+		loader_run(&lp);
+	loader_verify(&lp, "16 rows");
+	lq = (struct loader){ .path = path, .defs = bands_defs, .n_defs = N_BANDS_DEFS,
+			      .band = 1, .n_bands = N_LOADERS, .c = q };
+	if (loader_begin(&lq) == 0)
+		loader_run(&lq);
+	loader_verify(&lq, "band 1");
+	loads_now(&t, geteuid(), LOAD_JOB, &after);
+
+	ck_assert_msg(lp.st.bytes_daemon == lp.st.bytes_read && lp.st.bytes_shared == 0,
+		      "16 rows: %llu bytes read, %llu through ckptd, %llu shared (none: the "
+		      "pool was empty)",
+		      (unsigned long long)lp.st.bytes_read, (unsigned long long)lp.st.bytes_daemon,
+		      (unsigned long long)lp.st.bytes_shared);
+	ck_assert_msg(lq.st.bytes_daemon == lq.st.bytes_read,
+		      "band 1: %llu of %llu bytes read through ckptd",
+		      (unsigned long long)lq.st.bytes_daemon, (unsigned long long)lq.st.bytes_read);
+	/* The band's read of rank 0's shard starts in the first cell, all of
+	 * which (but its header) it needs. */
+	ck_assert_msg(lq.st.bytes_shared >= 4 * MiB && lq.st.bytes_shared <= 8 * MiB,
+		      "band 1 got %llu bytes from the first loader's read of the first cell of "
+		      "rank 0's shard (%llu of the 16 rows' read)",
+		      (unsigned long long)lq.st.bytes_shared, (unsigned long long)lp.st.bytes_read);
+	ck_assert_msg(after.evicted == before.evicted && after.refused == before.refused,
+		      "the pool evicted %lld cells and refused %lld reads",
+		      (long long)(after.evicted - before.evicted),
+		      (long long)(after.refused - before.refused));
+	if (!after.totals) {
+		td_skip("other_cuts_disk", "ckptd shows its loads.disk_bytes only to root");
+	} else {
+		/* The first cell of rank 0's shard once, for the first loader;
+		 * everything else once, for the second.  That cell read again
+		 * would be 8 MiB more. */
+		disk = after.disk - before.disk;
+		printf("other_cuts: shards %llu bytes, ckptd read %lld, band 1 got %llu shared\n",
+		       (unsigned long long)total, (long long)disk,
+		       (unsigned long long)lq.st.bytes_shared);
+		ck_assert_msg(disk >= 0 && (uint64_t)disk < total + 4 * MiB,
+			      "ckptd read %lld bytes from storage for %llu bytes of shards: a "
+			      "cell twice",
+			      (long long)disk, (unsigned long long)total);
+	}
+	loader_end(&lq);
+	loader_end(&lp);
+	loader_release(&lq);
+	loader_release(&lp);
+	wait_pool_empty(&t, geteuid(), LOAD_JOB);
+	ckpt_disconnect(a);
+	ckpt_disconnect(b);
+	ckpt_disconnect(p);
+	ckpt_disconnect(q);
+	td_fini(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("integration_load_share");
@@ -980,5 +1084,6 @@ int main(void)
 	td_case(s, "no_share_env", test_no_share_env, 120, 0, 1);
 	td_case(s, "truncated_while_shared", test_truncated_while_shared, 120, 0, 1);
 	td_case(s, "other_user_pool", test_other_user_pool, 120, 0, 1);
+	td_case(s, "other_cuts", test_other_cuts, 120, 0, 1);
 	return td_main(s, "check_load_share");
 }
