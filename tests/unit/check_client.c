@@ -317,7 +317,7 @@ END_TEST
  * many there are. */
 static int nice_of_threads(const char *comm, int *nice, int max)
 {
-	char path[96], buf[512];
+	char path[320], buf[512];
 	int n = 0;
 	DIR *d = opendir("/proc/self/task");
 
