@@ -52,6 +52,11 @@ Then it prints {"event": "ready", ...} and runs commands from stdin:
                        figures are taken.
   quit
 
+bench/run.py starts two of these: one with --no-dcp for the runs without
+saves and with ckptd's, and one (--batch of the first's choice) for DCP's,
+each stopped while the other runs, so that DCP's checkpoint process and
+stager never share the loop's CPUs with the other runs.
+
 DCP runs with the settings save-2g found best on this kind of machine and
 py-save-2g measures among others: the process executor, one cached
 shared-memory DefaultStager with async staging, FileSystemWriter
