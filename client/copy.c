@@ -404,9 +404,11 @@ void *copy_thread_main(void *arg)
 
 		errno = 0;
 		cur = getpriority(PRIO_PROCESS, (id_t)tid);
-		if (errno == 0 && cur < 19 &&
-		    setpriority(PRIO_PROCESS, (id_t)tid, cur + c->copy_nice > 19 ? 19 :
-				cur + c->copy_nice) < 0)
+		if (errno != 0)
+			cli_log(CKPT_LOG_DEBUG, "copy thread: getpriority: %s", strerror(errno));
+		else if (cur < 19 &&
+			 setpriority(PRIO_PROCESS, (id_t)tid, cur + c->copy_nice > 19 ? 19 :
+				     cur + c->copy_nice) < 0)
 			cli_log(CKPT_LOG_DEBUG, "copy thread: setpriority: %s", strerror(errno));
 	}
 	pthread_mutex_lock(&c->lock);

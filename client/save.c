@@ -805,11 +805,24 @@ static int add_tensors(struct ckpt_save *save, const struct ckpt_tensor *tensors
 		cli_set_error("ckpt_save_add_tensors: NULL argument");
 		return -EINVAL;
 	}
+	if (!building(save)) {
+		cli_set_error("ckpt_save_add_tensors: the save is already committed");
+		return -EBUSY;
+	}
 	if (n == 0)
 		return 0;
 	/* The array's element size is the caller's sizeof(struct ckpt_tensor),
-	 * which CKPT_TENSOR_INIT put into every element's first field. */
+	 * which CKPT_TENSOR_INIT put into every element's first field (a
+	 * size the first element's checks refuse stops the call before the
+	 * array is stepped; one that is no multiple of the struct's
+	 * alignment is no array of it). */
 	memcpy(&stride, at, sizeof(stride));
+	if (stride % _Alignof(struct ckpt_tensor) != 0) {
+		cli_set_error("ckpt_save_add_tensors: tensor 0 has size %u, not a multiple of %zu: "
+			      "initialise every element with CKPT_TENSOR_INIT", stride,
+			      _Alignof(struct ckpt_tensor));
+		return -EINVAL;
+	}
 	for (size_t i = 0; i < n; i++, at += stride) {
 		uint32_t size;
 		int r;

@@ -507,6 +507,13 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 		p->refused++;
 		return false;
 	}
+	/* The cell up to the end of the file (on the O_DIRECT grid): a
+	 * small file's cell takes only its own room.  A read that starts
+	 * there or beyond (a truncated file) is answered without the pool,
+	 * short, as a read of the file itself would be. */
+	end = ((uint64_t)st->st_size + PROTO_LOAD_ALIGN - 1) / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
+	if (w->file_off >= end)
+		return false;
 	list_for_each(l, &p->entries)
 	{
 		struct pentry *x = list_entry(l, struct pentry, by_off);
@@ -530,12 +537,6 @@ bool share_get(struct server *srv, struct sfile *sf, int fd, const struct stat *
 		}
 		return true;
 	}
-	/* The cell up to the end of the file (on the O_DIRECT grid): a
-	 * small file's cell takes only its own room.  Nothing there: the
-	 * read says so without the pool. */
-	end = ((uint64_t)st->st_size + PROTO_LOAD_ALIGN - 1) / PROTO_LOAD_ALIGN * PROTO_LOAD_ALIGN;
-	if (end <= cell)
-		return false;
 	len = end - cell < PROTO_LOAD_CELL ? end - cell : PROTO_LOAD_CELL;
 	if (len > p->size || !find_gap(p, len, &at, &off)) {
 		p->refused++;
@@ -575,8 +576,13 @@ uint64_t share_got(const struct share_wait *w, uint64_t *ret_pool_off, uint32_t 
 	*ret_pool_off = e->off + rel;
 	*ret_gen = e->p->gen;
 	*ret_fd = e->p->ro_fd;
-	if (e->got <= rel)
+	if (e->got <= rel) {
+		/* Nothing of the cell read reaches this piece (the file ended
+		 * before it): an offset inside the entry, never past the pool,
+		 * with no bytes. */
+		*ret_pool_off = e->off;
 		return 0;
+	}
 	return e->got - rel < w->len ? e->got - rel : w->len;
 }
 

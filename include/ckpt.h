@@ -403,7 +403,8 @@ CKPT_API int ckpt_save_add_tensor(struct ckpt_save *save, const struct ckpt_tens
  * call, whose return value is then that failure's, with a message naming
  * the tensor's index; as after any failed add, the save is spoiled.
  * Returns 0 (also for n == 0), or the errors of ckpt_save_add_tensor, and
- * -EINVAL for elements of differing sizes.  (LIBCKPT_0.6)
+ * -EINVAL for elements of differing sizes or a size that is no multiple of
+ * the struct's alignment.  (LIBCKPT_0.6)
  */
 CKPT_API int ckpt_save_add_tensors(struct ckpt_save *save, const struct ckpt_tensor *tensors,
 				   size_t n);

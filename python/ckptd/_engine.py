@@ -251,7 +251,9 @@ def _add_tensors(handle, tensors):
     else:
         buf, keep = _pack(tensors)
         if all(type(it) is tuple for it in tensors):  # TensorItems never compare equal
-            _last_pack = last = (tensors, buf, keep)
+            # A copy of the list: a caller that changed its own list
+            # afterwards must not find it equal to itself next time.
+            _last_pack = last = (list(tensors), buf, keep)
         else:
             last = (None, buf, keep)
     if tensors:

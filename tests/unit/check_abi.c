@@ -228,6 +228,7 @@ START_TEST(test_tensor_and_save_opts_size)
 	ck_assert_int_eq(ckpt_save_add_tensors(s, &gmany[0].base, 2), 0);
 	ck_assert_int_eq(ckpt_save_commit(s, &st, &cm), 0);
 	ck_assert_int_eq(ckpt_future_wait(cm, 30000), 0);
+	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 0), -EBUSY);
 	ckpt_save_free(s);
 	fs = fake_ckptd_save(fake, 1);
 	ck_assert_uint_eq(fs->layout.n_items, 5);
@@ -247,6 +248,10 @@ START_TEST(test_tensor_and_save_opts_size)
 	ckpt_save_free(s);
 	ck_assert_int_eq(ckpt_save_begin(c, "/r", "bad2", 7, &s), 0);
 	many[1].dtype = CKPT_F32;
+	many[0].size = sizeof(many[0]) - 4; /* no array of the struct has that stride */
+	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 3), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "not a multiple"));
+	many[0].size = sizeof(many[0]);
 	many[2].size = CKPT_TENSOR_SIZE_VER0;
 	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 3), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(ckpt_last_error(), "tensor 2 of 3 has size"));
