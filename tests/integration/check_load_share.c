@@ -16,9 +16,14 @@
  * (bytes_shared); nothing stays in the pool once the loads are done.
  * CKPT_LOAD_SHARE=0 turns sharing off for a client.  A shard truncated
  * while its old bytes are in the pool fails the load naming the file, and
- * the daemon serves the next save and loads.  As root: loaders of another
- * uid, loading the same files at the same time, get nothing from the
- * first uid's pool, only from their own.
+ * the daemon serves the next save and loads.  A loader's read that starts
+ * past the end of a file cut within the cell it starts in, while the only
+ * room the pool has left is its last 4 KiB (load_share 16M, filled by
+ * another checkpoint's cells), fails that load as a truncated file, and its
+ * client goes on saving and loading (earlier builds answered it with an
+ * offset past the pool's end, and the library dropped the connection).
+ * As root: loaders of another uid, loading the same files at the same
+ * time, get nothing from the first uid's pool, only from their own.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -221,8 +226,8 @@ static uint64_t shard_bytes(const char *path, unsigned files)
 
 /*
  * One load of columns [C*band/n_bands, C*(band+1)/n_bands) of rows
- * [0, rows) (rows 0: all) of the first n_defs tensors of defs, through
- * client c.  loader_begin/run/end may run on any thread (no ck_assert
+ * [row0, row0 + rows) (rows 0: all from row0) of the first n_defs tensors
+ * of defs, through client c.  loader_begin/run/end may run on any thread (no ck_assert
  * there: they record what failed); loader_verify asserts.
  */
 struct loader {
@@ -231,6 +236,7 @@ struct loader {
 	unsigned n_defs;
 	unsigned band, n_bands;
 	uint64_t rows;
+	uint64_t row0;   /* the first row loaded (rows 0: all from there) */
 	struct ckpt_client *c;
 	pthread_barrier_t *start, *finish; /* loader_main only */
 	/* between loader_begin and loader_end */
@@ -274,9 +280,9 @@ static int loader_begin(struct loader *l)
 		uint64_t c0 = d->shape[1] * l->band / l->n_bands;
 		uint64_t c1 = d->shape[1] * (l->band + 1) / l->n_bands;
 
-		l->offs[i][0] = 0;
+		l->offs[i][0] = l->row0;
 		l->offs[i][1] = c0;
-		l->shape[i][0] = l->rows ? l->rows : d->shape[0];
+		l->shape[i][0] = l->rows ? l->rows : d->shape[0] - l->row0;
 		l->shape[i][1] = c1 - c0;
 		l->mem[i] = malloc(td_nbytes(4, 2, l->shape[i]));
 		if (!l->mem[i])
@@ -423,6 +429,7 @@ struct loads_now {
 	size_t n_pools;
 	unsigned of_uid;       /* pools listed for the uid */
 	bool have, ready;
+	int64_t bytes;         /* the pool's size */
 	int64_t entries, pins, held;
 	int64_t evicted, refused;  /* cells dropped for room, reads not taken */
 };
@@ -480,6 +487,7 @@ static void loads_now(struct testd *t, uid_t uid, const char *job, struct loads_
 		ret->have = true;
 		ck_assert_msg(json_is_boolean(json_object_get(p, "ready")), "pool: %s", out);
 		ret->ready = json_is_true(json_object_get(p, "ready"));
+		ret->bytes = int_field(p, "bytes", out);
 		ret->entries = int_field(p, "entries", out);
 		ret->pins = int_field(p, "pins", out);
 		ret->held = int_field(p, "held_bytes", out);
@@ -540,14 +548,14 @@ static void wait_pool_empty(struct testd *t, uid_t uid, const char *job)
  * a child process to spare (the nobody case), returns false instead of
  * asserting when a load failed, with why.
  */
-static bool warm_up_rc(const char *path, struct ckpt_client *a, struct ckpt_client *b,
-		       char *why, size_t len)
+static bool warm_up_rc(const char *path, const struct tdef *defs, struct ckpt_client *a,
+		       struct ckpt_client *b, char *why, size_t len)
 {
 	struct loader l[2];
 	bool ok = true;
 
 	for (unsigned k = 0; k < 2; k++) {
-		l[k] = (struct loader){ .path = path, .defs = bands_defs, .n_defs = 1, .band = 0,
+		l[k] = (struct loader){ .path = path, .defs = defs, .n_defs = 1, .band = 0,
 					.n_bands = 1, .rows = 16, .c = k ? b : a };
 		if (loader_begin(&l[k]) == 0)
 			loader_run(&l[k]);
@@ -568,13 +576,20 @@ static bool warm_up_rc(const char *path, struct ckpt_client *a, struct ckpt_clie
 	return ok;
 }
 
-static void warm_up(struct testd *t, const char *path, const char *job, struct ckpt_client *a,
-		    struct ckpt_client *b)
+/* Warms up the pool of job with the first tensor of defs (of path). */
+static void warm_up_defs(struct testd *t, const char *path, const struct tdef *defs,
+			 const char *job, struct ckpt_client *a, struct ckpt_client *b)
 {
 	char why[1024];
 
-	ck_assert_msg(warm_up_rc(path, a, b, why, sizeof(why)), "%s", why);
+	ck_assert_msg(warm_up_rc(path, defs, a, b, why, sizeof(why)), "%s", why);
 	wait_pool_ready(t, geteuid(), job);
+}
+
+static void warm_up(struct testd *t, const char *path, const char *job, struct ckpt_client *a,
+		    struct ckpt_client *b)
+{
+	warm_up_defs(t, path, bands_defs, job, a, b);
 }
 
 #define LOAD_JOB "loadshare-load"
@@ -875,7 +890,7 @@ static int nobody_main(void *arg, int rep, int go)
 			return 10;
 		}
 	}
-	ok = warm_up_rc(a->path, c[0], c[1], why, sizeof(why));
+	ok = warm_up_rc(a->path, bands_defs, c[0], c[1], why, sizeof(why));
 	td_report(rep, "warm %d %s", ok ? 0 : -EBADMSG, why);
 	if (!ok || td_wait_go(go, WAIT_MS) < 0)
 		return 11;
@@ -1076,6 +1091,228 @@ START_TEST(test_other_cuts)
 }
 END_TEST
 
+/* ---- 6. a read past the end of a cut file, the pool's room at its end ------------- */
+
+#define EOF_JOB "loadshare-eof"
+/* The smallest pool: 16 MiB, two whole cells. */
+#define EOF_CONF \
+	"arena_max = 128M\narena_total = 2G\nload_share = 16M\ncommit_deadline = 60s\n"
+#define EOF_FILL_SIZE (16 * MiB - 4096)
+#define EOF_CUT_SIZE (2 * MiB + 4096)
+
+/* One file of 16 MiB - 4 KiB (a 4 KiB header, then 4094 rows of 4 KiB):
+ * its two cells take all of a 16 MiB pool but its last 4 KiB. */
+static const struct tdef fill_defs[] = {
+	{ "f", { 4094, 1024 }, 801 },
+};
+/* 2 MiB + 4 KiB, one cell; cut to its header before rows [256, 512) of it
+ * are read (from 1 MiB on): past the new end, inside the first cell. */
+static const struct tdef cut_defs[] = {
+	{ "v", { 512, 1024 }, 802 },
+};
+/* Saved by both clients after the failed load. */
+static const struct tdef after_defs[] = {
+	{ "y", { 1024, 1024 }, 803 },
+};
+
+/* Clients c[0] and c[1] (ranks 0 and 1 of a job of 2) save d as
+ * <root>/<name>, half of its rows each; its path into path. */
+static void save_two(struct testd *t, struct ckpt_client **c, const char *name,
+		     const struct tdef *d, char *path, size_t len)
+{
+	struct ckpt_save *sv[2];
+	struct ckpt_future *st[2], *cm[2];
+	void *buf[2];
+	uint64_t offs[2][2], shape[2][2];
+	int rc;
+
+	for (unsigned r = 0; r < 2; r++) {
+		offs[r][0] = d->shape[0] * r / 2;
+		offs[r][1] = 0;
+		shape[r][0] = d->shape[0] * (r + 1) / 2 - offs[r][0];
+		shape[r][1] = d->shape[1];
+		buf[r] = malloc(td_nbytes(4, 2, shape[r]));
+		ck_assert_ptr_nonnull(buf[r]);
+		td_fill_chunk(buf[r], 4, 2, d->shape, offs[r], shape[r], d->seed);
+		rc = ckpt_save_begin(c[r], t->root, name, 1, &sv[r]);
+		ck_assert_msg(rc == 0, "rank %u: save_begin %d: %s", r, rc, ckpt_last_error());
+		struct ckpt_tensor tn = { CKPT_TENSOR_INIT, .name = d->name, .dtype = CKPT_F32,
+					  .ndim = 2, .shape = shape[r], .data = buf[r],
+					  .global_shape = d->shape, .offsets = offs[r] };
+		rc = ckpt_save_add_tensor(sv[r], &tn);
+		ck_assert_msg(rc == 0, "rank %u: add %d: %s", r, rc, ckpt_last_error());
+	}
+	for (unsigned r = 0; r < 2; r++) {
+		rc = ckpt_save_commit(sv[r], &st[r], &cm[r]);
+		ck_assert_msg(rc == 0, "rank %u: commit %d: %s", r, rc, ckpt_last_error());
+	}
+	for (unsigned r = 0; r < 2; r++) {
+		int s = td_future_wait(st[r], WAIT_MS), m = td_future_wait(cm[r], WAIT_MS);
+
+		ck_assert_msg(s == 0 && m == 0, "save '%s', rank %u: staged %d, committed %d: %s",
+			      name, r, s, m, ckpt_future_error(m ? cm[r] : st[r]));
+		ckpt_save_free(sv[r]);
+		free(buf[r]);
+	}
+	td_path(path, len, "%s/%s", t->root, name);
+}
+
+/* The first error the library logs (ckpt_set_log_fn): a connection it
+ * drops says why there. */
+struct first_error {
+	pthread_mutex_t lock;
+	char msg[1024];
+};
+
+static void keep_first_error(enum ckpt_log_level level, const char *msg, void *ud)
+{
+	struct first_error *f = ud;
+
+	if (level != CKPT_LOG_ERROR)
+		return;
+	pthread_mutex_lock(&f->lock);
+	if (!f->msg[0])
+		snprintf(f->msg, sizeof(f->msg), "%s", msg);
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void first_error(struct first_error *f, char *buf, size_t len)
+{
+	pthread_mutex_lock(&f->lock);
+	snprintf(buf, len, "%s", f->msg[0] ? f->msg : "(nothing)");
+	pthread_mutex_unlock(&f->lock);
+}
+
+/*
+ * Earlier builds gave a read that starts past the end of a cut file, but
+ * inside the cell it starts in, an entry of the cell up to the new end;
+ * the answer, no bytes at the entry's offset plus the read's place in the
+ * cell, lay past the pool's end when the entry was placed at its end, and
+ * the library, taking that for a bad message, dropped its connection to
+ * ckptd (every load and save on it failed) instead of failing the load as
+ * a truncated file.  Here the only room of a 16 MiB pool is its last
+ * 4 KiB when the read comes (the cells of another checkpoint, lent, take
+ * the rest), and the cut file's new end is 4 KiB: its entry would be put
+ * there, the answer 1 MiB past the pool's end.
+ */
+START_TEST(test_read_past_cut_end)
+{
+	struct testd t;
+	struct ckpt_client *c[2];
+	struct loader lf, lv, lg, ly;
+	struct loads_now s;
+	char fill[TD_PATH], cut[TD_PATH], after[TD_PATH], shard[TD_PATH], logged[1024];
+	static struct first_error errs = { PTHREAD_MUTEX_INITIALIZER, "" };
+	struct stat sb;
+
+	unsetenv("CKPT_LOAD_SHARE");
+	td_init(&t, "read_past_cut_end");
+	ck_assert_int_eq(td_daemon_start(&t, 0, EOF_CONF), 0);
+	save_whole(&t, "fill", fill_defs, 1, fill, sizeof(fill));
+	save_whole(&t, "cut", cut_defs, 1, cut, sizeof(cut));
+	/* The sizes the placement below depends on. */
+	td_path(shard, sizeof(shard), "%s/rank-00000.safetensors", fill);
+	ck_assert_int_eq(stat(shard, &sb), 0);
+	ck_assert_msg(sb.st_size == (off_t)EOF_FILL_SIZE, "%s has %lld bytes, not %llu", shard,
+		      (long long)sb.st_size, (unsigned long long)EOF_FILL_SIZE);
+	td_path(shard, sizeof(shard), "%s/rank-00000.safetensors", cut);
+	ck_assert_int_eq(stat(shard, &sb), 0);
+	ck_assert_msg(sb.st_size == (off_t)EOF_CUT_SIZE, "%s has %lld bytes, not %llu", shard,
+		      (long long)sb.st_size, (unsigned long long)EOF_CUT_SIZE);
+
+	c[0] = td_connect(td_sock(&t, 0), EOF_JOB, 0, 2, LOADER_ARENA);
+	c[1] = td_connect(td_sock(&t, 0), EOF_JOB, 1, 2, LOADER_ARENA);
+	warm_up_defs(&t, fill, fill_defs, EOF_JOB, c[0], c[1]);
+	wait_pool_empty(&t, geteuid(), EOF_JOB);
+
+	/* c[0] loads all of 'fill' and keeps it lent: its two cells stay in
+	 * the pool, side by side from its start, and leave it 4 KiB at its
+	 * end (checked). */
+	lf = (struct loader){ .path = fill, .defs = fill_defs, .n_defs = 1, .band = 0,
+			      .n_bands = 1, .c = c[0] };
+	if (loader_begin(&lf) == 0)
+		loader_run(&lf);
+	loader_verify(&lf, "fill");
+	ck_assert_msg(lf.st.bytes_daemon == lf.st.bytes_read && lf.st.bytes_read > 0,
+		      "fill: %llu of %llu bytes read through ckptd",
+		      (unsigned long long)lf.st.bytes_daemon, (unsigned long long)lf.st.bytes_read);
+	loads_now(&t, geteuid(), EOF_JOB, &s);
+	ck_assert_msg(s.have && s.bytes == (int64_t)(16 * MiB) && s.entries == 2 &&
+			      s.held == (int64_t)EOF_FILL_SIZE,
+		      "the pool after 'fill': %lld bytes, %lld entries holding %lld bytes (want "
+		      "%llu, 2, %llu)",
+		      (long long)s.bytes, (long long)s.entries, (long long)s.held,
+		      (unsigned long long)(16 * MiB), (unsigned long long)EOF_FILL_SIZE);
+
+	/* c[1] describes its load of rows [256, 512) of 'cut' (its reader has
+	 * the file's header); then the file is cut to 4 KiB; then the load
+	 * runs, its read starting 1 MiB into the cut file's first cell.  It
+	 * fails as a truncated file, naming it. */
+	lv = (struct loader){ .path = cut, .defs = cut_defs, .n_defs = 1, .band = 0,
+			      .n_bands = 1, .row0 = 256, .c = c[1] };
+	ck_assert_msg(loader_begin(&lv) == 0, "cut: %s", lv.msg);
+	ck_assert_int_eq(truncate(shard, 4096), 0);
+	ckpt_set_log_fn(keep_first_error, &errs);
+	loader_run(&lv);
+	loader_end(&lv);
+	loader_release(&lv);
+	first_error(&errs, logged, sizeof(logged));
+	ck_assert_msg(lv.rc != 0, "the load of rows past the end of a truncated file succeeded");
+	ck_assert_msg(lv.rc == -EBADMSG && strstr(lv.msg, "rank-00000.safetensors") &&
+			      strstr(lv.msg, "truncated"),
+		      "the load of rows past the end of a truncated file (want -EBADMSG, 'the file "
+		      "is truncated'): %s; the library's first error: %s",
+		      lv.msg, logged);
+	ck_assert_msg(!strstr(logged, "connection to ckptd lost"),
+		      "the failed load cost its client the connection: %s", logged);
+	/* Nothing of the cut file came into the pool. */
+	loads_now(&t, geteuid(), EOF_JOB, &s);
+	ck_assert_msg(s.entries == 2 && s.held == (int64_t)EOF_FILL_SIZE,
+		      "the pool after the failed load: %lld entries holding %lld bytes",
+		      (long long)s.entries, (long long)s.held);
+
+	/* c[1]'s connection lives: it loads 'fill' through ckptd, every byte
+	 * from c[0]'s cells in the pool... */
+	lg = (struct loader){ .path = fill, .defs = fill_defs, .n_defs = 1, .band = 1,
+			      .n_bands = 2, .c = c[1] };
+	if (loader_begin(&lg) == 0)
+		loader_run(&lg);
+	loader_verify(&lg, "fill band 1, after the failed load");
+	ck_assert_msg(lg.st.bytes_daemon == lg.st.bytes_read && lg.st.bytes_read > 0 &&
+			      lg.st.bytes_shared == lg.st.bytes_daemon,
+		      "'fill' on the client of the failed load: %llu bytes read, %llu through "
+		      "ckptd, %llu shared (want all of them, from the pool)",
+		      (unsigned long long)lg.st.bytes_read, (unsigned long long)lg.st.bytes_daemon,
+		      (unsigned long long)lg.st.bytes_shared);
+	loader_end(&lg);
+	loader_release(&lg);
+
+	/* ...saves (c[0] the other rank) and loads what it saved. */
+	save_two(&t, c, "after", &after_defs[0], after, sizeof(after));
+	ly = (struct loader){ .path = after, .defs = after_defs, .n_defs = 1, .band = 0,
+			      .n_bands = 1, .c = c[1] };
+	if (loader_begin(&ly) == 0)
+		loader_run(&ly);
+	loader_verify(&ly, "after");
+	ck_assert_msg(ly.st.bytes_daemon == ly.st.bytes_read && ly.st.bytes_read > 0,
+		      "'after': %llu of %llu bytes read through ckptd",
+		      (unsigned long long)ly.st.bytes_daemon, (unsigned long long)ly.st.bytes_read);
+	loader_end(&ly);
+	loader_release(&ly);
+
+	loader_end(&lf);
+	loader_release(&lf);
+	wait_pool_empty(&t, geteuid(), EOF_JOB);
+	ckpt_disconnect(c[0]);
+	ckpt_disconnect(c[1]);
+	ckpt_set_log_fn(NULL, NULL);
+	first_error(&errs, logged, sizeof(logged));
+	ck_assert_msg(!strstr(logged, "connection to ckptd lost"), "a client lost its connection: %s",
+		      logged);
+	td_fini(&t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("integration_load_share");
@@ -1085,5 +1322,6 @@ int main(void)
 	td_case(s, "truncated_while_shared", test_truncated_while_shared, 120, 0, 1);
 	td_case(s, "other_user_pool", test_other_user_pool, 120, 0, 1);
 	td_case(s, "other_cuts", test_other_cuts, 120, 0, 1);
+	td_case(s, "read_past_cut_end", test_read_past_cut_end, 120, 0, 1);
 	return td_main(s, "check_load_share");
 }
