@@ -212,12 +212,13 @@ START_TEST(test_tensor_and_save_opts_size)
 	 * struct, stepped by its size field, in order. */
 	ck_assert_int_eq(ckpt_save_begin(c, "/r", "many", 5, &s), 0);
 	uint64_t shapes[3] = { 4, 2, 1 };
+	static const float mdata[4] = { 1, 2, 3, 4 }; /* the largest: 4 elements */
 	struct ckpt_tensor many[3];
 	static const char *const many_names[3] = { "a", "b", "c" };
 	for (int i = 0; i < 3; i++)
 		many[i] = (struct ckpt_tensor){ CKPT_TENSOR_INIT, .name = many_names[i],
 						.dtype = CKPT_F32, .ndim = 1,
-						.shape = &shapes[i], .data = w };
+						.shape = &shapes[i], .data = mdata };
 	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 0), 0);
 	ck_assert_int_eq(ckpt_save_add_tensors(s, NULL, 0), 0);
 	ck_assert_int_eq(ckpt_save_add_tensors(s, many, 3), 0);
