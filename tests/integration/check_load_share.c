@@ -1183,6 +1183,18 @@ static void first_error(struct first_error *f, char *buf, size_t len)
 	pthread_mutex_unlock(&f->lock);
 }
 
+/* Runs and checks l's whole load, and that every byte of it came through
+ * ckptd. */
+static void load_via_daemon(struct loader *l, const char *what)
+{
+	if (loader_begin(l) == 0)
+		loader_run(l);
+	loader_verify(l, what);
+	ck_assert_msg(l->st.bytes_daemon == l->st.bytes_read && l->st.bytes_read > 0,
+		      "%s: %llu of %llu bytes read through ckptd", what,
+		      (unsigned long long)l->st.bytes_daemon, (unsigned long long)l->st.bytes_read);
+}
+
 /*
  * Earlier builds gave a read that starts past the end of a cut file, but
  * inside the cell it starts in, an entry of the cell up to the new end;
@@ -1230,12 +1242,7 @@ START_TEST(test_read_past_cut_end)
 	 * end (checked). */
 	lf = (struct loader){ .path = fill, .defs = fill_defs, .n_defs = 1, .band = 0,
 			      .n_bands = 1, .c = c[0] };
-	if (loader_begin(&lf) == 0)
-		loader_run(&lf);
-	loader_verify(&lf, "fill");
-	ck_assert_msg(lf.st.bytes_daemon == lf.st.bytes_read && lf.st.bytes_read > 0,
-		      "fill: %llu of %llu bytes read through ckptd",
-		      (unsigned long long)lf.st.bytes_daemon, (unsigned long long)lf.st.bytes_read);
+	load_via_daemon(&lf, "fill");
 	loads_now(&t, geteuid(), EOF_JOB, &s);
 	ck_assert_msg(s.have && s.bytes == (int64_t)(16 * MiB) && s.entries == 2 &&
 			      s.held == (int64_t)EOF_FILL_SIZE,
@@ -1275,11 +1282,8 @@ START_TEST(test_read_past_cut_end)
 	 * from c[0]'s cells in the pool... */
 	lg = (struct loader){ .path = fill, .defs = fill_defs, .n_defs = 1, .band = 1,
 			      .n_bands = 2, .c = c[1] };
-	if (loader_begin(&lg) == 0)
-		loader_run(&lg);
-	loader_verify(&lg, "fill band 1, after the failed load");
-	ck_assert_msg(lg.st.bytes_daemon == lg.st.bytes_read && lg.st.bytes_read > 0 &&
-			      lg.st.bytes_shared == lg.st.bytes_daemon,
+	load_via_daemon(&lg, "fill band 1, after the failed load");
+	ck_assert_msg(lg.st.bytes_shared == lg.st.bytes_daemon,
 		      "'fill' on the client of the failed load: %llu bytes read, %llu through "
 		      "ckptd, %llu shared (want all of them, from the pool)",
 		      (unsigned long long)lg.st.bytes_read, (unsigned long long)lg.st.bytes_daemon,
@@ -1291,12 +1295,7 @@ START_TEST(test_read_past_cut_end)
 	save_two(&t, c, "after", &after_defs[0], after, sizeof(after));
 	ly = (struct loader){ .path = after, .defs = after_defs, .n_defs = 1, .band = 0,
 			      .n_bands = 1, .c = c[1] };
-	if (loader_begin(&ly) == 0)
-		loader_run(&ly);
-	loader_verify(&ly, "after");
-	ck_assert_msg(ly.st.bytes_daemon == ly.st.bytes_read && ly.st.bytes_read > 0,
-		      "'after': %llu of %llu bytes read through ckptd",
-		      (unsigned long long)ly.st.bytes_daemon, (unsigned long long)ly.st.bytes_read);
+	load_via_daemon(&ly, "after");
 	loader_end(&ly);
 	loader_release(&ly);
 
