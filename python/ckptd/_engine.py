@@ -21,22 +21,16 @@ FORMAT = 1  # of the Python metadata blob; a newer one is refused on load
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 
 
-class TensorItem:
-    __slots__ = ("name", "dtype", "shape", "ptr", "global_shape", "offsets", "device",
-                 "device_index", "replica", "stream")
-
-    def __init__(self, name, dtype, shape, ptr, global_shape=None, offsets=None,
-                 device=_lib.DEVICE_HOST, device_index=0, replica=0, stream=None):
-        self.name = name
-        self.dtype = dtype
-        self.shape = shape
-        self.ptr = ptr
-        self.global_shape = global_shape
-        self.offsets = offsets
-        self.device = device
-        self.device_index = device_index
-        self.replica = replica
-        self.stream = stream
+def tensor_item(name, dtype, shape, ptr, global_shape=None, offsets=None,
+                device=_lib.DEVICE_HOST, device_index=0, replica=0, stream=None):
+    """One tensor (or chunk) of a save, as the tuple _pack reads: (name,
+    dtype code, shape, data address or 0, replica, global shape or None,
+    offsets or None, device, device index, CUDA stream or 0).  A tuple,
+    so that a save of the same tensors compares equal to the last one
+    (_add_tensors); ckptd.torch builds the plain host case's literally, at
+    less cost than this call."""
+    return (name, dtype, shape, ptr or 0, replica, global_shape, offsets, device, device_index,
+            stream or 0)
 
 
 def split_checkpoint_id(checkpoint_id):
@@ -185,20 +179,15 @@ assert _TENSOR.size == ctypes.sizeof(_lib.Tensor)
 
 def _pack(tensors):
     """(array of struct ckpt_tensor for ckpt_save_add_tensors, what its
-    pointers point into).  tensors: TensorItems, and for the common case
-    (a whole host tensor: cheaper to make) tuples (name, dtype code, shape,
-    data address or 0, replica)."""
-    names = [(it[0] if type(it) is tuple else it.name).encode() for it in tensors]
+    pointers point into); tensors: tensor_item tuples."""
+    names = [it[0].encode() for it in tensors]
     pool = b"\0".join(names) + b"\0"
     dims = array.array("Q")
     for it in tensors:
-        if type(it) is tuple:
-            dims.extend(it[2])
-        else:
-            dims.extend(it.shape)
-            if it.global_shape:  # a sharded 0-d tensor is not a thing: saved plain
-                dims.extend(it.global_shape)
-                dims.extend(it.offsets)
+        dims.extend(it[2])
+        if it[5]:  # a sharded 0-d tensor is not a thing: saved plain
+            dims.extend(it[5])
+            dims.extend(it[6])
     # bytes never move: the pool's address holds while it is referenced.
     nbase = ctypes.cast(ctypes.c_char_p(pool), ctypes.c_void_p).value
     dbase = dims.buffer_info()[0]
@@ -206,24 +195,19 @@ def _pack(tensors):
     buf = bytearray(size * len(tensors))
     pack = _TENSOR.pack_into
     pos = noff = doff = 0
-    for nm, it in zip(names, tensors):
-        if type(it) is tuple:
-            nd = len(it[2])
-            pack(buf, pos, size, it[1], nbase + noff, dbase + 8 * doff if nd else 0, it[3],
-                 0, 0, nd, 0, 0, it[4], 0)
-            doff += nd
-        else:
-            nd = len(it.shape)
-            shape = dbase + 8 * doff if nd else 0
-            doff += nd
-            gshape = offs = 0
-            if it.global_shape:
-                gshape = dbase + 8 * doff
-                doff += len(it.global_shape)
-                offs = dbase + 8 * doff
-                doff += len(it.offsets)
-            pack(buf, pos, size, it.dtype, nbase + noff, shape, it.ptr or 0, gshape, offs, nd,
-                 it.device, it.device_index, it.replica, it.stream or 0)
+    for nm, (_, dtype, shape, ptr, replica, gshape, offsets, device, index, stream) in zip(
+            names, tensors):
+        nd = len(shape)
+        at_shape = dbase + 8 * doff if nd else 0
+        doff += nd
+        at_gshape = at_offs = 0
+        if gshape:
+            at_gshape = dbase + 8 * doff
+            doff += len(gshape)
+            at_offs = dbase + 8 * doff
+            doff += len(offsets)
+        pack(buf, pos, size, dtype, nbase + noff, at_shape, ptr, at_gshape, at_offs, nd, device,
+             index, replica, stream)
         pos += size
         noff += len(nm) + 1
     return buf, (pool, dims)
@@ -250,12 +234,9 @@ def _add_tensors(handle, tensors):
         buf = last[1]
     else:
         buf, keep = _pack(tensors)
-        if all(type(it) is tuple for it in tensors):  # TensorItems never compare equal
-            # A copy of the list: a caller that changed its own list
-            # afterwards must not find it equal to itself next time.
-            _last_pack = last = (list(tensors), buf, keep)
-        else:
-            last = (None, buf, keep)
+        # A copy of the list: a caller that changed its own list
+        # afterwards must not find it equal to itself next time.
+        _last_pack = last = (list(tensors), buf, keep)
     if tensors:
         arr = (ctypes.c_char * len(buf)).from_buffer(buf)
         _add_tensors_raw(handle, ctypes.addressof(arr), len(tensors))
@@ -265,7 +246,7 @@ def _add_tensors(handle, tensors):
 
 def save(client, root, name, step, tensors, blobs, metrics, metadata, keepalive,
          cuda_stream=None, dl_tables=()):
-    """Begins, fills and commits one save of this rank.  tensors: TensorItems;
+    """Begins, fills and commits one save of this rank.  tensors: tensor_item tuples;
     blobs: (key, bytes); dl_tables: (name, ckptd.data.ShardTable), each
     this rank's block of a data-loader table (ckpt_save_add_dl_table);
     returns a PendingSave.  Raises SaveError when libckpt refuses it

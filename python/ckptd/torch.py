@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from . import _client, _engine, _lib, _tree
-from ._engine import META_PREFIX, FORMAT, TensorItem, LoadBox
+from ._engine import META_PREFIX, FORMAT, LoadBox, tensor_item
 from .data import ShardTable
 from ._errors import CheckpointError, SaveError
 
@@ -227,8 +227,8 @@ def _tensor_items(name, v, rank, world, items, keep, tmeta, ordered):
         keep.append(a)
         tmeta[name] = {"np": kind}
         w = _writer(name, world)
-        items.append(TensorItem(name, code, list(a.shape), a.ctypes.data,
-                                replica=(rank - w) % world))
+        items.append(tensor_item(name, code, a.shape, a.ctypes.data,
+                                 replica=(rank - w) % world))
         return
     dtype = v.dtype
     t, code, how = _storage_view(name, v.detach())
@@ -246,8 +246,8 @@ def _tensor_items(name, v, rank, world, items, keep, tmeta, ordered):
     # Replicated over the group (as DCP takes a plain tensor): one rank,
     # a function of the name, writes it; the others are its replicas.
     w = _writer(name, world)
-    items.append(TensorItem(name, code, list(t.shape), t.data_ptr() or None, device=device,
-                            device_index=index, replica=(rank - w) % world, stream=stream))
+    items.append(tensor_item(name, code, t.shape, t.data_ptr(), device=device,
+                             device_index=index, replica=(rank - w) % world, stream=stream))
 
 
 def _replica_of(v, name):
@@ -332,9 +332,9 @@ def _dtensor_items(name, v, items, keep, tmeta, ordered):
         t = t.contiguous()
     keep.append(t)
     tmeta[name] = {"torch": str(v.dtype).replace("torch.", ""), "dtensor": True}
-    items.append(TensorItem(name, code, list(t.shape), t.data_ptr() or None,
-                            global_shape=gshape, offsets=offsets, device=device,
-                            device_index=index, replica=rep[0], stream=stream))
+    items.append(tensor_item(name, code, t.shape, t.data_ptr(),
+                             global_shape=gshape, offsets=offsets, device=device,
+                             device_index=index, replica=rep[0], stream=stream))
 
 
 def _value_kind(name, v, allow_pickle):
@@ -373,8 +373,9 @@ def _prepare(state_dict, rank, world, allow_pickle, dl_tables=None):
                     v.is_contiguous() and not v.is_neg()):
                 keep.append(v)
                 tmeta[name] = _TMETA[dtype]
-                items.append((name, m[0], v.shape, v.data_ptr(),
-                              (rank - _writer(name, world)) % world if world > 1 else 0))
+                items.append((name, m[0], v.shape, v.data_ptr(),   # _engine.tensor_item
+                              (rank - _writer(name, world)) % world if world > 1 else 0,
+                              None, None, _lib.DEVICE_HOST, 0, 0))
                 continue
         if isinstance(v, ShardTable) and dl_tables is not None:
             dl_tables.append((name, v))  # ckpt_save_add_dl_table
